@@ -1,0 +1,93 @@
+"""The generic word-sensitivity estimator."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import wsutils as ws
+from wsutils.sensitivity import perturb, project_ball
+
+
+def test_zero_perturbation_gives_zero():
+    X = ws.sample_X(5, 4, seed=0)
+    W = ws.sample_W(4, seed=1)
+    for fn in (ws.raf, ws.relu_attention):
+        assert ws.relative_change(lambda Z: fn(Z, W), X, 2, torch.zeros(4)) == 0.0
+
+
+def test_perturb_changes_one_row_only():
+    X = ws.sample_X(5, 4, seed=0)
+    Delta = torch.ones(2, 4)
+    out = perturb(X, torch.tensor([1, 3]), Delta)
+    torch.testing.assert_close(out[0, 1], X[1] + 1)
+    torch.testing.assert_close(out[0, [0, 2, 3, 4]], X[[0, 2, 3, 4]])
+    torch.testing.assert_close(out[1, 3], X[3] + 1)
+
+
+@settings(max_examples=50, deadline=None)
+@given(scale=st.floats(1e-3, 1e6), d=st.integers(1, 30), seed=st.integers(0, 10**6))
+def test_projection_never_leaves_the_ball(scale, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    Delta = torch.randn(16, d, generator=g, dtype=torch.float64) * scale
+    r = math.sqrt(d)
+    P = project_ball(Delta, r)
+    assert bool((torch.linalg.vector_norm(P, dim=-1) <= r).all())
+    inside = torch.linalg.vector_norm(Delta, dim=-1) <= r
+    torch.testing.assert_close(P[inside], Delta[inside])
+
+
+@pytest.mark.parametrize("fn", ["raf", "relu_attention", "rf"])
+def test_estimator_stays_in_ball_and_value_is_recomputable(fn):
+    n, d = 6, 5
+    X = ws.sample_X(n, d, seed=0)
+    w = ws.sample_V(n * d, n, d, seed=1) if fn == "rf" else ws.sample_W(d, seed=1)
+    phi = lambda Z: getattr(ws, fn)(Z, w)  # noqa: E731
+    res = ws.word_sensitivity(phi, X, steps=40, starts=3, seed=0)
+    assert np.linalg.norm(res.Delta) <= math.sqrt(d)
+    assert res.value == max(res.per_row.values())
+    assert set(res.per_row) == set(range(n))
+    np.testing.assert_allclose(ws.relative_change(phi, X, res.row, res.Delta), res.value, rtol=1e-10)
+
+
+def test_same_seed_same_result_and_rows_argument():
+    X = ws.sample_X(6, 4, seed=0)
+    W = ws.sample_W(4, seed=1)
+    phi = lambda Z: ws.raf(Z, W)  # noqa: E731
+    a = ws.word_sensitivity(phi, X, rows=[1, 4], steps=30, seed=5)
+    b = ws.word_sensitivity(phi, X, rows=[1, 4], steps=30, seed=5)
+    assert a.value == b.value and a.row == b.row and np.array_equal(a.Delta, b.Delta)
+    assert set(a.per_row) == {1, 4}
+    c = ws.word_sensitivity(phi, X, rows=2, steps=30, seed=5)
+    assert c.row == 2
+
+
+def test_best_iterate_kept_and_init_used():
+    """With zero steps the estimator returns the best start; an init start is searched too."""
+    n, d = 5, 4
+    X = ws.sample_X(n, d, seed=0)
+    W = ws.sample_W(d, seed=1)
+    phi = lambda Z: ws.raf(Z, W)  # noqa: E731
+    strong = ws.word_sensitivity(phi, X, rows=[0], steps=60, seed=0)
+    seeded = ws.word_sensitivity(phi, X, rows=[0], steps=0, starts=1, seed=3, init=strong.Delta)
+    assert seeded.value >= strong.value * (1 - 1e-12)
+
+
+def test_unbatched_map_matches_batched():
+    X = ws.sample_X(4, 3, seed=0)
+    W = ws.sample_W(3, seed=1)
+    a = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, steps=20, seed=1)
+    b = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, steps=20, seed=1, batched=False)
+    np.testing.assert_allclose(a.value, b.value, rtol=1e-10)
+
+
+def test_chunking_does_not_change_the_answer():
+    X = ws.sample_X(6, 4, seed=0)
+    W = ws.sample_W(4, seed=1)
+    phi = lambda Z: ws.raf(Z, W)  # noqa: E731
+    one = ws.word_sensitivity(phi, X, steps=20, seed=2)
+    many = ws.word_sensitivity(phi, X, steps=20, seed=2, max_batch_elements=1)
+    assert one.per_row.keys() == many.per_row.keys()

