@@ -49,3 +49,39 @@ def test_every_command_it_calls_exists():
         for pin in re.findall(r"\^(\w+)==", run):
             assert re.search(rf"^{pin}==", (ROOT / "requirements.txt").read_text(), flags=re.M), \
                 f"job {name} takes the {pin} pin from requirements.txt, which has none"
+
+
+def _load(path: Path, name: str):
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_colab_notebooks_and_their_buttons(tmp_path):
+    import nbformat
+
+    colab = _load(ROOT / "tools" / "colab_notebooks.py", "colab_notebooks")
+    assert colab.main([str(tmp_path)]) == 0
+    written = sorted(p.stem for p in (tmp_path / "book").glob("*.ipynb"))
+    assert "word-sensitivity" in written and "api" not in written  # chapters only
+    nb = nbformat.read(tmp_path / "book" / "word-sensitivity.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert "google.colab" in nb.cells[0].source and colab.repository_url() in nb.cells[0].source
+    assert "kernelspec" in nb.metadata
+
+    ext = _load(ROOT / "book" / "_ext" / "wsbook_sphinx.py", "wsbook_sphinx")
+    url = "https://colab.research.google.com/github/o/r/blob/main/book/word-sensitivity.md"
+    context = {"header_buttons": [{"type": "group", "buttons": [
+        {"text": "Binder", "url": "https://mybinder.org/v2/gh/o/r/main?urlpath=x.md"},
+        {"text": "Colab", "url": url}]}]}
+    ext.colab_notebook_links(None, "word-sensitivity", "page.html", context, None)
+    binder, button = context["header_buttons"][0]["buttons"]
+    assert button["url"] == ("https://colab.research.google.com/github/o/r/blob/"
+                             f"{ext.COLAB_BRANCH}/book/word-sensitivity.ipynb")
+    assert binder["url"].endswith("x.md")  # Binder opens the MyST chapter itself
+    # the workflow pushes the notebooks to the branch the buttons point at
+    assert f" {ext.COLAB_BRANCH}\n" in _runs(_workflow()["jobs"]["colab"]) + "\n"
