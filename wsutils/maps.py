@@ -1,18 +1,19 @@
-"""The four feature maps of the paper (brief §2), with frozen random weights.
+"""The four feature maps of the paper, eqs. :eq:`eq-rf`–:eq:`eq-relu-attention`, with frozen
+random weights.
 
 Each map accepts a numpy array or a torch tensor ``X`` of shape ``(n, d)`` (or a batch
 ``(..., n, d)``) and returns the same kind: numpy in, numpy out; torch in, torch out and
 differentiable. Computation is in float64 unless ``dtype`` says otherwise (a floating torch
 input keeps its own dtype), on the input's device.
 
-==================  ==========================================  ============================
-map                 formula                                     label in the book
-==================  ==========================================  ============================
-:func:`rf`          ``ReLU(V flat(X)) ∈ R^k``                   :eq:`eq-rf`
-:func:`drf`         ``ReLU(V_L ··· ReLU(V_1 flat(X)))``         :eq:`eq-drf`
-:func:`raf`         ``softmax(X W Xᵀ/√d) X ∈ R^{n×d}``          :eq:`eq-raf`
+======================  ======================================  ==========================
+map                     formula                                 label in the book
+======================  ======================================  ==========================
+:func:`rf`              ``ReLU(V flat(X)) ∈ R^k``               :eq:`eq-rf`
+:func:`drf`             ``ReLU(V_L ··· ReLU(V_1 flat(X)))``     :eq:`eq-drf`
+:func:`raf`             ``softmax(X W Xᵀ/√d) X ∈ R^{n×d}``      :eq:`eq-raf`
 :func:`relu_attention`  ``N(ReLU(X W Xᵀ/√d)) X``                :eq:`eq-relu-attention`
-==================  ==========================================  ============================
+======================  ======================================  ==========================
 
 ``flat`` is row-major: ``flat(X) = (x_1, …, x_n)``, so column block ``i`` of ``V`` (columns
 ``i·d … (i+1)·d − 1``) multiplies word ``i``.

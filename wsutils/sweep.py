@@ -10,8 +10,13 @@ order of ``points``: the point's parameters merged with the dict ``fn`` returns.
 - ``store``: a directory. Each point's record is written there as soon as it finishes (one
   JSON file, written atomically: a temporary file then ``os.replace``), so an interrupted sweep
   resumes where it stopped and a finished one is read back instead of recomputed. A file that
-  does not parse or does not belong to its point is recomputed, never used.
+  does not parse or does not belong to its point is recomputed, never used. With a store,
+  every record is returned as stored (numpy and torch numbers become plain floats, ints and
+  lists), so a fresh run and a resumed one return identical records.
 - ``progress``: a tqdm bar over the points.
+
+If a point raises, the points not yet started are cancelled, those already running are still
+stored as they finish, and the first error is raised.
 
 ``fn`` must be a module-level function (so that it pickles) and deterministic given its
 parameters: the same seeds give the same numbers, wherever a point runs.
@@ -51,11 +56,28 @@ def _load(path: Path, key: str) -> Record | None:
     return stored["record"]
 
 
+def _plain(value: Any) -> Any:
+    """JSON fallback for numpy and torch numbers and arrays."""
+    if hasattr(value, "tolist"):  # numpy scalars and arrays, torch tensors
+        return value.tolist()
+    raise TypeError(
+        f"a sweep record holds a {type(value).__name__}, which cannot be stored as JSON; "
+        "return numbers, strings, lists or dicts (or run without store=)."
+    )
+
+
+def _as_stored(record: Record) -> Record:
+    """``record`` as it reads back from the store."""
+    return json.loads(json.dumps(record, default=_plain))
+
+
 def _save(path: Path, key: str, record: Record) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             json.dump({"key": key, "record": record}, f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -70,6 +92,28 @@ def _evaluate(fn: Callable[..., Mapping[str, Any]], point: Mapping[str, Any]) ->
     if clash:
         raise ValueError(f"{fn.__qualname__} returned keys {sorted(clash)} that are also parameters.")
     return {**point, **out}
+
+
+def _run_on(executor: Executor, fn, points: list[Record], todo: list[int], finish) -> None:
+    futures = {executor.submit(_evaluate, fn, points[i]): i for i in todo}
+    error: BaseException | None = None
+    try:
+        for fut in as_completed(futures):
+            if fut.cancelled():
+                continue
+            exc = fut.exception()
+            if exc is None:
+                finish(futures[fut], fut.result())
+            elif error is None:  # stop starting points; keep storing the running ones
+                error = exc
+                for other in futures:
+                    other.cancel()
+    except BaseException:  # an interrupt: start nothing more
+        for other in futures:
+            other.cancel()
+        raise
+    if error is not None:
+        raise error
 
 
 def run_grid(
@@ -103,9 +147,10 @@ def run_grid(
                disable=not progress, leave=False)
 
     def finish(i: int, record: Record) -> None:
-        results[i] = record
         if folder is not None:
+            record = _as_stored(record)
             _save(folder / f"{keys[i]}.json", keys[i], record)
+        results[i] = record
         bar.update()
 
     try:
@@ -113,9 +158,7 @@ def run_grid(
             for i in todo:
                 finish(i, _evaluate(fn, points[i]))
         else:
-            futures = {executor.submit(_evaluate, fn, points[i]): i for i in todo}
-            for fut in as_completed(futures):
-                finish(futures[fut], fut.result())
+            _run_on(executor, fn, points, todo, finish)
     finally:
         bar.close()
     return [results[i] for i in range(len(points))]

@@ -1,4 +1,5 @@
-"""Seeded samplers for the frozen random weights, with the paper's scalings (brief §2).
+"""Seeded samplers for the frozen random weights, with the paper's scalings
+(eqs. :eq:`eq-rf`–:eq:`eq-raf`).
 
 Weights are drawn on the CPU from a ``torch.Generator`` seeded with ``seed`` and then moved to
 ``device``, so the same seed gives the same numbers on every device.
@@ -64,7 +65,8 @@ def sample_W(d: int, *, seed: int, device=None, dtype: torch.dtype = torch.float
 
 def sample_X(n: int, d: int, *, seed: int, device=None,
              dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """A synthetic text: ``n`` i.i.d. Gaussian rows rescaled to norm ``√d`` (brief §4)."""
+    """A synthetic text: ``n`` i.i.d. Gaussian rows rescaled to norm ``√d`` (the paper's
+    synthetic texts)."""
     _check_positive(n=n, d=d)
     X = gaussian((n, d), 1.0, seed=seed, device=device, dtype=dtype)
     return X * (math.sqrt(d) / torch.linalg.vector_norm(X, dim=-1, keepdim=True))

@@ -1,0 +1,42 @@
+"""The API page (book/api.md) lists every public module of wsutils, and every public name has
+a docstring, so the page autodoc builds from it is complete."""
+
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import wsutils
+
+API_PAGE = Path(__file__).resolve().parents[1] / "book" / "api.md"
+INTERNAL = {"checks"}  # input validation shared by the modules, not an API of its own
+
+
+def _public_modules() -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules(wsutils.__path__)
+                  if not m.name.startswith("_") and m.name not in INTERNAL)
+
+
+def test_every_public_module_is_on_the_api_page():
+    documented = set(re.findall(r"^\.\. automodule:: wsutils\.(\w+)\s*\n\s+:members:",
+                                API_PAGE.read_text(), flags=re.M))
+    missing = set(_public_modules()) - documented
+    assert not missing, f"add an automodule block for {sorted(missing)} to {API_PAGE}"
+    assert documented <= set(_public_modules()) | INTERNAL, "the page lists a module that is gone"
+
+
+def test_every_public_name_is_documented():
+    undocumented = []
+    exported = set()
+    for name in _public_modules():
+        module = importlib.import_module(f"wsutils.{name}")
+        assert module.__doc__, f"wsutils.{name} has no module docstring"
+        names = getattr(module, "__all__", None)
+        if names is None:  # then autodoc lists the public objects defined in the module
+            names = [n for n, v in vars(module).items() if not n.startswith("_")
+                     and getattr(v, "__module__", None) == module.__name__]
+        exported |= set(names)
+        undocumented += [f"{name}.{n}" for n in names if not getattr(module, n).__doc__]
+    assert not undocumented, f"public names without a docstring: {undocumented}"
+    # the names re-exported by the package are documented in their module
+    assert set(wsutils.__all__) <= exported

@@ -1,0 +1,52 @@
+"""Choosing where the heavy computations run.
+
+Every heavy function of ``wsutils`` takes ``device`` (the weight samplers, the estimator) or
+computes on the device of its input (the maps). Weights are always drawn on the CPU and then
+moved, so the same seed gives the same weights on every device. :func:`pick_device` turns a
+user's choice into a :class:`torch.device`, ``"auto"`` meaning CUDA when present, else the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["describe_device", "pick_device"]
+
+
+def pick_device(device: str | torch.device | None = "auto") -> torch.device:
+    """``"auto"`` (or ``None``): ``cuda`` when a CUDA GPU is visible, else ``cpu``; any other
+    value is checked and returned as a :class:`torch.device`.
+
+    Raises a ValueError for a device name torch does not know, or for a CUDA device on a
+    machine without one (pass ``"cpu"`` or ``"auto"`` there).
+    """
+    if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"device={device!r} is not a torch device; use 'auto', 'cpu', 'cuda' or 'cuda:N'."
+        ) from err
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(
+                f"device={device!r} asks for a CUDA GPU but none is visible; "
+                "use device='cpu' or device='auto'."
+            )
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"device={device!r}: only {count} CUDA device(s) are visible.")
+    elif dev.type != "cpu":
+        raise ValueError(f"device={device!r}: wsutils runs on 'cpu' or 'cuda' devices only.")
+    return dev
+
+
+def describe_device(device: str | torch.device | None = "auto") -> str:
+    """A one-line description of ``device`` for benchmark tables, e.g.
+    ``"cuda:0 (NVIDIA H200)"`` or ``"cpu (2 threads)"``."""
+    dev = pick_device(device)
+    if dev.type == "cuda":
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return f"cpu ({torch.get_num_threads()} threads)"
