@@ -116,16 +116,52 @@ def rf_relative_change(u: torch.Tensor, Vi: torch.Tensor, Delta: torch.Tensor) -
     return out[0] if single else out
 
 
-def _gram_top(A: torch.Tensor, block: int = 16384) -> tuple[float, torch.Tensor]:
-    """Top singular value and right singular vector of ``A`` from its ``d × d`` Gram matrix,
-    accumulated in row blocks (``eigh`` of ``AᵀA`` in float64)."""
+def _grams(A: torch.Tensor, active: torch.Tensor | None, block: int = 8192):
+    """``AᵀA`` and, if ``active`` is given, ``A_Jᵀ A_J`` (rows ``J = active``), in float64,
+    accumulated over row blocks so that no copy of ``A`` is made."""
     d = A.shape[1]
     G = torch.zeros(d, d, dtype=torch.float64, device=A.device)
+    GJ = torch.zeros_like(G) if active is not None else None
     for s in range(0, A.shape[0], block):
         B = A[s:s + block].to(torch.float64)
-        G += B.T @ B
+        if active is None:
+            G += B.T @ B
+            continue
+        m = active[s:s + block]
+        BJ, BO = B[m], B[~m]
+        GJ += BJ.T @ BJ
+        G += BO.T @ BO
+    if GJ is not None:
+        G += GJ
+    return G, GJ
+
+
+def _top(G: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """Top singular value and right singular vector from a Gram matrix (``eigh``, float64)."""
     evals, evecs = torch.linalg.eigh(G)
     return math.sqrt(max(float(evals[-1]), 0.0)), evecs[:, -1]
+
+
+def _upper_from(G, u, d) -> float:
+    return math.sqrt(d) * _top(G)[0] / float(torch.linalg.vector_norm(torch.relu(u)))
+
+
+def _lower_from(GJ, u, Vi) -> tuple[float, torch.Tensor]:
+    d = Vi.shape[1]
+    sJ, v = _top(GJ)
+    v = v.to(Vi.dtype)
+    a = (Vi @ v)[u > 0]
+    if float(torch.linalg.vector_norm(torch.relu(-a))) > float(torch.linalg.vector_norm(torch.relu(a))):
+        v = -v
+    Delta = project_ball(math.sqrt(d) * v[None], math.sqrt(d))[0]
+    return math.sqrt(d / 2) * sJ / float(torch.linalg.vector_norm(torch.relu(u))), Delta
+
+
+def _check_active(u: torch.Tensor) -> torch.Tensor:
+    active = u > 0
+    if not bool(active.any()):
+        raise ValueError("no unit is active (V flat(X) ≤ 0 everywhere): φ_RF(X) = 0, S undefined.")
+    return active
 
 
 def rf_certified_upper(u: torch.Tensor, Vi: torch.Tensor) -> float:
@@ -134,9 +170,9 @@ def rf_certified_upper(u: torch.Tensor, Vi: torch.Tensor) -> float:
 
     ``‖V_i‖_op`` is the square root of the top eigenvalue of the Gram matrix ``V_iᵀV_i``,
     computed in float64 (a relative rounding error of order ``1e-13``)."""
-    d = Vi.shape[1]
-    s, _ = _gram_top(Vi)
-    return math.sqrt(d) * s / float(torch.linalg.vector_norm(torch.relu(u)))
+    _check_active(u)
+    G, _ = _grams(Vi, None)
+    return _upper_from(G, u, Vi.shape[1])
 
 
 def rf_certified_lower(u: torch.Tensor, Vi: torch.Tensor) -> tuple[float, torch.Tensor]:
@@ -146,19 +182,8 @@ def rf_certified_lower(u: torch.Tensor, Vi: torch.Tensor) -> tuple[float, torch.
     ``J`` of ``V_i``, ``s_J = ‖(V_i)_J‖_op``; of ``Δ = ±√d v`` the sign with the larger
     ``‖ReLU((V_i Δ)_J)‖`` is returned, with ``L_i = √(d/2)·s_J / ‖ReLU(u)‖``: the relative
     change at the returned ``Δ`` is at least ``L_i``. Returns ``(L_i, Δ)``."""
-    d = Vi.shape[1]
-    active = u > 0
-    if not bool(active.any()):
-        raise ValueError("no unit is active (V flat(X) ≤ 0 everywhere): φ_RF(X) = 0, S undefined.")
-    AJ = Vi[active]
-    sJ, v = _gram_top(AJ)
-    v = v.to(Vi.dtype)
-    a = AJ @ v
-    if float(torch.linalg.vector_norm(torch.relu(-a))) > float(torch.linalg.vector_norm(torch.relu(a))):
-        v = -v
-    Delta = project_ball(math.sqrt(d) * v[None], math.sqrt(d))[0]
-    lower = math.sqrt(d / 2) * sJ / float(torch.linalg.vector_norm(torch.relu(u)))
-    return lower, Delta
+    _, GJ = _grams(Vi, _check_active(u))
+    return _lower_from(GJ, u, Vi)
 
 
 def rf_high_probability_bound(n: int, d: int, k: int, delta: float) -> float:
@@ -189,7 +214,7 @@ def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int)
     best_val = torch.full((Delta.shape[0],), -1.0, dtype=Vi.dtype, device=Vi.device)
     best = Delta.clone()
     for t in range(steps + 1):
-        pre = u[:, None] + Vi @ Delta.T                      # k × B
+        pre = u[:, None] + (Delta @ Vi.T).T                  # k × B
         diff = torch.relu(pre) - base[:, None]
         vals = torch.linalg.vector_norm(diff, dim=0) / base_norm
         better = vals > best_val
@@ -198,7 +223,7 @@ def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int)
         if t == steps:
             break
         # gradient of ½‖diff‖² w.r.t. Δ: V_iᵀ (1[pre > 0] ⊙ diff)
-        grad = (Vi.T @ (diff * (pre > 0))).T                 # B × d
+        grad = (diff * (pre > 0)).T.contiguous() @ Vi        # B × d (Bᵀ@A: the fast layout)
         gnorm = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
         stalled = gnorm[:, 0] <= 0
         step = grad / gnorm.clamp_min(1e-300)
@@ -208,15 +233,20 @@ def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int)
 
 def _search_row(u, Vi, *, starts, steps, g, d):
     radius = math.sqrt(d)
-    lower, Delta_star = rf_certified_lower(u, Vi)
-    upper = rf_certified_upper(u, Vi)
+    G, GJ = _grams(Vi, _check_active(u))          # one pass over V_i for both bounds
+    upper = _upper_from(G, u, d)
+    lower, Delta_star = _lower_from(GJ, u, Vi)
     xi = torch.randn(max(starts, 1), d, generator=g, dtype=Vi.dtype)
     xi[1:] *= radius / torch.linalg.vector_norm(xi[1:], dim=1, keepdim=True)
     xi[:1] *= 0.1                                              # the authors' start 0.1·ξ
     S = torch.cat([Delta_star[None].cpu(), -Delta_star[None].cpu(), xi]).to(Vi.device)
     vals, best = _ascend(u, Vi, S, steps)
     j = int(torch.argmax(vals))
-    return float(vals[j]), best[j].cpu(), upper, lower, S.shape[0]
+    # a margin of a few ulps, so that any norm routine (numpy's too) finds ‖Δ‖ ≤ √d; the
+    # value is recomputed at the returned Δ
+    Delta = project_ball(best[j:j + 1], radius * (1 - 16 * torch.finfo(Vi.dtype).eps))
+    value = float(rf_relative_change(u, Vi, Delta)[0])
+    return value, Delta[0].cpu(), upper, lower, S.shape[0]
 
 
 def rf_word_sensitivity(
