@@ -22,6 +22,7 @@ The bounds are functions of the drawn ``(V flat(X), V_i)``:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -38,7 +39,7 @@ from .sensitivity import SensitivityResult, _rows, project_ball
 __all__ = [
     "RFSensitivityResult", "rf_block_seed", "rf_weight_block", "rf_row_law", "rf_preactivation",
     "rf_certified_upper", "rf_certified_lower", "rf_high_probability_bound",
-    "rf_relative_change", "rf_word_sensitivity",
+    "rf_relative_change", "rf_word_sensitivity", "rf_point", "sample_text", "small_work_threads",
 ]
 
 
@@ -60,6 +61,20 @@ class RFSensitivityResult(SensitivityResult):
     phi_norm: float = math.nan
     mode: str = ""
     k: int = 0
+
+
+@contextlib.contextmanager
+def small_work_threads(elements: int, threshold: int = 1 << 22):
+    """Run torch single-threaded while the work is small (``elements`` below ``threshold``):
+    on a loaded machine, small matrix products with several threads spend most of their time
+    waiting for each other (measured: 30× slower at ``k·d ≈ 10⁴``). Restores the setting."""
+    before = torch.get_num_threads()
+    if elements < threshold and before > 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def rf_block_seed(seed: int, block: int) -> int:
@@ -295,6 +310,13 @@ def rf_word_sensitivity(
         raise ValueError("mode='reduced' samples one row's law; pass a single row, or use "
                          "mode='blocks' for several rows under one joint V.")
     k = int(k)
+    with small_work_threads(k * d):
+        return _rf_word_sensitivity(Xt, k, row_list, mode, seed=seed, starts=starts,
+                                    steps=steps, progress=progress)
+
+
+def _rf_word_sensitivity(Xt, k, row_list, mode, *, seed, starts, steps, progress):
+    n, d = Xt.shape
     g = torch.Generator().manual_seed(int(seed) + 1)
     if mode == "reduced":
         u, Vi = rf_row_law(Xt, k, row_list[0], seed=seed, device=Xt.device)
@@ -321,3 +343,37 @@ def rf_word_sensitivity(
         steps=steps, seed=seed, upper=max(per_up.values()), lower=max(per_lo.values()),
         per_row_upper=per_up, per_row_lower=per_lo, phi_norm=phi_norm, mode=mode, k=k,
     )
+
+
+def sample_text(family: str, n: int, d: int, *, seed: int, share: float = 0.5) -> torch.Tensor:
+    """A synthetic text with rows of norm ``√d``: ``"isotropic"`` (i.i.d. Gaussian rows,
+    :func:`wsutils.weights.sample_X`) or ``"common"`` (anisotropic: every row is
+    ``√share·m + √(1 − share)·g_i`` rescaled, one common Gaussian ``m`` for the whole text, so
+    that rows have cosine ``≈ share`` with each other, as real embeddings share a component)."""
+    from .maps import normalize_rows
+    from .weights import gaussian, sample_X
+
+    if family == "isotropic":
+        return sample_X(n, d, seed=seed)
+    if family != "common":
+        raise ValueError(f"family must be 'isotropic' or 'common', got {family!r}.")
+    if not 0 <= share < 1:
+        raise ValueError(f"share must be in [0, 1), got {share}.")
+    G = gaussian((n + 1, d), 1.0, seed=seed)
+    return normalize_rows(math.sqrt(share) * G[:1] + math.sqrt(1 - share) * G[1:])
+
+
+def rf_point(*, family: str, n: int, d: int, seed: int, rows: str = "first",
+             steps: int = 30) -> dict:
+    """One grid point of the random-features chapter (for :func:`wsutils.sweep.run_grid`):
+    the text ``sample_text(family, n, d, seed=seed)``, ``k = D = n·d``, weights from
+    ``seed + 1``; ``rows="first"`` (reduced law, row 0) or ``"all"`` (blocks mode). Returns
+    the estimate ``S``, the certified ``lower``/``upper`` and the seconds it took."""
+    import time
+
+    t0 = time.perf_counter()
+    X = sample_text(family, n, d, seed=seed)
+    r = rf_word_sensitivity(X, n * d, rows=0 if rows == "first" else None, seed=seed + 1,
+                            steps=steps)
+    return {"S": r.value, "lower": r.lower, "upper": r.upper, "row": r.row,
+            "seconds": time.perf_counter() - t0}
