@@ -46,7 +46,8 @@ def test_wide_network_matches_the_limit_at_a_fixed_Delta(L):
     """Relative change of a wide He-scaled network at Δ = x_1 vs the limit formula.
 
     Width 4096 (first layer through the row law): the fluctuation of a ratio of averages over
-    k units is of relative order 1/√k ≈ 0.016 per layer; 5 draws averaged, tolerance 0.1."""
+    k units is of relative order 1/√k ≈ 0.016 per layer (measured: 2–4 % per draw at L ≤ 2);
+    the mean of 5 draws must be within 5 %, several standard errors."""
     n, d, k = 10, 6, 4096
     X = ws.sample_X(n, d, seed=0)
     vals = []
@@ -56,7 +57,7 @@ def test_wide_network_matches_the_limit_at_a_fixed_Delta(L):
         for V in Vs:
             h0, h1 = torch.relu(V @ h0), torch.relu(V @ h1)
         vals.append(float(torch.linalg.vector_norm(h1 - h0) / torch.linalg.vector_norm(h0)))
-    np.testing.assert_allclose(np.mean(vals), drf_limit_change(n, L, 1.0, 1.0), rtol=0.1)
+    np.testing.assert_allclose(np.mean(vals), drf_limit_change(n, L, 1.0, 1.0), rtol=0.05)
 
 
 def test_limit_maximiser_is_the_doubled_word():
