@@ -38,7 +38,7 @@ __all__ = [
     "LOSSES", "MAPS", "TRAININGS", "FlipResult",
     "gram_cholesky", "min_norm_interpolator", "project_out", "fine_tune", "retrain",
     "planted_data", "rf_block_seed", "rf_blocks", "sample_V_blocked", "rf_preactivations",
-    "attention_features", "flip_target", "search_flip", "flip_point",
+    "attention_features", "flip_grid", "flip_table", "FlipModel", "rf_flip_model", "attention_flip_model", "flip_target", "search_flip", "flip_point",
 ]
 
 LOSSES = ("output", "align_ft", "align_rt")
@@ -272,13 +272,14 @@ def flip_target(loss: str, *, theta1: torch.Tensor, phi: torch.Tensor, y: float,
     raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
 
 
-def search_flip(phi_row: Callable[[torch.Tensor], torch.Tensor], d: int, w: torch.Tensor,
-                target: float, *, starts: int = 4, steps: int = 300, lr: float = 0.3,
+def search_flip(readout: Callable[[torch.Tensor], torch.Tensor], d: int, target: float, *,
+                dtype: torch.dtype = torch.float64, device=None, starts: int = 4, steps: int = 300, lr: float = 0.3,
                 seed: int = 0, init: torch.Tensor | None = None) -> FlipResult:
     """Projected gradient descent on ``Δ ∈ R^d`` for ``(⟨φ(X_i(Δ)), w⟩ − τ)²``
     (eq. :eq:`eq-output-loss` / :eq:`eq-align-loss`), over the ball ``‖Δ‖ ≤ √d``.
 
-    ``phi_row`` maps a batch of perturbations ``(B, d)`` to flattened features ``(B, p)``.
+    ``readout`` maps a batch of perturbations ``(B, d)`` to the values ``⟨φ(X_i(Δ)), w⟩``
+    (``(B,)``), e.g. ``lambda D: model.readout(D, w)`` with ``w, τ`` from :func:`flip_target`.
     ``starts`` searches run in one batch: ``Δ = 0`` (the authors' start), then uniform points
     on the sphere ``‖Δ‖ = √d``, plus the rows of ``init``. Each step moves by
     ``lr·√d``·(cosine decay) along the normalised negative gradient and projects back. The best
@@ -286,21 +287,20 @@ def search_flip(phi_row: Callable[[torch.Tensor], torch.Tensor], d: int, w: torc
     """
     if starts < 1 or steps < 0:
         raise ValueError(f"need starts ≥ 1 and steps ≥ 0, got starts={starts}, steps={steps}.")
-    w = as_tensor(w)
     radius = math.sqrt(d)
     g = torch.Generator().manual_seed(int(seed))
-    Delta = torch.randn(starts, d, generator=g, dtype=w.dtype)
+    Delta = torch.randn(starts, d, generator=g, dtype=dtype)
     Delta *= radius / torch.linalg.vector_norm(Delta, dim=-1, keepdim=True)
     Delta[0] = 0.0
     if init is not None:
-        Delta = torch.cat([Delta, as_tensor(init, dtype=w.dtype).reshape(-1, d)])
-    Delta = project_ball(Delta.to(w.device), radius)
-    best_loss = torch.full((Delta.shape[0],), math.inf, dtype=w.dtype, device=w.device)
+        Delta = torch.cat([Delta, as_tensor(init, dtype=dtype).reshape(-1, d)])
+    Delta = project_ball(Delta.to(device), radius)
+    best_loss = torch.full((Delta.shape[0],), math.inf, dtype=dtype, device=Delta.device)
     best_val = torch.zeros_like(best_loss)
     best_Delta = Delta.clone()
     for t in range(steps + 1):
         Delta.requires_grad_(True)
-        vals = phi_row(Delta) @ w
+        vals = readout(Delta)
         losses = (vals - target) ** 2
         with torch.no_grad():
             better = losses < best_loss
@@ -323,31 +323,82 @@ def search_flip(phi_row: Callable[[torch.Tensor], torch.Tensor], d: int, w: torc
 # One point of the experiment grid
 # ---------------------------------------------------------------------------------------------
 
-def _feature_model(map: str, Xs: torch.Tensor, X: torch.Tensor, *, seed: int, row: int,
-                   block_rows: int, progress: bool):
-    """Features of the training texts and of the new text, and ``Δ ↦ φ(X_i(Δ))``."""
+@dataclass
+class FlipModel:
+    """A frozen feature map seen from one word: ``phi_row(Δ)`` gives the flattened features
+    ``φ(X_i(Δ))`` for a batch ``(B, d)``, ``readout(Δ, w)`` gives ``⟨φ(X_i(Δ)), w⟩`` (the
+    search needs only this, and for attention it costs ``O(B(n² + nd))`` instead of a full
+    forward pass). ``change_bound`` is a certified bound on ``‖φ(X_i(Δ)) − φ(X)‖`` over the
+    ball (RF only; ``nan`` otherwise)."""
+
+    phi_row: Callable[[torch.Tensor], torch.Tensor]
+    readout: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    change_bound: float = math.nan
+
+
+def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
+    """RF seen from word ``i``: ``φ(X_i(Δ)) = ReLU(h + V_i Δ)`` with ``h = V flat(X)``
+    (eq. :eq:`eq-rf`); ReLU is 1-Lipschitz, so ``‖φ(X_i(Δ)) − φ(X)‖ ≤ ‖V_i‖_op √d``."""
+    d = Vi.shape[1]
+
+    def phi_row(Delta):
+        return torch.relu(h + Delta @ Vi.T)
+
+    bound = float(torch.linalg.matrix_norm(Vi, ord=2)) * math.sqrt(d)
+    return FlipModel(phi_row, lambda Delta, w: phi_row(Delta) @ w, bound)
+
+
+def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int) -> FlipModel:
+    """RAF (``kind="raf"``, eq. :eq:`eq-raf`) or ReLU attention (``"relu"``,
+    eq. :eq:`eq-relu-attention`) seen from word ``i = row``. Changing ``x_i`` changes only row
+    ``i`` and column ``i`` of the scores ``S = XWXᵀ/√d``; with ``G = Θ X_Δᵀ`` (``Θ`` = ``w``
+    as an ``n × d`` matrix) the read-out is ``⟨A(Δ) X_Δ, Θ⟩ = Σ_rc A_rc G_rc``."""
+    fn = {"raf": raf, "relu": relu_attention}.get(kind)
+    if fn is None:
+        raise ValueError(f"kind must be 'raf' or 'relu', got {kind!r}.")
+    n, d = X.shape
+    s = math.sqrt(d)
+    Q = X @ W
+    S0 = Q @ X.T / s
+
+    def phi_row(Delta):
+        rows = torch.full((Delta.shape[0],), row, dtype=torch.long, device=Delta.device)
+        return flat(fn(perturb(X, rows, Delta), W))
+
+    def readout(Delta, w):
+        B = Delta.shape[0]
+        Th = w.reshape(n, d)
+        xi = X[row] + Delta                                  # (B, d)
+        qi = xi @ W
+        S = S0.expand(B, n, n).clone()
+        S[:, :, row] = xi @ Q.T / s                          # column i: x_r W x_i'
+        S[:, row, :] = qi @ X.T / s                          # row i: x_i' W x_c
+        S[:, row, row] = (qi * xi).sum(-1) / s
+        if kind == "raf":
+            A = torch.softmax(S, dim=-1)
+        else:
+            A = torch.relu(S)
+            mass = A.sum(dim=-1, keepdim=True)
+            A = A / torch.where(mass > 0, mass, torch.ones_like(mass))
+        G = (Th @ X.T).expand(B, n, n).clone()
+        G[:, :, row] = xi @ Th.T                             # θ_r · x_i'
+        return (A * G).sum(dim=(-1, -2))
+
+    return FlipModel(phi_row, readout)
+
+
+def _features(map: str, Xs: torch.Tensor, X: torch.Tensor, *, seed: int, row: int,
+              block_rows: int, progress: bool):
+    """Features of the training texts and of the new text, and the :class:`FlipModel`."""
     n, d = X.shape
     allX = torch.cat([Xs, X[None]])
     if map == "rf":
         H, Vi = rf_preactivations(allX, n * d, seed=seed, row=row, block_rows=block_rows,
                                   progress=progress)
-        h = H[-1]
-        # ReLU is 1-Lipschitz: ‖φ(X_i(Δ)) − φ(X)‖ ≤ ‖V_i Δ‖ ≤ ‖V_i‖_op √d for every Δ.
-        change_bound = float(torch.linalg.matrix_norm(Vi, ord=2)) * math.sqrt(d)
-        return (torch.relu(H[:-1]), torch.relu(h), lambda Delta: torch.relu(h + Delta @ Vi.T),
-                change_bound)
+        return torch.relu(H[:-1]), torch.relu(H[-1]), rf_flip_model(H[-1], Vi)
     W = sample_W(d, seed=seed)
     F = attention_features(allX, W, map)
-    fn = raf if map == "raf" else relu_attention
-    rows = None
-
-    def phi_row(Delta: torch.Tensor) -> torch.Tensor:
-        nonlocal rows
-        if rows is None or rows.shape[0] != Delta.shape[0]:
-            rows = torch.full((Delta.shape[0],), row, dtype=torch.long)
-        return flat(fn(perturb(X, rows, Delta), W))
-
-    return F[:-1], F[-1], phi_row, math.nan
+    return F[:-1], F[-1], attention_flip_model(X, W, map, row)
 
 
 def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
@@ -374,14 +425,16 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
     if Nmax >= n * d:
         raise ValueError(f"N = {Nmax} must be below p = n·d = {n * d} for interpolation.")
     Xs, Y, X, y = planted_data(Nmax, n, d, seed=seed)
-    Phi_all, phi, phi_row, change_bound = _feature_model(map, Xs, X, seed=seed + 2, row=row,
-                                           block_rows=block_rows, progress=progress)
+    Phi_all, phi, model = _features(map, Xs, X, seed=seed + 2, row=row, block_rows=block_rows,
+                                    progress=progress)
     search = dict(starts=starts, steps=steps, lr=lr, seed=seed + 3)
     cache: dict = {}
     runs = []
-    for N in Ns:
+    # The Cholesky factor of a leading block of K is the leading block of K's factor.
+    L_all = gram_cholesky(Phi_all)
+    for N in sorted(Ns):
         Phi, YN = Phi_all[:N], Y[:N]
-        L = gram_cholesky(Phi)
+        L = L_all[:N, :N]
         theta0 = min_norm_interpolator(Phi, YN, L=L)
         Pphi = project_out(Phi, phi, L=L)
         interp_err = float((Phi @ theta0 - YN).abs().max())
@@ -394,10 +447,11 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
                        "align_ft": (loss,)}[loss]
                 if key not in cache:
                     w, tau = flip_target(loss, theta1=theta1, phi=phi, y=y, Pphi=Pphi)
-                    cache[key] = search_flip(phi_row, d, w, tau, **search)
+                    cache[key] = search_flip(lambda D, w=w: model.readout(D, w), d, tau,
+                                             **search)
                 res = cache[key]
                 with torch.no_grad():
-                    phiD = phi_row(res.Delta[None])[0]
+                    phiD = model.phi_row(res.Delta[None])[0]
                 v = phi / (phi @ phi) if training == "fine_tune" else Pphi / (Pphi @ Pphi)
                 runs.append(dict(
                     N=N, training=training, loss=loss, y=y, t0=t0, t1=float(phi @ theta1),
@@ -406,7 +460,29 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
                     interp_err=interp_err, c=float(phiD @ v),
                     rel_change=float(torch.linalg.vector_norm(phiD - phi)
                                      / torch.linalg.vector_norm(phi)),
-                    S_bound=change_bound / float(torch.linalg.vector_norm(phi)),
+                    S_bound=model.change_bound / float(torch.linalg.vector_norm(phi)),
                     rho=float(torch.linalg.vector_norm(phi) * torch.linalg.vector_norm(v)),
                     start=res.start))
     return {"runs": runs}
+
+
+def flip_grid(*, d: int, Ns: Sequence[int], seeds: Sequence[int],
+              configs: Sequence[tuple[str, int]] = (("rf", 40), ("raf", 40), ("raf", 120),
+                                                    ("relu", 120)),
+              **search) -> list[dict]:
+    """The points of the generalization experiment (brief §4): one per ``(map, n, seed)``;
+    the authors' grid is ``d = 768``, ``Ns = (1100, 1200, 1300)`` and the default
+    ``configs``. ``search`` passes ``starts``, ``steps``, ``lr`` to :func:`flip_point`."""
+    return [dict(map=m, n=n, d=d, Ns=list(Ns), seed=s, **search)
+            for (m, n) in configs for s in seeds]
+
+
+def flip_table(records: Sequence[dict]) -> list[dict]:
+    """Flatten :func:`wsutils.sweep.run_grid` records of :func:`flip_point` into one row per
+    run, with ``map``, ``n``, ``d``, ``seed`` and the run's own fields."""
+    rows = []
+    for rec in records:
+        for run in rec["runs"]:
+            rows.append({"map": rec["map"], "n": rec["n"], "d": rec["d"], "seed": rec["seed"],
+                         **run})
+    return rows
