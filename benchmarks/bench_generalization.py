@@ -65,13 +65,17 @@ def _experiment():
     from wsutils import config
     from wsutils import generalization as G
     from wsutils.sweep import run_grid
+    import torch
+    torch.set_num_threads(2)
     grid = config.by_scale(
-        quick=dict(d=48, Ns=[200, 240], seeds=[0]),
-        paper=dict(d=768, Ns=[1100, 1200, 1300], seeds=[0]))
-    points = G.flip_grid(**grid, starts=4, steps=300)
+        quick=dict(d=128, Ns=[250, 300], seeds=[0], starts=3, steps=120),
+        paper=dict(d=768, Ns=[1100, 1200, 1300], seeds=[0], starts=4, steps=300))
+    points = G.flip_grid(**grid)
     t = time.perf_counter()
     records = run_grid(G.flip_point, points, progress=True, desc="generalization experiment")
-    return time.perf_counter() - t, _rss_gb(), G.flip_table(records), grid
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return (time.perf_counter() - t, ru.ru_utime + ru.ru_stime, _rss_gb(),
+            G.flip_table(records), grid)
 
 
 def main() -> None:
@@ -98,9 +102,10 @@ def main() -> None:
           f"{92160 ** 2 * 8 / 1e9:.0f} GB)")
 
     with ctx.Pool(1) as pool:
-        elapsed, peak, table, grid = pool.apply(_experiment)
-    print(f"\ngeneralization experiment, d = {grid['d']}, N ∈ {grid['Ns']}, seeds {grid['seeds']}: "
-          f"{elapsed:.0f} s wall, peak RSS {peak:.2f} GB (2 threads, shared machine)")
+        elapsed, cpu, peak, table, grid = pool.apply(_experiment)
+    print(f"\ngeneralization experiment, d = {grid['d']}, N ∈ {grid['Ns']}, seeds {grid['seeds']}, "
+          f"{grid['starts']} starts × {grid['steps']} steps: {elapsed:.0f} s wall, {cpu:.0f} s CPU "
+          f"(2 threads; on a shared machine wall time is inflated), peak RSS {peak:.2f} GB")
     print(f"{'map':<6}{'n':>5}{'N':>6}  {'training':<10}{'loss':<10}{'y·t0':>7}{'y·D0':>8}{'y·D1':>8}")
     for r in table:
         print(f"{r['map']:<6}{r['n']:>5}{r['N']:>6}  {r['training']:<10}{r['loss']:<10}"
