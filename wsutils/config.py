@@ -8,6 +8,8 @@ variable           meaning
                    (the paper's model, from the Hugging Face hub), or a local model directory
 ``WSBOOK_IMDB``    path of a local copy of the IMDb reviews (JSON lines or parquet, gzip or
                    not); unset means ``datasets.load_dataset("stanfordnlp/imdb")``
+``WSBOOK_CHAT_MODEL``  optional: a chat model (hub name, e.g. ``meta-llama/Llama-2-7b-chat-hf``,
+                   or a local directory) for the second panel of Figure 1; unset: not run
 =================  ==========================================================================
 """
 
@@ -70,6 +72,13 @@ def imdb() -> Path | None:
             "datasets.load_dataset('stanfordnlp/imdb') from the Hugging Face hub."
         )
     return path
+
+
+def chat_model() -> str | None:
+    """``WSBOOK_CHAT_MODEL``: a causal chat model (hub name or local directory), or ``None``
+    when unset (the chapter that uses it then says what it would show and runs nothing)."""
+    value = os.environ.get("WSBOOK_CHAT_MODEL", "").strip()
+    return value or None
 
 
 def settings() -> Settings:
