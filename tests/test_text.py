@@ -234,3 +234,41 @@ def test_chat_answer_probabilities(tiny_chat, monkeypatch):
 def test_chat_model_unset(monkeypatch):
     monkeypatch.delenv("WSBOOK_CHAT_MODEL", raising=False)
     assert config.chat_model() is None
+
+
+# --- wsutils.text_attention --------------------------------------------------------------
+
+
+def test_first_layer_attention_matches_model(enc):
+    from wsutils import text_attention as ta
+
+    ids = enc.tokenizer(["i love her much", "i love her smile"], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        ref = enc.model(input_ids=ids, output_attentions=True).attentions
+    for layer in (0, 1):
+        A = ta.head_averaged_attention(enc, ids, layer=layer)
+        np.testing.assert_allclose(A, ref[layer].mean(dim=1).double().numpy(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(A.sum(axis=-1), 1.0, rtol=1e-5)
+    words, W = ta.word_attention(enc, "i love her much")
+    assert words == ["i", "love", "her", "much"] and W.shape == (4, 4)
+
+
+def test_one_word_pairs_and_shift(enc):
+    from wsutils import text_attention as ta
+
+    texts = ["the movie was good and the plot was great. i love her smile and the film."] * 3
+    pairs = ta.one_word_pairs(texts, enc.tokenizer, count=4, seed=0, min_words=4)
+    for p in pairs:
+        diff = [k for k, (a, b) in enumerate(zip(p.ids, p.ids_changed)) if a != b]
+        assert diff == [p.j] and len(p.ids) == len(p.ids_changed)
+    shifts = ta.pair_shifts(lambda ids: ta.head_averaged_attention(enc, ids), pairs)
+    for k, p in enumerate(pairs):
+        A = ta.head_averaged_attention(enc, torch.tensor([p.ids, p.ids_changed]))
+        assert ta.attention_shift(A[0], A[1], p.j)["tv"] == pytest.approx(shifts["tv"][k])
+    A = ta.head_averaged_attention(enc, torch.tensor([pairs[0].ids]))[0]
+    assert ta.attention_shift(A, A, pairs[0].j) == {"tv": 0.0, "rerouting": 0.0}
+    W = torch.randn(32, 32, dtype=torch.float64) / math.sqrt(32)
+    R = ta.raf_attention(enc, torch.tensor([pairs[0].ids]), W)
+    np.testing.assert_allclose(R.sum(axis=-1), 1.0)
+    with pytest.raises(ValueError, match="pairs asked"):
+        ta.one_word_pairs(texts, enc.tokenizer, count=100, seed=0, min_words=4)

@@ -18,25 +18,67 @@ import numpy as np
 import torch
 
 from .embeddings import Encoder
+from .maps import attention_scores, normalize_rows
 
 __all__ = ["Pair", "attention_shift", "head_averaged_attention", "one_word_pairs",
-           "word_attention"]
+           "pair_shifts", "raf_attention", "word_attention"]
 
 
-def head_averaged_attention(enc: Encoder, input_ids: torch.Tensor, *, layer: int = 0) -> np.ndarray:
+def head_averaged_attention(enc: Encoder, input_ids, *, layer: int = 0) -> np.ndarray:
     """Attention probabilities of ``layer`` averaged over heads, ``(B, T, T)``, for token ids
-    ``(B, T)`` without padding (eager attention, so ``output_attentions`` is filled)."""
+    ``(B, T)`` without padding. Layer 0 runs only the embeddings and the first self-attention
+    module (the model's own code, eager); deeper layers run the model with
+    ``output_attentions=True``."""
     if not 0 <= layer < enc.layers:
         raise ValueError(f"layer must be between 0 and {enc.layers - 1}, got {layer}.")
     ids = torch.as_tensor(input_ids, device=enc.device)
     if ids.ndim == 1:
         ids = ids[None]
     with torch.no_grad():
-        out = enc.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
-    if not out.attentions:
+        if layer == 0:
+            h = enc.model.embeddings(input_ids=ids, token_type_ids=torch.zeros_like(ids))
+            _, weights = enc.model.encoder.layer[0].attention.self(h)
+        else:
+            out = enc.model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                            output_attentions=True)
+            weights = out.attentions[layer] if out.attentions else None
+    if weights is None:
         raise RuntimeError(f"{enc.name} returned no attentions: load it with "
                            "attn_implementation='eager' (wsutils.embeddings.load_model does).")
-    return out.attentions[layer].mean(dim=1).double().cpu().numpy()
+    return weights.mean(dim=1).double().cpu().numpy()
+
+
+def raf_attention(enc: Encoder, input_ids, W) -> np.ndarray:
+    """The attention matrix of random attention features (eq. :eq:`eq-raf`) on the model's
+    layer-0 embeddings: ``softmax(X W Xᵀ/√d)`` with ``X`` the embeddings of the tokens, rows
+    rescaled to norm ``√d`` (``d`` = hidden size, ``W`` a ``d × d`` matrix), ``(B, T, T)``."""
+    ids = torch.as_tensor(input_ids, device=enc.device)
+    if ids.ndim == 1:
+        ids = ids[None]
+    with torch.no_grad():
+        X = enc.model.embeddings(input_ids=ids, token_type_ids=torch.zeros_like(ids)).double()
+        X = normalize_rows(X)
+        A = torch.softmax(attention_scores(X, torch.as_tensor(W, dtype=X.dtype, device=X.device)),
+                          dim=-1)
+    return A.cpu().numpy()
+
+
+def pair_shifts(attend, pairs) -> dict[str, np.ndarray]:
+    """:func:`attention_shift` for every pair, batched by sentence length: arrays ``tv`` and
+    ``rerouting`` (one value per pair, in order). ``attend`` maps token ids ``(B, T)`` to
+    attention matrices ``(B, T, T)``, e.g. ``lambda ids: head_averaged_attention(enc, ids)``."""
+    out = {"tv": np.empty(len(pairs)), "rerouting": np.empty(len(pairs))}
+    by_len: dict[int, list[int]] = {}
+    for k, p in enumerate(pairs):
+        by_len.setdefault(len(p.ids), []).append(k)
+    for ks in by_len.values():
+        ids = torch.tensor([x for k in ks for x in (pairs[k].ids, pairs[k].ids_changed)])
+        A = attend(ids)
+        for m, k in enumerate(ks):
+            shift = attention_shift(A[2 * m], A[2 * m + 1], pairs[k].j)
+            for key in out:
+                out[key][k] = shift[key]
+    return out
 
 
 def word_attention(enc: Encoder, text: str, *, layer: int = 0) -> tuple[list[str], np.ndarray]:
