@@ -1,0 +1,412 @@
+"""Generalization with one changed word (chapter ``generalization``, brief §3.5).
+
+A linear read-out ``f(X; θ) = ⟨φ(X), θ⟩`` is trained on ``N`` texts by min-norm interpolation,
+``θ₀ = Φ⁺Y`` (:prf:ref:`def-flip-problem`); a new text ``(X, y)`` is then learnt by
+**fine-tuning** or **re-training** (eq. :eq:`eq-fine-tune`, :eq:`eq-retrain`), and
+:func:`search_flip` looks for one word change ``‖Δ‖ ≤ √d`` that makes the trained model say
+``−y`` (the output loss, eq. :eq:`eq-output-loss`, or a feature-alignment surrogate,
+eq. :eq:`eq-align-loss`).
+
+All linear algebra goes through the ``N × N`` Gram matrix ``K = ΦΦᵀ`` (a Cholesky solve),
+never through a ``p × p`` matrix: ``θ₀ = Φᵀ K⁻¹ Y`` and ``Pφ = φ − Φᵀ K⁻¹ Φ φ``. At
+``n = 120, d = 768`` the dense projector ``I − Φ⁺Φ`` would be ``92,160²`` (~68 GB).
+
+Random features at ``k = D`` (``V`` is ``30,720²`` at ``n = 40, d = 768``, 7.5 GB in float64)
+are computed by :func:`rf_preactivations` one block of rows of ``V`` at a time, each block
+drawn from its own seed (so any block can be regenerated), and only the column block ``V_i``
+that multiplies the perturbed word is kept: ``V flat(X_i(Δ)) = V flat(X) + V_i Δ`` is exact,
+so the search never needs the rest of ``V`` again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ._tensor import Array, as_tensor, like
+from .checks import check_finite
+from .maps import flat, raf, relu_attention
+from .sensitivity import perturb, project_ball
+from .weights import gaussian, sample_W, sample_X
+
+__all__ = [
+    "LOSSES", "MAPS", "TRAININGS", "FlipResult",
+    "gram_cholesky", "min_norm_interpolator", "project_out", "fine_tune", "retrain",
+    "planted_data", "rf_block_seed", "rf_blocks", "sample_V_blocked", "rf_preactivations",
+    "attention_features", "flip_target", "search_flip", "flip_point",
+]
+
+LOSSES = ("output", "align_ft", "align_rt")
+TRAININGS = ("fine_tune", "retrain")
+MAPS = ("rf", "raf", "relu")
+
+
+# ---------------------------------------------------------------------------------------------
+# Min-norm interpolation, fine-tuning, re-training (all through the N × N Gram matrix)
+# ---------------------------------------------------------------------------------------------
+
+def _matrix(name: str, Phi: Array) -> torch.Tensor:
+    P = as_tensor(Phi)
+    if P.ndim != 2:
+        raise ValueError(f"{name} must be a matrix (N, p) with one feature row per text, got "
+                         f"shape {tuple(P.shape)}.")
+    check_finite(name, P)
+    return P
+
+
+def _vector(name: str, v: Array, length: int, ref: torch.Tensor, hint: str) -> torch.Tensor:
+    t = as_tensor(v, dtype=ref.dtype, device=ref.device).reshape(-1)
+    if t.shape[0] != length:
+        raise ValueError(f"{name} must have length {length} ({hint}), got {t.shape[0]}.")
+    check_finite(name, t)
+    return t
+
+
+def gram_cholesky(Phi: Array, *, rcond: float | None = None) -> torch.Tensor:
+    """Lower Cholesky factor ``L`` of the Gram matrix ``K = ΦΦᵀ`` (``N × N``).
+
+    Raises a ValueError when ``K`` is singular or numerically so (``N > p``, a repeated text,
+    features that are linearly dependent): then no interpolator of arbitrary labels exists.
+    The test is on the pivots, ``min L_jj² < rcond · max K_jj`` with ``rcond = N·eps``
+    by default (a pivot of ``K`` is never below its smallest eigenvalue).
+    """
+    P = _matrix("Phi", Phi)
+    N, p = P.shape
+    if N > p:
+        raise ValueError(f"Phi has N = {N} texts but only p = {p} features: ΦΦᵀ is singular and "
+                         "min-norm interpolation is not defined. Use fewer texts or more features.")
+    K = P @ P.T
+    L, info = torch.linalg.cholesky_ex(K)
+    eps = torch.finfo(K.dtype).eps
+    rcond = N * eps if rcond is None else rcond
+    scale = float(torch.diagonal(K).max())
+    if int(info) != 0 or not scale > 0 or float(torch.diagonal(L).min()) ** 2 < rcond * scale:
+        raise ValueError(
+            f"the Gram matrix ΦΦᵀ ({N} × {N}) is singular or numerically singular: the feature "
+            "rows are linearly dependent (a repeated text, or too few features), so the texts "
+            "cannot all be interpolated. Remove duplicate texts or use more features.")
+    return L
+
+
+def _gram_solve(L: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    return torch.cholesky_solve(B.reshape(L.shape[0], -1), L).reshape(B.shape)
+
+
+def min_norm_interpolator(Phi: Array, Y: Array, *, L: torch.Tensor | None = None) -> Array:
+    """``θ₀ = Φ⁺Y = Φᵀ(ΦΦᵀ)⁻¹Y``, the min-norm solution of ``Φθ = Y`` (eq. :eq:`eq-theta0`).
+
+    ``Phi`` is ``N × p`` with ``N ≤ p``; ``L`` may pass a precomputed :func:`gram_cholesky`.
+    """
+    P = _matrix("Phi", Phi)
+    Yt = _vector("Y", Y, P.shape[0], P, "one label per row of Phi")
+    L = gram_cholesky(P) if L is None else L
+    return like(P.T @ _gram_solve(L, Yt), Phi)
+
+
+def project_out(Phi: Array, phi: Array, *, L: torch.Tensor | None = None) -> Array:
+    """``Pφ = φ − Φᵀ(ΦΦᵀ)⁻¹Φφ``: the part of ``φ`` orthogonal to the rows of ``Φ``
+    (``P = I − Φ⁺Φ``, eq. :eq:`eq-retrain`), without forming the ``p × p`` projector."""
+    P = _matrix("Phi", Phi)
+    f = _vector("phi", phi, P.shape[1], P, "the feature vector of one text, p = Phi.shape[1]")
+    L = gram_cholesky(P) if L is None else L
+    return like(f - P.T @ _gram_solve(L, P @ f), phi)
+
+
+def fine_tune(theta0: Array, phi: Array, y: float) -> Array:
+    """Fine-tuning (eq. :eq:`eq-fine-tune`): ``θ₁ = θ₀ + φ (y − ⟨φ, θ₀⟩)/‖φ‖²``, the closest
+    ``θ`` to ``θ₀`` with ``⟨φ, θ⟩ = y``."""
+    th = as_tensor(theta0)
+    if th.ndim != 1:
+        raise ValueError(f"theta0 must be a vector, got shape {tuple(th.shape)}.")
+    check_finite("theta0", th)
+    f = _vector("phi", phi, th.shape[0], th, "the length of theta0")
+    nrm2 = float(f @ f)
+    if not nrm2 > 0:
+        raise ValueError("φ(X) = 0: no parameter can fit the new label; the text has no features.")
+    return like(th + f * (float(y) - float(f @ th)) / nrm2, theta0)
+
+
+def retrain(Phi: Array, Y: Array, phi: Array, y: float, *, L: torch.Tensor | None = None,
+            rtol: float = 1e-10) -> Array:
+    """Re-training (eq. :eq:`eq-retrain`): the min-norm interpolator of the ``N + 1`` texts,
+    ``θ₁ = θ₀ + Pφ (y − ⟨φ, θ₀⟩)/‖Pφ‖²``, computed with the ``N × N`` Gram matrix only.
+
+    Raises a ValueError when ``φ`` lies in the row space of ``Φ`` (``‖Pφ‖ ≤ rtol·‖φ‖``).
+    """
+    P = _matrix("Phi", Phi)
+    L = gram_cholesky(P) if L is None else L
+    theta0 = as_tensor(min_norm_interpolator(P, Y, L=L))
+    f = _vector("phi", phi, P.shape[1], P, "the feature vector of one text, p = Phi.shape[1]")
+    Pf = as_tensor(project_out(P, f, L=L))
+    nrm2 = float(Pf @ Pf)
+    if not nrm2 > (rtol * float(torch.linalg.vector_norm(f))) ** 2:
+        raise ValueError("φ(X) lies in the span of the training features (‖Pφ‖ ≈ 0): the new "
+                         "text is a combination of the old ones and cannot get its own label.")
+    return like(theta0 + Pf * (float(y) - float(f @ theta0)) / nrm2, Phi)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data and features
+# ---------------------------------------------------------------------------------------------
+
+def planted_data(N: int, n: int, d: int, *, seed: int, dtype=torch.float64):
+    """Synthetic labelled texts: ``N + 1`` texts of i.i.d. rows of norm ``√d``
+    (:func:`wsutils.weights.sample_X`), a planted direction ``u ∈ R^D`` with i.i.d.
+    ``N(0, 1/D)`` entries and labels ``y = sign⟨flat(X), u⟩`` (the authors' synthetic labels).
+
+    Returns ``(Xs, Y, X, y)``: ``N`` training texts ``(N, n, d)``, their labels, and the new
+    text ``(n, d)`` with its label.
+    """
+    if N < 1:
+        raise ValueError(f"N must be at least 1, got {N}.")
+    D = n * d
+    allX = sample_X((N + 1) * n, d, seed=seed, dtype=dtype).reshape(N + 1, n, d)
+    u = gaussian((D,), 1 / math.sqrt(D), seed=seed + 1, dtype=dtype)
+    labels = torch.sign(flat(allX) @ u)
+    labels[labels == 0] = 1.0
+    return allX[:N], labels[:N], allX[N], float(labels[N])
+
+
+def rf_block_seed(seed: int, block: int) -> int:
+    """The seed of row block ``block`` of ``V`` (independent streams via ``SeedSequence``)."""
+    return int(np.random.SeedSequence([int(seed), int(block)]).generate_state(1)[0])
+
+
+def rf_blocks(k: int, n: int, d: int, *, seed: int, block_rows: int = 2048,
+              dtype: torch.dtype = torch.float32) -> Iterator[tuple[int, torch.Tensor]]:
+    """Yield ``(start, V_b)``: the row blocks of the RF weights ``V ∈ R^{k×D}``, entries
+    ``N(0, 1/D)`` (eq. :eq:`eq-rf`), block ``b`` drawn from :func:`rf_block_seed`.
+    Only one block is alive at a time."""
+    if k < 1 or block_rows < 1:
+        raise ValueError(f"need k ≥ 1 and block_rows ≥ 1, got k={k}, block_rows={block_rows}.")
+    D = n * d
+    for b, start in enumerate(range(0, k, block_rows)):
+        rows = min(block_rows, k - start)
+        yield start, gaussian((rows, D), 1 / math.sqrt(D), seed=rf_block_seed(seed, b), dtype=dtype)
+
+
+def sample_V_blocked(k: int, n: int, d: int, *, seed: int, block_rows: int = 2048,
+                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The whole ``V`` that :func:`rf_blocks` streams (for small sizes and tests)."""
+    return torch.cat([V for _, V in rf_blocks(k, n, d, seed=seed, block_rows=block_rows,
+                                              dtype=dtype)])
+
+
+def rf_preactivations(Xs: Array, k: int, *, seed: int, row: int = 0, block_rows: int = 2048,
+                      dtype: torch.dtype = torch.float32, progress: bool = False):
+    """``H = V flat(X)`` for a batch of texts ``Xs`` (``B × n × d``) and the column block
+    ``V_i`` (``k × d``) of word ``i = row``, with ``V`` streamed by :func:`rf_blocks`.
+
+    Returns ``(H, V_i)`` in float64: ``φ_RF = ReLU(H)`` and ``φ_RF(X_i(Δ)) = ReLU(h + V_i Δ)``
+    exactly. The product runs in ``dtype`` (float32 by default: half the memory, twice the
+    matmul speed and five times the sampling speed of float64 on CPU; the map is then the RF map
+    of the float32 weights, every later step is float64). Peak memory is one block
+    (``block_rows × D``) plus ``H``.
+    """
+    X = as_tensor(Xs)
+    if X.ndim != 3:
+        raise ValueError(f"Xs must be a batch of texts (B, n, d), got shape {tuple(X.shape)}.")
+    B, n, d = X.shape
+    if not 0 <= row < n:
+        raise ValueError(f"row {row} is out of range for texts of n = {n} words.")
+    check_finite("Xs", X)
+    Xf = flat(X).to(dtype)
+    H = torch.empty(B, k, dtype=torch.float64)
+    Vi = torch.empty(k, d, dtype=torch.float64)
+    nblocks = -(-k // block_rows)
+    for start, V in tqdm(rf_blocks(k, n, d, seed=seed, block_rows=block_rows, dtype=dtype),
+                         total=nblocks, desc="RF features", disable=not progress, leave=False):
+        stop = start + V.shape[0]
+        H[:, start:stop] = Xf @ V.T
+        Vi[start:stop] = V[:, row * d:(row + 1) * d]
+        del V
+    return H, Vi
+
+
+def attention_features(Xs: Array, W: Array, kind: str, *, chunk: int = 64) -> torch.Tensor:
+    """Flattened features ``flat(φ(X))`` of a batch of texts for ``kind`` ``"raf"``
+    (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`), in chunks of texts."""
+    fn = {"raf": raf, "relu": relu_attention}.get(kind)
+    if fn is None:
+        raise ValueError(f"kind must be 'raf' or 'relu', got {kind!r}.")
+    X = as_tensor(Xs)
+    Wt = as_tensor(W, dtype=X.dtype)
+    with torch.no_grad():
+        return torch.cat([flat(fn(X[j:j + chunk], Wt)) for j in range(0, X.shape[0], chunk)])
+
+
+# ---------------------------------------------------------------------------------------------
+# The flip search
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class FlipResult:
+    """What :func:`search_flip` found: ``Delta`` (``‖Delta‖ ≤ √d``), the read-out value
+    ``⟨φ(X_i(Δ)), w⟩`` it reaches and the loss ``(value − target)²``; ``start`` is the start
+    that won (0 is the authors' start ``Δ = 0``)."""
+
+    Delta: torch.Tensor
+    value: float
+    loss: float
+    start: int
+
+
+def flip_target(loss: str, *, theta1: torch.Tensor, phi: torch.Tensor, y: float,
+                Pphi: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
+    """Read-out vector ``w`` and target ``τ`` of the search loss ``(⟨φ(X_Δ), w⟩ − τ)²``:
+    ``"output"`` (eq. :eq:`eq-output-loss`): ``w = θ₁, τ = −y``; ``"align_ft"``
+    (eq. :eq:`eq-align-loss`): ``w = φ/‖φ‖², τ = −1``; ``"align_rt"``: ``w = Pφ/‖Pφ‖², τ = −1``."""
+    if loss == "output":
+        return theta1, -float(y)
+    if loss == "align_ft":
+        return phi / (phi @ phi), -1.0
+    if loss == "align_rt":
+        if Pphi is None:
+            raise ValueError("loss 'align_rt' needs Pphi = project_out(Phi, phi).")
+        return Pphi / (Pphi @ Pphi), -1.0
+    raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+
+
+def search_flip(phi_row: Callable[[torch.Tensor], torch.Tensor], d: int, w: torch.Tensor,
+                target: float, *, starts: int = 4, steps: int = 300, lr: float = 0.3,
+                seed: int = 0, init: torch.Tensor | None = None) -> FlipResult:
+    """Projected gradient descent on ``Δ ∈ R^d`` for ``(⟨φ(X_i(Δ)), w⟩ − τ)²``
+    (eq. :eq:`eq-output-loss` / :eq:`eq-align-loss`), over the ball ``‖Δ‖ ≤ √d``.
+
+    ``phi_row`` maps a batch of perturbations ``(B, d)`` to flattened features ``(B, p)``.
+    ``starts`` searches run in one batch: ``Δ = 0`` (the authors' start), then uniform points
+    on the sphere ``‖Δ‖ = √d``, plus the rows of ``init``. Each step moves by
+    ``lr·√d``·(cosine decay) along the normalised negative gradient and projects back. The best
+    iterate over all steps and starts is kept.
+    """
+    if starts < 1 or steps < 0:
+        raise ValueError(f"need starts ≥ 1 and steps ≥ 0, got starts={starts}, steps={steps}.")
+    w = as_tensor(w)
+    radius = math.sqrt(d)
+    g = torch.Generator().manual_seed(int(seed))
+    Delta = torch.randn(starts, d, generator=g, dtype=w.dtype)
+    Delta *= radius / torch.linalg.vector_norm(Delta, dim=-1, keepdim=True)
+    Delta[0] = 0.0
+    if init is not None:
+        Delta = torch.cat([Delta, as_tensor(init, dtype=w.dtype).reshape(-1, d)])
+    Delta = project_ball(Delta.to(w.device), radius)
+    best_loss = torch.full((Delta.shape[0],), math.inf, dtype=w.dtype, device=w.device)
+    best_val = torch.zeros_like(best_loss)
+    best_Delta = Delta.clone()
+    for t in range(steps + 1):
+        Delta.requires_grad_(True)
+        vals = phi_row(Delta) @ w
+        losses = (vals - target) ** 2
+        with torch.no_grad():
+            better = losses < best_loss
+            best_loss = torch.where(better, losses, best_loss)
+            best_val = torch.where(better, vals, best_val)
+            best_Delta[better] = Delta[better]
+        if t == steps:
+            break
+        (grad,) = torch.autograd.grad(losses.sum(), Delta)
+        with torch.no_grad():
+            eta = lr * radius * 0.5 * (1 + math.cos(math.pi * t / steps))
+            gnorm = torch.linalg.vector_norm(grad, dim=-1, keepdim=True).clamp_min(1e-300)
+            Delta = project_ball(Delta.detach() - eta * grad / gnorm, radius)
+    j = int(torch.argmin(best_loss))
+    return FlipResult(Delta=best_Delta[j].detach(), value=float(best_val[j]),
+                      loss=float(best_loss[j]), start=j)
+
+
+# ---------------------------------------------------------------------------------------------
+# One point of the experiment grid
+# ---------------------------------------------------------------------------------------------
+
+def _feature_model(map: str, Xs: torch.Tensor, X: torch.Tensor, *, seed: int, row: int,
+                   block_rows: int, progress: bool):
+    """Features of the training texts and of the new text, and ``Δ ↦ φ(X_i(Δ))``."""
+    n, d = X.shape
+    allX = torch.cat([Xs, X[None]])
+    if map == "rf":
+        H, Vi = rf_preactivations(allX, n * d, seed=seed, row=row, block_rows=block_rows,
+                                  progress=progress)
+        h = H[-1]
+        # ReLU is 1-Lipschitz: ‖φ(X_i(Δ)) − φ(X)‖ ≤ ‖V_i Δ‖ ≤ ‖V_i‖_op √d for every Δ.
+        change_bound = float(torch.linalg.matrix_norm(Vi, ord=2)) * math.sqrt(d)
+        return (torch.relu(H[:-1]), torch.relu(h), lambda Delta: torch.relu(h + Delta @ Vi.T),
+                change_bound)
+    W = sample_W(d, seed=seed)
+    F = attention_features(allX, W, map)
+    fn = raf if map == "raf" else relu_attention
+    rows = None
+
+    def phi_row(Delta: torch.Tensor) -> torch.Tensor:
+        nonlocal rows
+        if rows is None or rows.shape[0] != Delta.shape[0]:
+            rows = torch.full((Delta.shape[0],), row, dtype=torch.long)
+        return flat(fn(perturb(X, rows, Delta), W))
+
+    return F[:-1], F[-1], phi_row, math.nan
+
+
+def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
+               losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
+               starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0,
+               block_rows: int = 2048, progress: bool = False) -> dict:
+    """One grid point for :func:`wsutils.sweep.run_grid`: a draw of data (``max(Ns)`` training
+    texts from :func:`planted_data`, seed ``seed``) and weights (seed ``seed + 2``), then for
+    every ``N`` in ``Ns`` (the first ``N`` texts) every training and every loss: ``θ₀``,
+    ``θ₁``, the flip search on word ``row``, and ``t0, t1, D0, D1`` (outputs on ``X`` and
+    ``X_Δ`` with ``θ₀`` and ``θ₁``).
+
+    Returns ``{"runs": [...]}``, one dict per ``(N, training, loss)``, with the invariants
+    (``max |Φθ₀ − Y|``, ``‖Δ‖``) and the quantities of :prf:ref:`prop-flip-bound`.
+    The align_ft search does not depend on ``N`` or the training, align_rt not on the
+    training: each is run once and read out under every model it applies to.
+    """
+    if map not in MAPS:
+        raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
+    bad = [x for x in losses if x not in LOSSES] + [x for x in trainings if x not in TRAININGS]
+    if bad:
+        raise ValueError(f"unknown losses/trainings {bad}; use {LOSSES} and {TRAININGS}.")
+    Nmax = max(Ns)
+    if Nmax >= n * d:
+        raise ValueError(f"N = {Nmax} must be below p = n·d = {n * d} for interpolation.")
+    Xs, Y, X, y = planted_data(Nmax, n, d, seed=seed)
+    Phi_all, phi, phi_row, change_bound = _feature_model(map, Xs, X, seed=seed + 2, row=row,
+                                           block_rows=block_rows, progress=progress)
+    search = dict(starts=starts, steps=steps, lr=lr, seed=seed + 3)
+    cache: dict = {}
+    runs = []
+    for N in Ns:
+        Phi, YN = Phi_all[:N], Y[:N]
+        L = gram_cholesky(Phi)
+        theta0 = min_norm_interpolator(Phi, YN, L=L)
+        Pphi = project_out(Phi, phi, L=L)
+        interp_err = float((Phi @ theta0 - YN).abs().max())
+        t0 = float(phi @ theta0)
+        for training in trainings:
+            theta1 = fine_tune(theta0, phi, y) if training == "fine_tune" else \
+                retrain(Phi, YN, phi, y, L=L)
+            for loss in losses:
+                key = {"output": (loss, N, training), "align_rt": (loss, N),
+                       "align_ft": (loss,)}[loss]
+                if key not in cache:
+                    w, tau = flip_target(loss, theta1=theta1, phi=phi, y=y, Pphi=Pphi)
+                    cache[key] = search_flip(phi_row, d, w, tau, **search)
+                res = cache[key]
+                with torch.no_grad():
+                    phiD = phi_row(res.Delta[None])[0]
+                v = phi / (phi @ phi) if training == "fine_tune" else Pphi / (Pphi @ Pphi)
+                runs.append(dict(
+                    N=N, training=training, loss=loss, y=y, t0=t0, t1=float(phi @ theta1),
+                    D0=float(phiD @ theta0), D1=float(phiD @ theta1),
+                    norm_Delta=float(torch.linalg.vector_norm(res.Delta)),
+                    interp_err=interp_err, c=float(phiD @ v),
+                    rel_change=float(torch.linalg.vector_norm(phiD - phi)
+                                     / torch.linalg.vector_norm(phi)),
+                    S_bound=change_bound / float(torch.linalg.vector_norm(phi)),
+                    rho=float(torch.linalg.vector_norm(phi) * torch.linalg.vector_norm(v)),
+                    start=res.start))
+    return {"runs": runs}
