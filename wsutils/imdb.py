@@ -19,7 +19,7 @@ from .data import load_imdb
 from .embeddings import embed, load_model, sample_matrix, word_rows
 from .maps import raf, relu_attention
 from .sensitivity import word_sensitivity
-from .weights import sample_W
+from .weights import sample_W, sample_X
 
 __all__ = ["MAPS", "review_matrix", "sensitivity_point"]
 
@@ -55,19 +55,34 @@ def review_matrix(review: int, n: int, d: int, *, keep: str = "all", model: str 
     return sample_matrix(E, n, d, rows=word_rows(mask) if keep == "words" else None)
 
 
-def sensitivity_point(*, map: str, n: int, d: int, review: int, keep: str, seed: int,
-                      steps: int, starts: int, model: str, imdb: str | None) -> dict:
+def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, keep: str,
+                      seed: int, steps: int, starts: int, model: str, imdb: str | None) -> dict:
     """One point of the sweep: the word sensitivity (:prf:ref:`def-word-sensitivity`) of
-    ``map`` (``"RAF"`` or ``"ReLU attention"``, weights ``W`` drawn with ``seed``) at the text
-    of review ``review``, searched over **every** row. Returns the sup over rows (``S``), the
+    ``map`` — ``"RF"`` (``k = D = n·d``, the exact estimator
+    :func:`wsutils.rf.rf_word_sensitivity`, which never forms ``V``), ``"RAF"`` or
+    ``"ReLU attention"`` (weights ``W`` drawn with ``seed``) — searched over **every** row.
+
+    ``source="imdb"``: the text of review ``review`` (:func:`review_matrix`, rows ``keep``);
+    ``source="gaussian"``: i.i.d. rows of norm ``√d`` drawn with seed ``review`` (the synthetic
+    chapters' texts), for a side-by-side comparison. Returns the sup over rows (``S``), the
     value for the first row alone (``S_first``, what the authors' scripts report), the row
-    attaining the sup and the wall time."""
-    if map not in MAPS:
-        raise ValueError(f"map must be one of {sorted(MAPS)}, got {map!r}.")
-    X = review_matrix(review, n, d, keep=keep, model=model, imdb=imdb)
-    W = sample_W(d, seed=seed)
-    phi = MAPS[map]
+    attaining the sup and the wall time of the search."""
+    from .rf import rf_word_sensitivity
+
+    if map not in (*MAPS, "RF"):
+        raise ValueError(f"map must be one of {sorted(MAPS) + ['RF']}, got {map!r}.")
+    if source == "imdb":
+        X = review_matrix(review, n, d, keep=keep, model=model, imdb=imdb)
+    elif source == "gaussian":
+        X = sample_X(n, d, seed=review).numpy()
+    else:
+        raise ValueError(f"source must be 'imdb' or 'gaussian', got {source!r}.")
     t0 = time.perf_counter()
-    r = word_sensitivity(lambda Z: phi(Z, W), X, rows=None, starts=starts, steps=steps, seed=seed)
+    if map == "RF":
+        r = rf_word_sensitivity(X, n * d, rows=None, seed=seed, starts=starts, steps=steps)
+    else:
+        W, phi = sample_W(d, seed=seed), MAPS[map]
+        r = word_sensitivity(lambda Z: phi(Z, W), X, rows=None, starts=starts, steps=steps,
+                             seed=seed)
     return {"S": r.value, "S_first": r.per_row[0], "row": r.row,
             "seconds": time.perf_counter() - t0}
