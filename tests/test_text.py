@@ -272,3 +272,16 @@ def test_one_word_pairs_and_shift(enc):
     np.testing.assert_allclose(R.sum(axis=-1), 1.0)
     with pytest.raises(ValueError, match="pairs asked"):
         ta.one_word_pairs(texts, enc.tokenizer, count=100, seed=0, min_words=4)
+
+
+def test_unreachable_hub_fails_at_once(monkeypatch):
+    from wsutils import _hub
+
+    for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "WSBOOK_IMDB"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
+    monkeypatch.setattr(_hub, "reachable", lambda timeout=3.0: False)
+    with pytest.raises(RuntimeError, match="unreachable.*WSBOOK_IMDB"):
+        data.load_imdb()
+    with pytest.raises(RuntimeError, match="unreachable"):
+        em._resolve("bert-base-uncased")

@@ -1,4 +1,4 @@
-"""The book's three knobs, read from the environment in this one place.
+"""The book's knobs, read from the environment in this one place.
 
 =================  ==========================================================================
 variable           meaning
@@ -8,9 +8,11 @@ variable           meaning
                    (the paper's model, from the Hugging Face hub), or a local model directory
 ``WSBOOK_IMDB``    path of a local copy of the IMDb reviews (JSON lines or parquet, gzip or
                    not); unset means ``datasets.load_dataset("stanfordnlp/imdb")``
-``WSBOOK_CHAT_MODEL``  optional: a chat model (hub name, e.g. ``meta-llama/Llama-2-7b-chat-hf``,
-                   or a local directory) for the second panel of Figure 1; unset: not run
 =================  ==========================================================================
+
+Optional: ``WSBOOK_CHAT_MODEL``, a causal chat model (a hub name such as
+``meta-llama/Llama-2-7b-chat-hf``, or a local directory) for the second panel of Figure 1;
+unset, that panel is not run.
 """
 
 from __future__ import annotations

@@ -23,17 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from . import config
+from . import _hub, config
 
 __all__ = ["HUB_DATASET", "MAX_TOKENS", "Reviews", "load_imdb", "select_reviews", "token_lengths"]
 
 HUB_DATASET = "stanfordnlp/imdb"
 MAX_TOKENS = 240  # the paper keeps reviews with fewer than 240 tokens ([CLS]/[SEP] counted)
-
-
-def _offline() -> bool:
-    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-               for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 
 def _no_source_message(reason: str) -> str:
@@ -79,9 +74,11 @@ def load_imdb(path: str | os.PathLike | None = None) -> Any:
         ds = datasets.load_dataset(_local_format(path), data_files=str(path), split="train")
         source = str(path)
     else:
-        if _offline():
+        if _hub.offline():
             raise RuntimeError(_no_source_message(
                 "WSBOOK_IMDB is not set and the hub is off (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)"))
+        if not _hub.reachable():
+            raise RuntimeError(_no_source_message("WSBOOK_IMDB is not set and the hub is unreachable"))
         try:
             parts = datasets.load_dataset(HUB_DATASET)
         except Exception as err:  # network, hub or cache errors: say what to do instead

@@ -31,18 +31,16 @@ import io
 import json
 import math
 import os
-import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
-from urllib.parse import urlparse
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import config
+from . import _hub, config
 
 __all__ = ["Encoder", "default_cache_dir", "embed", "load_model", "random_model",
            "sample_matrix", "word_rows"]
@@ -102,19 +100,6 @@ def _dir_identity(path: Path) -> str:
     return "sha256:" + ",".join(digests)
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    try:
-        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
 def _hub_dir(name: str) -> tuple[Path, str]:
     """The local snapshot of a hub model (downloaded if needed and allowed) and its revision."""
     from huggingface_hub import snapshot_download
@@ -128,10 +113,10 @@ def _hub_dir(name: str) -> tuple[Path, str]:
     try:
         path = Path(snapshot_download(repo, allow_patterns=patterns, local_files_only=True))
     except Exception:  # not in the local cache
-        if _offline():
+        if _hub.offline("HF_HUB_OFFLINE"):
             raise RuntimeError(f"{name!r} is not in the local Hugging Face cache and the hub is "
                                f"off (HF_HUB_OFFLINE=1). {fix}") from None
-        if not _hub_reachable():
+        if not _hub.reachable():
             raise RuntimeError(f"{name!r} is not in the local Hugging Face cache and the hub "
                                f"is unreachable. {fix}") from None
         path = Path(snapshot_download(repo, allow_patterns=patterns))
