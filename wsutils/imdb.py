@@ -59,7 +59,7 @@ def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, kee
                       seed: int, steps: int, starts: int, model: str, imdb: str | None) -> dict:
     """One point of the sweep: the word sensitivity (:prf:ref:`def-word-sensitivity`) of
     ``map`` — ``"RF"`` (``k = D = n·d``, the exact estimator
-    :func:`wsutils.rf.rf_word_sensitivity`, which never forms ``V``), ``"RAF"`` or
+    :func:`wsutils.rf_sensitivity.rf_word_sensitivity`, which never forms ``V``), ``"RAF"`` or
     ``"ReLU attention"`` (weights ``W`` drawn with ``seed``) — searched over **every** row.
 
     ``source="imdb"``: the text of review ``review`` (:func:`review_matrix`, rows ``keep``);
@@ -67,7 +67,7 @@ def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, kee
     chapters' texts), for a side-by-side comparison. Returns the sup over rows (``S``), the
     value for the first row alone (``S_first``, what the authors' scripts report), the row
     attaining the sup and the wall time of the search."""
-    from .rf import rf_word_sensitivity
+    from .rf_sensitivity import rf_word_sensitivity
 
     if map not in (*MAPS, "RF"):
         raise ValueError(f"map must be one of {sorted(MAPS) + ['RF']}, got {map!r}.")
