@@ -34,9 +34,10 @@ PAGES = _pages()
 @pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
 def test_statements_labelled_figures_cited_bibliography(page):
     text = page.read_text()
-    # every sphinx-proof block (``` or ::: fences) carries a :label:
+    # every sphinx-proof statement (``` or ::: fences) carries a :label:; a proof follows its
+    # statement and is never cited on its own, so it needs none
     for m in re.finditer(r"^(`{3,}|:{3,})\{prf:(\w+)\}[^\n]*\n((?::[^\n]*\n)*)", text, flags=re.M):
-        if m.group(2) not in ("ref",):
+        if m.group(2) not in ("ref", "proof"):
             assert ":label:" in m.group(3), f"{page.name}: a prf:{m.group(2)} block has no :label:"
     # every figure made by a cell has a name and a caption, and the chapter cites it
     for m in re.finditer(r"^:\s+figure:\n((?::\s{3,}[^\n]*\n)+)", text, flags=re.M):
