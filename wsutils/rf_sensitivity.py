@@ -1,0 +1,323 @@
+"""Random features without the ``k × D`` matrix: the exact estimator of ``S_RF`` and its
+certified bounds (chapter ``random-features``).
+
+Only the ``k × d`` column block ``V_i`` of ``V`` multiplies word ``i``, so
+``V flat(X_i(Δ)) = V flat(X) + V_i Δ``. Two ways of drawing what the estimator needs, both
+exact in law for ``V`` with i.i.d. ``N(0, 1/D)`` entries (:prf:ref:`prop-rf-row-law`):
+
+``reduced`` (one row ``i``)
+    ``(V flat(X), V_i)`` has the law of ``(V_i x_i + σ z, V_i)`` with
+    ``σ = ‖flat(X_{−i})‖/√D`` and ``z ~ N(0, I_k)`` independent of ``V_i``, because
+    ``V_{−i} flat(X_{−i})`` is a Gaussian vector independent of ``V_i``. Memory ``O(k·d)``.
+``blocks`` (several or all rows, one joint ``V``)
+    ``V`` is drawn column block by column block, block ``j`` from its own seed
+    (:func:`rf_weight_block`), so ``V flat(X) = Σ_j V_j x_j`` is streamed and each ``V_i``
+    is regenerated when row ``i`` is searched; ``k × D`` is never held. Memory ``O(k·d)``.
+
+The bounds are functions of the drawn ``(V flat(X), V_i)``:
+:func:`rf_certified_upper` (:prf:ref:`lem-rf-deterministic`),
+:func:`rf_certified_lower` (:prf:ref:`thm-rf-lower`), and the high-probability constant of
+:prf:ref:`thm-rf-upper`, :func:`rf_high_probability_bound`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ._tensor import Array, as_tensor
+from .checks import check_text, check_unit_rows
+from .maps import flat
+from .sensitivity import SensitivityResult, _rows, project_ball
+
+__all__ = [
+    "RFSensitivityResult", "rf_block_seed", "rf_weight_block", "rf_row_law", "rf_preactivation",
+    "rf_certified_upper", "rf_certified_lower", "rf_high_probability_bound",
+    "rf_relative_change", "rf_word_sensitivity",
+]
+
+
+@dataclass
+class RFSensitivityResult(SensitivityResult):
+    """:class:`~wsutils.sensitivity.SensitivityResult` plus the certified bounds.
+
+    ``upper`` is ``max_i U_i`` over the searched rows (:func:`rf_certified_upper`), ``lower``
+    is ``max_i L_i`` (:func:`rf_certified_lower`): for the drawn weights,
+    ``lower ≤ value ≤ sup_{searched i, ‖Δ‖≤√d} (relative change) ≤ upper``.
+    ``per_row_upper``/``per_row_lower`` hold ``U_i``/``L_i``; ``phi_norm`` is ``‖φ_RF(X)‖``;
+    ``mode`` is ``"reduced"`` or ``"blocks"`` (module docstring); ``k`` the width.
+    """
+
+    upper: float = math.nan
+    lower: float = math.nan
+    per_row_upper: dict[int, float] = field(default_factory=dict)
+    per_row_lower: dict[int, float] = field(default_factory=dict)
+    phi_norm: float = math.nan
+    mode: str = ""
+    k: int = 0
+
+
+def rf_block_seed(seed: int, block: int) -> int:
+    """The seed of column block ``block`` of ``V`` in ``blocks`` mode (from ``SeedSequence``)."""
+    return int(np.random.SeedSequence([int(seed), int(block)]).generate_state(1)[0])
+
+
+def rf_weight_block(k: int, n: int, d: int, block: int, *, seed: int, device=None,
+                    dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Column block ``V_i`` (``k × d``, entries ``N(0, 1/D)``, ``D = n·d``) of the ``blocks``-mode
+    ``V``: ``torch.cat([rf_weight_block(..., j) for j in range(n)], 1)`` is the whole ``V``."""
+    if not 0 <= block < n:
+        raise ValueError(f"block {block} is out of range for a text of n = {n} words.")
+    g = torch.Generator().manual_seed(rf_block_seed(seed, block))
+    out = torch.randn(k, d, generator=g, dtype=dtype) / math.sqrt(n * d)
+    return out.to(device) if device is not None else out
+
+
+def rf_preactivation(X: Array, k: int, *, seed: int, device=None) -> torch.Tensor:
+    """``V flat(X) = Σ_j V_j x_j`` for the ``blocks``-mode ``V``, streamed block by block."""
+    Xt = as_tensor(X, device=device)
+    n, d = check_text(Xt)
+    u = torch.zeros(k, dtype=Xt.dtype, device=Xt.device)
+    for j in range(n):
+        u += rf_weight_block(k, n, d, j, seed=seed, device=Xt.device, dtype=Xt.dtype) @ Xt[j]
+    return u
+
+
+def rf_row_law(X: Array, k: int, row: int, *, seed: int, device=None):
+    """One draw of ``(V flat(X), V_i)`` for ``i = row`` from the law of
+    :prf:ref:`prop-rf-row-law`: ``V_i`` with i.i.d. ``N(0, 1/D)`` entries and
+    ``V flat(X) = V_i x_i + σ z``, ``σ = ‖flat(X_{−i})‖/√D``. Returns ``(u, V_i)``."""
+    Xt = as_tensor(X, device=device)
+    n, d = check_text(Xt)
+    _rows(row, n)
+    D = n * d
+    g = torch.Generator().manual_seed(int(seed))
+    Vi = (torch.randn(k, d, generator=g, dtype=Xt.dtype) / math.sqrt(D)).to(Xt.device)
+    z = torch.randn(k, generator=g, dtype=Xt.dtype).to(Xt.device)
+    rest = float(torch.linalg.vector_norm(flat(Xt)) ** 2 - torch.linalg.vector_norm(Xt[row]) ** 2)
+    sigma = math.sqrt(max(rest, 0.0) / D)
+    return Vi @ Xt[row] + sigma * z, Vi
+
+
+def rf_relative_change(u: torch.Tensor, Vi: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
+    """``‖ReLU(u + V_i Δ) − ReLU(u)‖ / ‖ReLU(u)‖`` for a batch ``Delta`` (``B × d``) or one
+    ``Δ``: the relative change of :prf:ref:`def-word-sensitivity` for ``φ_RF``, with
+    ``u = V flat(X)``."""
+    single = Delta.ndim == 1
+    Dm = Delta.reshape(-1, Vi.shape[1]).to(Vi.dtype)
+    base = torch.relu(u)
+    diff = torch.relu(u[:, None] + Vi @ Dm.T) - base[:, None]
+    out = torch.linalg.vector_norm(diff, dim=0) / torch.linalg.vector_norm(base)
+    return out[0] if single else out
+
+
+def _grams(A: torch.Tensor, active: torch.Tensor | None, block: int = 8192):
+    """``AᵀA`` and, if ``active`` is given, ``A_Jᵀ A_J`` (rows ``J = active``), in float64,
+    accumulated over row blocks so that no copy of ``A`` is made."""
+    d = A.shape[1]
+    G = torch.zeros(d, d, dtype=torch.float64, device=A.device)
+    GJ = torch.zeros_like(G) if active is not None else None
+    for s in range(0, A.shape[0], block):
+        B = A[s:s + block].to(torch.float64)
+        if active is None:
+            G += B.T @ B
+            continue
+        m = active[s:s + block]
+        BJ, BO = B[m], B[~m]
+        GJ += BJ.T @ BJ
+        G += BO.T @ BO
+    if GJ is not None:
+        G += GJ
+    return G, GJ
+
+
+def _top(G: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """Top singular value and right singular vector from a Gram matrix (``eigh``, float64)."""
+    evals, evecs = torch.linalg.eigh(G)
+    return math.sqrt(max(float(evals[-1]), 0.0)), evecs[:, -1]
+
+
+def _upper_from(G, u, d) -> float:
+    return math.sqrt(d) * _top(G)[0] / float(torch.linalg.vector_norm(torch.relu(u)))
+
+
+def _lower_from(GJ, u, Vi) -> tuple[float, torch.Tensor]:
+    d = Vi.shape[1]
+    sJ, v = _top(GJ)
+    v = v.to(Vi.dtype)
+    a = (Vi @ v)[u > 0]
+    if float(torch.linalg.vector_norm(torch.relu(-a))) > float(torch.linalg.vector_norm(torch.relu(a))):
+        v = -v
+    Delta = project_ball(math.sqrt(d) * v[None], math.sqrt(d))[0]
+    return math.sqrt(d / 2) * sJ / float(torch.linalg.vector_norm(torch.relu(u))), Delta
+
+
+def _check_active(u: torch.Tensor) -> torch.Tensor:
+    active = u > 0
+    if not bool(active.any()):
+        raise ValueError("no unit is active (V flat(X) ≤ 0 everywhere): φ_RF(X) = 0, S undefined.")
+    return active
+
+
+def rf_certified_upper(u: torch.Tensor, Vi: torch.Tensor) -> float:
+    """``U_i = √d ‖V_i‖_op / ‖ReLU(u)‖`` (:prf:ref:`lem-rf-deterministic`): since ReLU is
+    1-Lipschitz, every ``‖Δ‖ ≤ √d`` gives a relative change at most ``U_i`` for these weights.
+
+    ``‖V_i‖_op`` is the square root of the top eigenvalue of the Gram matrix ``V_iᵀV_i``,
+    computed in float64 (a relative rounding error of order ``1e-13``)."""
+    _check_active(u)
+    G, _ = _grams(Vi, None)
+    return _upper_from(G, u, Vi.shape[1])
+
+
+def rf_certified_lower(u: torch.Tensor, Vi: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """The explicit perturbation of :prf:ref:`thm-rf-lower` and the bound it certifies.
+
+    ``J = {j : u_j > 0}`` (active units), ``v`` the top right singular vector of the rows
+    ``J`` of ``V_i``, ``s_J = ‖(V_i)_J‖_op``; of ``Δ = ±√d v`` the sign with the larger
+    ``‖ReLU((V_i Δ)_J)‖`` is returned, with ``L_i = √(d/2)·s_J / ‖ReLU(u)‖``: the relative
+    change at the returned ``Δ`` is at least ``L_i``. Returns ``(L_i, Δ)``."""
+    _, GJ = _grams(Vi, _check_active(u))
+    return _lower_from(GJ, u, Vi)
+
+
+def rf_high_probability_bound(n: int, d: int, k: int, delta: float) -> float:
+    """``C(k, d, n, δ)/√n`` of :prf:ref:`thm-rf-upper`: with probability ``≥ 1 − δ`` over ``V``,
+    ``S_RF(X) ≤ (√k + √d + t) / (√n (√(k/2 − 1) − s))`` with
+    ``t = √(2 log(4n/δ))`` and ``s = √(2 log(2/δ))`` (infinite if the denominator is ``≤ 0``)."""
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}.")
+    if min(n, d, k) < 1:
+        raise ValueError(f"n, d, k must be positive, got n={n}, d={d}, k={k}.")
+    t = math.sqrt(2 * math.log(4 * n / delta))
+    s = math.sqrt(2 * math.log(2 / delta))
+    den = math.sqrt(max(k / 2 - 1, 0.0)) - s
+    if den <= 0:
+        return math.inf
+    return (math.sqrt(k) + math.sqrt(d) + t) / (math.sqrt(n) * den)
+
+
+def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int):
+    """Projected ascent of the relative change from each row of ``starts``; every step moves to
+    the sphere ``‖Δ‖ = √d`` along the gradient (the fixed point of plain projected gradient
+    ascent with a large step, as the authors' lr 100 is). Keeps the best iterate."""
+    d = Vi.shape[1]
+    radius = math.sqrt(d)
+    base = torch.relu(u)
+    base_norm = torch.linalg.vector_norm(base)
+    Delta = project_ball(starts.to(Vi.dtype), radius)
+    best_val = torch.full((Delta.shape[0],), -1.0, dtype=Vi.dtype, device=Vi.device)
+    best = Delta.clone()
+    for t in range(steps + 1):
+        pre = u[:, None] + (Delta @ Vi.T).T                  # k × B
+        diff = torch.relu(pre) - base[:, None]
+        vals = torch.linalg.vector_norm(diff, dim=0) / base_norm
+        better = vals > best_val
+        best_val = torch.where(better, vals, best_val)
+        best[better] = Delta[better]
+        if t == steps:
+            break
+        # gradient of ½‖diff‖² w.r.t. Δ: V_iᵀ (1[pre > 0] ⊙ diff)
+        grad = (diff * (pre > 0)).T.contiguous() @ Vi        # B × d (Bᵀ@A: the fast layout)
+        gnorm = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
+        stalled = gnorm[:, 0] <= 0
+        step = grad / gnorm.clamp_min(1e-300)
+        Delta = torch.where(stalled[:, None], Delta, project_ball(radius * step, radius))
+    return best_val, best
+
+
+def _search_row(u, Vi, *, starts, steps, g, d):
+    radius = math.sqrt(d)
+    G, GJ = _grams(Vi, _check_active(u))          # one pass over V_i for both bounds
+    upper = _upper_from(G, u, d)
+    lower, Delta_star = _lower_from(GJ, u, Vi)
+    xi = torch.randn(max(starts, 1), d, generator=g, dtype=Vi.dtype)
+    xi[1:] *= radius / torch.linalg.vector_norm(xi[1:], dim=1, keepdim=True)
+    xi[:1] *= 0.1                                              # the authors' start 0.1·ξ
+    S = torch.cat([Delta_star[None].cpu(), -Delta_star[None].cpu(), xi]).to(Vi.device)
+    vals, best = _ascend(u, Vi, S, steps)
+    j = int(torch.argmax(vals))
+    # a margin of a few ulps, so that any norm routine (numpy's too) finds ‖Δ‖ ≤ √d; the
+    # value is recomputed at the returned Δ
+    Delta = project_ball(best[j:j + 1], radius * (1 - 16 * torch.finfo(Vi.dtype).eps))
+    value = float(rf_relative_change(u, Vi, Delta)[0])
+    return value, Delta[0].cpu(), upper, lower, S.shape[0]
+
+
+def rf_word_sensitivity(
+    X: Array,
+    k: int,
+    *,
+    rows: int | Sequence[int] | None = 0,
+    seed: int = 0,
+    starts: int = 2,
+    steps: int = 30,
+    mode: str = "auto",
+    check_norms: bool = True,
+    device=None,
+    progress: bool = False,
+) -> RFSensitivityResult:
+    """Estimate ``S_RF(X)`` (:prf:ref:`def-word-sensitivity`) for ``φ_RF = ReLU(V flat(X))``,
+    ``V ∈ R^{k×D}`` i.i.d. ``N(0, 1/D)`` drawn from ``seed``, without ever forming ``V``.
+
+    ``rows``: one row (default ``0``, the authors' first row), a list of rows, or ``None`` for
+    all rows. ``mode``: ``"reduced"`` (one row only: exact law of :prf:ref:`prop-rf-row-law`),
+    ``"blocks"`` (one joint ``V`` drawn block by block, see the module docstring), or
+    ``"auto"`` (``reduced`` for one row, ``blocks`` otherwise). The two modes sample the same
+    law for a single row but not the same draw.
+
+    For each row, the search starts from the explicit ``±Δ`` of :prf:ref:`thm-rf-lower`, the
+    authors' ``0.1·ξ`` and ``starts − 1`` random points of the sphere ``‖Δ‖ = √d``, takes
+    ``steps`` projected gradient steps (:func:`_ascend`) and keeps the best iterate. The result
+    carries the certified bounds ``lower ≤ value ≤ upper``. Memory ``O(k·d)``.
+    """
+    Xt = as_tensor(X, device=device)
+    n, d = check_text(Xt)
+    if Xt.ndim != 2:
+        raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
+    if check_norms:
+        check_unit_rows(Xt)
+    if int(k) < 1:
+        raise ValueError(f"k (the number of random features) must be positive, got {k}.")
+    if starts < 1 or steps < 0:
+        raise ValueError(f"need starts ≥ 1 and steps ≥ 0, got starts={starts}, steps={steps}.")
+    row_list = _rows(rows, n)
+    if mode == "auto":
+        mode = "reduced" if len(row_list) == 1 else "blocks"
+    if mode not in ("reduced", "blocks"):
+        raise ValueError(f"mode must be 'auto', 'reduced' or 'blocks', got {mode!r}.")
+    if mode == "reduced" and len(row_list) != 1:
+        raise ValueError("mode='reduced' samples one row's law; pass a single row, or use "
+                         "mode='blocks' for several rows under one joint V.")
+    k = int(k)
+    g = torch.Generator().manual_seed(int(seed) + 1)
+    if mode == "reduced":
+        u, Vi = rf_row_law(Xt, k, row_list[0], seed=seed, device=Xt.device)
+        blocks = None
+    else:
+        u = rf_preactivation(Xt, k, seed=seed, device=Xt.device)
+    phi_norm = float(torch.linalg.vector_norm(torch.relu(u)))
+    if not phi_norm > 0:
+        raise ValueError("‖φ_RF(X)‖ = 0 for this draw: the relative change is undefined.")
+    per_row, per_up, per_lo = {}, {}, {}
+    best = (-1.0, row_list[0], torch.zeros(d, dtype=Xt.dtype))
+    n_starts = 0
+    for r in tqdm(row_list, desc="rf rows", disable=not progress, leave=False):
+        if mode == "blocks":
+            Vi = rf_weight_block(k, n, d, r, seed=seed, device=Xt.device, dtype=Xt.dtype)
+        val, Delta, up, lo, n_starts = _search_row(u, Vi, starts=starts, steps=steps, g=g, d=d)
+        per_row[r], per_up[r], per_lo[r] = val, up, lo
+        if val > best[0]:
+            best = (val, r, Delta)
+        del Vi
+    value, row, Delta = best
+    return RFSensitivityResult(
+        value=value, row=row, Delta=Delta.numpy().copy(), per_row=per_row, starts=n_starts,
+        steps=steps, seed=seed, upper=max(per_up.values()), lower=max(per_lo.values()),
+        per_row_upper=per_up, per_row_lower=per_lo, phi_norm=phi_norm, mode=mode, k=k,
+    )
