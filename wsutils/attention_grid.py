@@ -14,9 +14,10 @@ import torch
 
 from .attention import (attention_word_sensitivity, certified_lower_bound, takeover_certificate)
 from .maps import raf, relu_attention
+from .rf_sensitivity import rf_word_sensitivity
 from .weights import sample_W, sample_X
 
-__all__ = ["sensitivity_point", "takeover_point"]
+__all__ = ["sensitivity_point", "takeover_point", "rf_point"]
 
 
 def sensitivity_point(kind: str, d: int, n: int, seed: int, rows: int = 2, starts: int = 4,
@@ -61,3 +62,12 @@ def takeover_point(d: int, n: int, seed: int) -> dict:
     c = takeover_certificate(X, W, 0)
     return {"margin": c.margin, "self_weight": c.self_weight, "change": c.exact,
             "bound": c.bound, "lam": c.lam}
+
+
+def rf_point(d: int, n: int, seed: int, starts: int = 2, steps: int = 30) -> dict:
+    """``S_RF`` at the same text as :func:`sensitivity_point` (``X`` from ``seed``), ``k = D``,
+    with the exact estimator :func:`wsutils.rf_sensitivity.rf_word_sensitivity` (row 0)."""
+    torch.set_num_threads(1)
+    X = sample_X(n, d, seed=seed)
+    res = rf_word_sensitivity(X, n * d, rows=0, seed=seed + 1, starts=starts, steps=steps)
+    return {"S": res.value}
