@@ -25,7 +25,7 @@ from wsutils.attention import attention_word_sensitivity
 from wsutils.sensitivity import project_ball
 
 GRID = [(192, 50), (192, 250), (768, 50), (768, 250)]
-OURS = dict(rows=[0], starts=4, steps=60, takeovers=True)
+OURS = dict(rows=[0], starts=16, steps=60, takeovers=True)
 
 
 def authors_estimator(X: torch.Tensor, W: torch.Tensor, *, seed: int, lr: float = 10.0,
