@@ -160,6 +160,30 @@ def word_sensitivity(
     if not base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
 
+    def objective(chunk: list[int]):
+        def values(row_idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
+            out = phi_b(perturb(Xt, row_idx, Delta))
+            return _norms(out - base, len(row_idx)) / base_norm
+        return values
+
+    per_row, best = _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
+                            extra=extra, lr=lr, max_batch_elements=max_batch_elements,
+                            progress=progress)
+    value, row, Delta_best = best
+    return SensitivityResult(value=value, row=row, Delta=Delta_best.numpy().copy(),
+                             per_row=per_row, starts=S, steps=steps, seed=seed)
+
+
+def _ascend(objective, Xt: torch.Tensor, row_list: list[int], *, starts: int, steps: int,
+            seed: int, extra: torch.Tensor | None, lr: float, max_batch_elements: int,
+            progress: bool):
+    """The search shared by :func:`word_sensitivity` and the fast attention estimator
+    (:func:`wsutils.attention.attention_word_sensitivity`): ``objective(chunk)`` returns a
+    function ``values(row_idx, Delta) -> (B,)`` of relative changes for the rows of ``chunk``.
+    Same seed, same starts and same steps whichever objective is used."""
+    n, d = Xt.shape
+    radius = math.sqrt(d)
+    S = starts + (0 if extra is None else extra.shape[0])
     g = torch.Generator().manual_seed(int(seed))
     rows_per_chunk = max(1, max_batch_elements // (S * n * d))
     chunks = [row_list[j:j + rows_per_chunk] for j in range(0, len(row_list), rows_per_chunk)]
@@ -177,10 +201,10 @@ def word_sensitivity(
         row_idx = torch.tensor(chunk, device=Xt.device).repeat_interleave(S)
         best_val = torch.full((R * S,), -1.0, dtype=Xt.dtype, device=Xt.device)
         best_Delta = Delta.clone()
+        values = objective(chunk)
         for t in range(steps + 1):
             Delta.requires_grad_(True)
-            out = phi_b(perturb(Xt, row_idx, Delta))
-            vals = _norms(out - base, R * S) / base_norm
+            vals = values(row_idx, Delta)
             with torch.no_grad():
                 better = vals > best_val
                 best_val = torch.where(better, vals, best_val)
@@ -198,6 +222,4 @@ def word_sensitivity(
         k = int(torch.argmax(best_val))
         if float(best_val[k]) > best[0]:
             best = (float(best_val[k]), chunk[k // S], best_Delta[k].detach().cpu())
-    value, row, Delta_best = best
-    return SensitivityResult(value=value, row=row, Delta=Delta_best.numpy().copy(),
-                             per_row=per_row, starts=S, steps=steps, seed=seed)
+    return per_row, best

@@ -1,0 +1,117 @@
+"""Take-over constructions, the certificate of the RAF theorem, and the fast estimator."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import wsutils as ws
+from wsutils import attention as at
+
+MAPS = {"raf": ws.raf, "relu": ws.relu_attention}
+
+
+def _text(n, d, seed=0):
+    return ws.sample_X(n, d, seed=seed), ws.sample_W(d, seed=seed + 1)
+
+
+def test_row_takeover_is_a_scaled_top_eigenvector():
+    X, W = _text(7, 9)
+    Delta = at.row_takeover(X, W, 3)
+    assert float(torch.linalg.vector_norm(Delta)) <= math.sqrt(9)
+    u = Delta / torch.linalg.vector_norm(Delta)
+    S = (W + W.T) / 2
+    lam = torch.linalg.eigvalsh(S)[-1]
+    torch.testing.assert_close(S @ u, lam * u)
+    assert float(u @ X[3]) >= 0
+
+
+def test_key_takeover_direction_and_numpy_in_numpy_out():
+    X, W = _text(6, 5)
+    Delta = at.key_takeover(X.numpy(), W.numpy(), 0)
+    assert isinstance(Delta, np.ndarray) and np.linalg.norm(Delta) <= math.sqrt(5)
+    v = (W.T @ X.mean(0)).numpy()
+    np.testing.assert_allclose(Delta / np.linalg.norm(Delta), v / np.linalg.norm(v), rtol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 12), d=st.integers(2, 12), seed=st.integers(0, 10**5))
+def test_candidates_in_ball_and_certificate_below_exact(n, d, seed):
+    X, W = _text(n, d, seed)
+    C = at.takeover_candidates(X, W, n - 1)
+    assert bool((torch.linalg.vector_norm(C, dim=-1) <= math.sqrt(d)).all())
+    cert = at.takeover_certificate(X, W, n - 1)
+    # the theorem's bound is a lower bound of what the row take-over attains
+    assert cert.bound <= cert.exact * (1 + 1e-12) + 1e-12
+    assert cert.exact <= at.certified_lower_bound(X, W, n - 1) * (1 + 1e-12)
+    np.testing.assert_allclose(cert.self_weight, 1 / (1 + math.exp(-cert.margin)), rtol=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["raf", "relu"])
+def test_fast_objective_equals_full_map(kind):
+    n, d = 9, 7
+    X, W = _text(n, d, 3)
+    obj = at._FastObjective(X, W, kind)
+    g = torch.Generator().manual_seed(0)
+    rows = torch.tensor([0, 4, 8, 4])
+    Delta = torch.randn(4, d, generator=g, dtype=torch.float64) * 2
+    fast = obj(rows, Delta)
+    for b in range(4):
+        full = ws.relative_change(lambda Z: MAPS[kind](Z, W), X, int(rows[b]), Delta[b])
+        np.testing.assert_allclose(float(fast[b]), full, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("kind", ["raf", "relu"])
+def test_fast_estimator_agrees_with_generic(kind):
+    X, W = _text(10, 6, 5)
+    gen = ws.word_sensitivity(lambda Z: MAPS[kind](Z, W), X, steps=25, starts=3, seed=7)
+    fast = at.attention_word_sensitivity(X, W, kind=kind, steps=25, starts=3, seed=7)
+    assert gen.row == fast.row and gen.per_row.keys() == fast.per_row.keys()
+    for r in gen.per_row:
+        np.testing.assert_allclose(fast.per_row[r], gen.per_row[r], rtol=1e-7)
+    np.testing.assert_allclose(fast.value, gen.value, rtol=1e-7)
+    np.testing.assert_allclose(ws.relative_change(lambda Z: MAPS[kind](Z, W), X, fast.row,
+                                                  fast.Delta), fast.value, rtol=1e-12)
+    assert np.linalg.norm(fast.Delta) <= math.sqrt(6)
+
+
+def test_relu_all_zero_rows_handled():
+    """Row 1 has no positive score (it stays zero); the fast objective must agree with the map
+    whether the perturbation leaves it zero or gives it mass."""
+    r2 = math.sqrt(2)
+    X = torch.tensor([[r2, 0.0], [0.0, r2], [1.0, 1.0]], dtype=torch.float64)
+    W = torch.tensor([[1.0, 0.0], [0.0, -1.0]], dtype=torch.float64)
+    assert float(torch.linalg.vector_norm(ws.relu_attention(X, W)[1])) == 0.0
+    obj = at._FastObjective(X, W, "relu")
+    rows = torch.tensor([0, 0, 1, 2])
+    Delta = torch.tensor([[0.3, 0.2], [-1.0, 0.9], [1.0, -1.0], [0.0, -1.4]], dtype=torch.float64)
+    fast = obj(rows, Delta)
+    for b in range(4):
+        full = ws.relative_change(lambda Z: ws.relu_attention(Z, W), X, int(rows[b]), Delta[b])
+        np.testing.assert_allclose(float(fast[b]), full, rtol=1e-10, atol=1e-13)
+
+
+def test_takeovers_and_init_only_help():
+    X, W = _text(8, 6, 2)
+    plain = at.attention_word_sensitivity(X, W, rows=[1], steps=0, starts=1, seed=0)
+    boosted = at.attention_word_sensitivity(X, W, rows=[1], steps=0, starts=1, seed=0,
+                                            takeovers=True)
+    assert boosted.value >= at.certified_lower_bound(X, W, 1) * (1 - 1e-9)
+    assert boosted.value >= plain.value * (1 - 1e-9) or boosted.row == 1
+
+
+def test_bad_input():
+    X, W = _text(4, 3)
+    with pytest.raises(ValueError, match="kind"):
+        at.attention_word_sensitivity(X, W, kind="softmax")
+    with pytest.raises(ValueError, match="out of range"):
+        at.row_takeover(X, W, 4)
+    with pytest.raises(ValueError, match="d × d"):
+        at.certified_lower_bound(X, W[:2], 0)
+    with pytest.raises(ValueError, match="norm"):
+        at.attention_word_sensitivity(X * 2, W)
+    with pytest.raises(ValueError, match="starts"):
+        at.attention_word_sensitivity(X, W, starts=0)
