@@ -18,7 +18,7 @@ import torch
 
 from ._tensor import Array, as_tensor
 from .checks import check_text, check_unit_rows
-from .sensitivity import _rows, project_ball
+from .sensitivity import _rows, project_ball, sphere_starts
 
 __all__ = ["arccos_map", "drf_limit_change", "drf_limit_sensitivity", "drf_row_law",
            "drf_row_sensitivity", "drf_point"]
@@ -127,9 +127,7 @@ def drf_row_sensitivity(X: Array, L: int, k: int, *, row: int = 0, seed: int = 0
     b, A, Vs = drf_row_law(Xt, L, k, row, seed=seed, device=Xt.device)
     radius = math.sqrt(d)
     g = torch.Generator().manual_seed(int(seed) + 1)
-    xi = torch.randn(starts, d, generator=g, dtype=Xt.dtype)
-    xi[1:] *= radius / torch.linalg.vector_norm(xi[1:], dim=1, keepdim=True)
-    xi[:1] *= 0.1
+    xi = sphere_starts(torch.randn(starts, d, generator=g, dtype=Xt.dtype), radius)
     if init is not None:
         xi = torch.cat([xi, as_tensor(init, dtype=Xt.dtype).reshape(-1, d).cpu()])
     Delta = project_ball(xi.to(Xt.device), radius)
@@ -163,7 +161,7 @@ def drf_point(*, n: int, d: int, L: int, k: int, seed: int, steps: int = 20) -> 
     the finite-width estimate ``S``, the wide limit ``S_inf`` and the seconds it took."""
     import time
 
-    from .rf_sensitivity import small_work_threads
+    from .device import small_work_threads
     from .weights import sample_X
 
     t0 = time.perf_counter()

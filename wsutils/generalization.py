@@ -24,14 +24,14 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from ._tensor import Array, as_tensor, like
 from .checks import check_finite
 from .maps import flat, raf, relu_attention
-from .sensitivity import perturb, project_ball
+from .rf_sensitivity import rf_block_seed
+from .sensitivity import cosine_ascent, perturb, project_ball
 from .weights import gaussian, sample_W, sample_X
 
 __all__ = [
@@ -172,11 +172,6 @@ def planted_data(N: int, n: int, d: int, *, seed: int, dtype=torch.float64):
     return allX[:N], labels[:N], allX[N], float(labels[N])
 
 
-def rf_block_seed(seed: int, block: int) -> int:
-    """The seed of row block ``block`` of ``V`` (independent streams via ``SeedSequence``)."""
-    return int(np.random.SeedSequence([int(seed), int(block)]).generate_state(1)[0])
-
-
 def rf_blocks(k: int, n: int, d: int, *, seed: int, block_rows: int = 2048,
               dtype: torch.dtype = torch.float32) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield ``(start, V_b)``: the row blocks of the RF weights ``V ∈ R^{k×D}``, entries
@@ -295,28 +290,12 @@ def search_flip(readout: Callable[[torch.Tensor], torch.Tensor], d: int, target:
     if init is not None:
         Delta = torch.cat([Delta, as_tensor(init, dtype=dtype).reshape(-1, d)])
     Delta = project_ball(Delta.to(device), radius)
-    best_loss = torch.full((Delta.shape[0],), math.inf, dtype=dtype, device=Delta.device)
-    best_val = torch.zeros_like(best_loss)
-    best_Delta = Delta.clone()
-    for t in range(steps + 1):
-        Delta.requires_grad_(True)
-        vals = readout(Delta)
-        losses = (vals - target) ** 2
-        with torch.no_grad():
-            better = losses < best_loss
-            best_loss = torch.where(better, losses, best_loss)
-            best_val = torch.where(better, vals, best_val)
-            best_Delta[better] = Delta[better]
-        if t == steps:
-            break
-        (grad,) = torch.autograd.grad(losses.sum(), Delta)
-        with torch.no_grad():
-            eta = lr * radius * 0.5 * (1 + math.cos(math.pi * t / steps))
-            gnorm = torch.linalg.vector_norm(grad, dim=-1, keepdim=True).clamp_min(1e-300)
-            Delta = project_ball(Delta.detach() - eta * grad / gnorm, radius)
-    j = int(torch.argmin(best_loss))
-    return FlipResult(Delta=best_Delta[j].detach(), value=float(best_val[j]),
-                      loss=float(best_loss[j]), start=j)
+    neg_loss, best_Delta = cosine_ascent(lambda D: -(readout(D) - target) ** 2, Delta, radius,
+                                         steps=steps, lr=lr)
+    j = int(torch.argmax(neg_loss))
+    with torch.no_grad():
+        value = float(readout(best_Delta[j:j + 1])[0])
+    return FlipResult(Delta=best_Delta[j], value=value, loss=float(-neg_loss[j]), start=j)
 
 
 # ---------------------------------------------------------------------------------------------

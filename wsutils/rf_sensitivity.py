@@ -22,7 +22,6 @@ The bounds are functions of the drawn ``(V flat(X), V_i)``:
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -34,12 +33,13 @@ from tqdm.auto import tqdm
 from ._tensor import Array, as_tensor
 from .checks import check_text, check_unit_rows
 from .maps import flat
-from .sensitivity import SensitivityResult, _rows, project_ball
+from .device import small_work_threads
+from .sensitivity import SensitivityResult, _rows, project_ball, sphere_starts
 
 __all__ = [
     "RFSensitivityResult", "rf_block_seed", "rf_weight_block", "rf_row_law", "rf_preactivation",
     "rf_certified_upper", "rf_certified_lower", "rf_high_probability_bound",
-    "rf_relative_change", "rf_word_sensitivity", "rf_point", "sample_text", "small_work_threads",
+    "rf_relative_change", "rf_word_sensitivity", "rf_point", "sample_text", 
 ]
 
 
@@ -61,20 +61,6 @@ class RFSensitivityResult(SensitivityResult):
     phi_norm: float = math.nan
     mode: str = ""
     k: int = 0
-
-
-@contextlib.contextmanager
-def small_work_threads(elements: int, threshold: int = 1 << 22):
-    """Run torch single-threaded while the work is small (``elements`` below ``threshold``):
-    on a loaded machine, small matrix products with several threads spend most of their time
-    waiting for each other (measured: 30× slower at ``k·d ≈ 10⁴``). Restores the setting."""
-    before = torch.get_num_threads()
-    if elements < threshold and before > 1:
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def rf_block_seed(seed: int, block: int) -> int:
@@ -251,9 +237,7 @@ def _search_row(u, Vi, *, starts, steps, g, d):
     G, GJ = _grams(Vi, _check_active(u))          # one pass over V_i for both bounds
     upper = _upper_from(G, u, d)
     lower, Delta_star = _lower_from(GJ, u, Vi)
-    xi = torch.randn(max(starts, 1), d, generator=g, dtype=Vi.dtype)
-    xi[1:] *= radius / torch.linalg.vector_norm(xi[1:], dim=1, keepdim=True)
-    xi[:1] *= 0.1                                              # the authors' start 0.1·ξ
+    xi = sphere_starts(torch.randn(max(starts, 1), d, generator=g, dtype=Vi.dtype), radius)
     S = torch.cat([Delta_star[None].cpu(), -Delta_star[None].cpu(), xi]).to(Vi.device)
     vals, best = _ascend(u, Vi, S, steps)
     j = int(torch.argmax(vals))

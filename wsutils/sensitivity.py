@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 from ._tensor import Array, as_tensor
 from .checks import check_finite, check_text, check_unit_rows
 
-__all__ = ["SensitivityResult", "perturb", "project_ball", "relative_change", "word_sensitivity"]
+__all__ = ["SensitivityResult", "cosine_ascent", "perturb", "project_ball", "relative_change",
+           "sphere_starts", "word_sensitivity"]
 
 Map = Callable[[torch.Tensor], torch.Tensor]
 
@@ -174,6 +175,40 @@ def word_sensitivity(
                              per_row=per_row, starts=S, steps=steps, seed=seed)
 
 
+def sphere_starts(xi: torch.Tensor, radius: float) -> torch.Tensor:
+    """Turn standard-normal draws ``xi`` of shape ``(..., s, d)`` into the estimators' starts,
+    in place: the first is the authors' start ``0.1·ξ``, the others are uniform on the sphere
+    ``‖Δ‖ = radius``."""
+    xi[..., 1:, :] *= radius / torch.linalg.vector_norm(xi[..., 1:, :], dim=-1, keepdim=True)
+    xi[..., :1, :] *= 0.1
+    return xi
+
+
+def cosine_ascent(values, Delta: torch.Tensor, radius: float, *, steps: int, lr: float):
+    """Projected gradient ascent of ``values(Delta) -> (B,)`` from each row of ``Delta``
+    (``B × d``) over the ball ``‖Δ‖ ≤ radius``: step ``t`` moves by
+    ``lr·radius·(1 + cos(πt/steps))/2`` along the normalised gradient and projects back
+    (:func:`project_ball`). Returns the best value of each search and the iterate attaining it
+    (the best iterate, not the last). Minimise a loss by passing ``-loss``."""
+    best_val = torch.full((Delta.shape[0],), -math.inf, dtype=Delta.dtype, device=Delta.device)
+    best_Delta = Delta.clone()
+    for t in range(steps + 1):
+        Delta.requires_grad_(True)
+        vals = values(Delta)
+        with torch.no_grad():
+            better = vals > best_val
+            best_val = torch.where(better, vals, best_val)
+            best_Delta[better] = Delta[better]
+        if t == steps:
+            break
+        (grad,) = torch.autograd.grad(vals.sum(), Delta)
+        with torch.no_grad():
+            eta = lr * radius * 0.5 * (1 + math.cos(math.pi * t / steps))
+            gnorm = torch.linalg.vector_norm(grad, dim=-1, keepdim=True).clamp_min(1e-300)
+            Delta = project_ball(Delta.detach() + eta * grad / gnorm, radius)
+    return best_val.detach(), best_Delta.detach()
+
+
 def _ascend(objective, Xt: torch.Tensor, row_list: list[int], *, starts: int, steps: int,
             seed: int, extra: torch.Tensor | None, lr: float, max_batch_elements: int,
             progress: bool):
@@ -191,32 +226,16 @@ def _ascend(objective, Xt: torch.Tensor, row_list: list[int], *, starts: int, st
     best = (-1.0, row_list[0], torch.zeros(d, dtype=Xt.dtype))
     for chunk in tqdm(chunks, desc="word sensitivity", disable=not progress, leave=False):
         R = len(chunk)
-        xi = torch.randn(R, starts, d, generator=g, dtype=Xt.dtype)
-        xi[:, 1:] *= radius / torch.linalg.vector_norm(xi[:, 1:], dim=-1, keepdim=True)
-        xi[:, :1] *= 0.1
+        xi = sphere_starts(torch.randn(R, starts, d, generator=g, dtype=Xt.dtype), radius)
         Delta = xi.to(Xt.device)
         if extra is not None:
             Delta = torch.cat([Delta, extra.expand(R, -1, -1)], dim=1)
         Delta = project_ball(Delta.reshape(R * S, d), radius)
         row_idx = torch.tensor(chunk, device=Xt.device).repeat_interleave(S)
-        best_val = torch.full((R * S,), -1.0, dtype=Xt.dtype, device=Xt.device)
-        best_Delta = Delta.clone()
         values = objective(chunk)
-        for t in range(steps + 1):
-            Delta.requires_grad_(True)
-            vals = values(row_idx, Delta)
-            with torch.no_grad():
-                better = vals > best_val
-                best_val = torch.where(better, vals, best_val)
-                best_Delta[better] = Delta[better]
-            if t == steps:
-                break
-            (grad,) = torch.autograd.grad(vals.sum(), Delta)
-            with torch.no_grad():
-                eta = lr * radius * 0.5 * (1 + math.cos(math.pi * t / steps))
-                gnorm = torch.linalg.vector_norm(grad, dim=-1, keepdim=True).clamp_min(1e-300)
-                Delta = project_ball(Delta.detach() + eta * grad / gnorm, radius)
-        vals = best_val.reshape(R, S).detach().cpu()
+        best_val, best_Delta = cosine_ascent(lambda D: values(row_idx, D), Delta, radius,
+                                             steps=steps, lr=lr)
+        vals = best_val.reshape(R, S).cpu()
         for j, r in enumerate(chunk):
             per_row[r] = float(vals[j].max())
         k = int(torch.argmax(best_val))
