@@ -12,7 +12,6 @@ from pathlib import Path
 from unittest import mock
 
 import jupytext
-import pytest
 from nbval.plugin import IPyNbFile
 
 BOOK = Path(__file__).parent / "book"

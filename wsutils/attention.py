@@ -20,13 +20,12 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
 import torch
 
 from ._tensor import Array, as_tensor, like
-from .checks import check_finite, check_shape, check_text, check_unit_rows
+from .checks import check_shape, check_text, check_unit_rows
 from .maps import attention_scores, raf, relu_attention
-from .sensitivity import (SensitivityResult, _ascend, _rows, project_ball, relative_change)
+from .sensitivity import SensitivityResult, _ascend, project_ball, relative_change, search_setup
 
 __all__ = [
     "KINDS", "row_takeover", "key_takeover", "takeover_candidates", "certified_lower_bound",
@@ -257,16 +256,7 @@ def attention_word_sensitivity(
     """
     fn = _map(kind)
     Xt, Wt, n, d = _prepare(X, W, device=device)
-    check_unit_rows(Xt)
-    if starts < 1 or steps < 0:
-        raise ValueError(f"need starts ≥ 1 and steps ≥ 0, got starts={starts}, steps={steps}.")
-    row_list = _rows(rows, n)
-    radius = math.sqrt(d)
-    extra = None
-    if init is not None:
-        extra = as_tensor(init, dtype=Xt.dtype, device=Xt.device).reshape(-1, d)
-        check_finite("init", extra)
-        extra = project_ball(extra, radius)
+    Xt, row_list, extra = search_setup(Xt, rows=rows, starts=starts, steps=steps, init=init)
     obj = _FastObjective(Xt, Wt, kind)
     if not obj.base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")

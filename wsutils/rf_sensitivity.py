@@ -31,10 +31,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ._tensor import Array, as_tensor
-from .checks import check_text, check_unit_rows
+from .checks import check_text
 from .maps import flat
 from .device import small_work_threads
-from .sensitivity import SensitivityResult, _rows, project_ball, sphere_starts
+from .sensitivity import SensitivityResult, _rows, project_ball, search_setup, sphere_starts
 
 __all__ = [
     "RFSensitivityResult", "rf_block_seed", "rf_weight_block", "rf_row_law", "rf_preactivation",
@@ -275,17 +275,11 @@ def rf_word_sensitivity(
     ``steps`` projected gradient steps (:func:`_ascend`) and keeps the best iterate. The result
     carries the certified bounds ``lower ≤ value ≤ upper``. Memory ``O(k·d)``.
     """
-    Xt = as_tensor(X, device=device)
-    n, d = check_text(Xt)
-    if Xt.ndim != 2:
-        raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
-    if check_norms:
-        check_unit_rows(Xt)
     if int(k) < 1:
         raise ValueError(f"k (the number of random features) must be positive, got {k}.")
-    if starts < 1 or steps < 0:
-        raise ValueError(f"need starts ≥ 1 and steps ≥ 0, got starts={starts}, steps={steps}.")
-    row_list = _rows(rows, n)
+    Xt, row_list, _ = search_setup(X, rows=rows, starts=starts, steps=steps,
+                                   check_norms=check_norms, device=device)
+    d = Xt.shape[1]
     if mode == "auto":
         mode = "reduced" if len(row_list) == 1 else "blocks"
     if mode not in ("reduced", "blocks"):
@@ -304,7 +298,6 @@ def _rf_word_sensitivity(Xt, k, row_list, mode, *, seed, starts, steps, progress
     g = torch.Generator().manual_seed(int(seed) + 1)
     if mode == "reduced":
         u, Vi = rf_row_law(Xt, k, row_list[0], seed=seed, device=Xt.device)
-        blocks = None
     else:
         u = rf_preactivation(Xt, k, seed=seed, device=Xt.device)
     phi_norm = float(torch.linalg.vector_norm(torch.relu(u)))

@@ -21,7 +21,7 @@ from ._tensor import Array, as_tensor
 from .checks import check_finite, check_text, check_unit_rows
 
 __all__ = ["SensitivityResult", "cosine_ascent", "perturb", "project_ball", "relative_change",
-           "sphere_starts", "word_sensitivity"]
+           "search_setup", "sphere_starts", "word_sensitivity"]
 
 Map = Callable[[torch.Tensor], torch.Tensor]
 
@@ -101,6 +101,28 @@ def _rows(rows, n: int) -> list[int]:
     return rows
 
 
+def search_setup(X: Array, *, rows, starts: int, steps: int, init: Array | None = None,
+                 check_norms: bool = True, device=None):
+    """Validate what every word-sensitivity estimator takes: a single text ``X`` (``n × d``,
+    finite, rows of norm ``√d`` unless ``check_norms=False``), ``starts ≥ 1``, ``steps ≥ 0``,
+    the rows to search (``None``: all) and extra starts ``init`` (``m × d``, projected onto the
+    ball). Returns ``(X as a tensor, the list of rows, init as an m × d tensor or None)``."""
+    Xt = as_tensor(X, device=device)
+    n, d = check_text(Xt)
+    if Xt.ndim != 2:
+        raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
+    if check_norms:
+        check_unit_rows(Xt)
+    if starts < 1 or steps < 0:
+        raise ValueError(f"need starts ≥ 1 and steps ≥ 0, got starts={starts}, steps={steps}.")
+    extra = None
+    if init is not None:
+        extra = as_tensor(init, dtype=Xt.dtype, device=Xt.device).reshape(-1, d)
+        check_finite("init", extra)
+        extra = project_ball(extra, math.sqrt(d))
+    return Xt, _rows(rows, n), extra
+
+
 def _batched(phi: Map, batched: bool) -> Map:
     if batched:
         return phi
@@ -137,21 +159,8 @@ def word_sensitivity(
     that only takes a single ``(n, d)`` text. ``X`` must have rows of norm ``√d``
     (``check_norms=False`` skips that check). Same ``seed``, same result.
     """
-    Xt = as_tensor(X, device=device)
-    n, d = check_text(Xt)
-    if Xt.ndim != 2:
-        raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
-    if check_norms:
-        check_unit_rows(Xt)
-    if starts < 1 or steps < 0:
-        raise ValueError(f"need starts ≥ 1 and steps ≥ 0, got starts={starts}, steps={steps}.")
-    row_list = _rows(rows, n)
-    radius = math.sqrt(d)
-    extra = None
-    if init is not None:
-        extra = as_tensor(init, dtype=Xt.dtype, device=Xt.device).reshape(-1, d)
-        check_finite("init", extra)
-        extra = project_ball(extra, radius)
+    Xt, row_list, extra = search_setup(X, rows=rows, starts=starts, steps=steps, init=init,
+                                       check_norms=check_norms, device=device)
     S = starts + (0 if extra is None else extra.shape[0])
     phi_b = _batched(phi, batched)
 
