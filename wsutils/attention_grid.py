@@ -26,7 +26,7 @@ def sensitivity_point(kind: str, d: int, n: int, seed: int, rows: int = 2, start
 
     The estimator (:func:`wsutils.attention.attention_word_sensitivity`) searches the first
     ``rows`` words from ``starts`` random starts plus the take-over constructions;
-    ``certified`` is the best construction alone (:func:`certified_lower_bound`) over the same
+    ``certified`` is the best construction alone (:func:`wsutils.attention.certified_lower_bound`) over the same
     rows. Also returns ``‖φ(X)‖_F/√d``, ``κ = ‖X‖_op/√d`` and, for ``raf``, the bound and the
     self-weight of :prf:ref:`thm-raf-high` at row 0.
     """

@@ -272,7 +272,7 @@ def rf_word_sensitivity(
 
     For each row, the search starts from the explicit ``±Δ`` of :prf:ref:`thm-rf-lower`, the
     authors' ``0.1·ξ`` and ``starts − 1`` random points of the sphere ``‖Δ‖ = √d``, takes
-    ``steps`` projected gradient steps (:func:`_ascend`) and keeps the best iterate. The result
+    ``steps`` projected gradient steps (moving to the sphere along the gradient) and keeps the best iterate. The result
     carries the certified bounds ``lower ≤ value ≤ upper``. Memory ``O(k·d)``.
     """
     if int(k) < 1:
