@@ -103,14 +103,24 @@ def run(method: str, d: int, n: int, seed: int = 0) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """``python -m benchmarks.bench_rf [--sizes 64x64,128x128] [--no-paper-point]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_rf")
+    parser.add_argument("--sizes", default=",".join(f"{d}x{n}" for d, n in SIZES),
+                        help="comma-separated dxn sizes where the dense baseline fits")
+    parser.add_argument("--no-paper-point", action="store_true",
+                        help="skip ours alone at the paper's largest point")
+    args = parser.parse_args([] if argv is None else argv)
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     print("RF word sensitivity, first row, k = D; fresh process per run; "
           "peak = ru_maxrss, Δpeak = peak − RSS after imports. Timings on a shared machine.")
     head = (f"{'d':>4} {'n':>4} {'method':<16} {'time s':>8} {'cpu s':>8} {'peak MB':>8} "
             f"{'Δpeak MB':>9} {'S':>8}")
     print(head)
     print("-" * len(head))
-    for d, n in SIZES:
+    for d, n in sizes:
         rows = {m: run(m, d, n) for m in ("baseline", "ours (reduced)", "ours (blocks)")}
         for m, r in rows.items():
             print(f"{d:>4} {n:>4} {m:<16} {r['time']:>8.2f} {r['cpu']:>8.2f} {r['peak']:>8.0f} "
@@ -120,6 +130,8 @@ def main() -> None:
               f"cpu {b['cpu'] / o['cpu']:.1f}×, peak {b['peak'] / o['peak']:.1f}×, Δpeak "
               f"{(b['peak'] - b['rss0']) / max(o['peak'] - o['rss0'], 1):.1f}×; "
               f"same V: S ours (blocks) − baseline = {same['S'] - b['S']:+.4f}")
+    if args.no_paper_point:
+        return
     d, n = PAPER_POINT
     r = run("ours (reduced)", d, n)
     print(f"{d:>4} {n:>4} {'ours (reduced)':<16} {r['time']:>8.2f} {r['cpu']:>8.2f} {r['peak']:>8.0f} "
@@ -128,4 +140,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1:])
