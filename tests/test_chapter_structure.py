@@ -7,25 +7,14 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
+
+from tools.browser_check import toc_pages  # the one reader of _toc.yml
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _pages():
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-
-    def walk(entries):
-        for e in entries or []:
-            if "file" in e:
-                files.append(e["file"])
-            for key in ("chapters", "sections", "parts"):
-                walk(e.get(key))
-
-    walk(toc.get("chapters"))
-    walk(toc.get("parts"))
-    return [ROOT / "book" / f"{f}.md" for f in files]
+    return [ROOT / "book" / f"{page}.md" for page in toc_pages(ROOT / "_toc.yml")]
 
 
 PAGES = _pages()
