@@ -183,6 +183,18 @@ def test_select_reviews_balanced_seeded_and_short(small_jsonl, enc):
         data.select_reviews(ds, 5, tokenizer=enc.tokenizer, seed=1)
 
 
+def test_select_reviews_unique_skips_duplicate_texts(tmp_path, enc):
+    rows = [{"text": f"review number {i % 5}", "label": i % 2} for i in range(20)]  # 4 copies each
+    path = tmp_path / "dups.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ds = data.load_imdb(path)
+    sel = data.select_reviews(ds, 4, tokenizer=enc.tokenizer, seed=0, unique=True)
+    assert len(set(sel.texts)) == 4
+    with pytest.raises(ValueError, match="only"):
+        data.select_reviews(ds, 6, tokenizer=enc.tokenizer, seed=0, unique=True)
+    assert len(data.select_reviews(ds, 6, tokenizer=enc.tokenizer, seed=0)) == 6
+
+
 IMDB = os.environ.get("WSBOOK_IMDB")
 
 

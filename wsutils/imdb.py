@@ -98,7 +98,8 @@ def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, kee
 def _flip_embedded(model: str, imdb: str | None, reviews: int, select_seed: int,
                    max_length: int):
     enc = load_model(model)
-    sel = select_reviews(_dataset(imdb), reviews, tokenizer=enc.tokenizer, seed=select_seed)
+    sel = select_reviews(_dataset(imdb), reviews, tokenizer=enc.tokenizer, seed=select_seed,
+                         unique=True)
     E, mask = embed(sel.texts, model=enc, ids=[int(i) for i in sel.review],
                     max_length=max_length, return_mask=True)
     return E, mask, sel.y, sel.review
@@ -106,9 +107,9 @@ def _flip_embedded(model: str, imdb: str | None, reviews: int, select_seed: int,
 
 def flip_texts(*, n: int, d: int, reviews: int, select_seed: int, keep: str = "all",
                model: str | None = None, imdb: str | None = None, max_length: int = 256):
-    """Labelled texts for the generalization experiment on IMDb: ``reviews`` label-balanced
-    reviews of fewer than 240 tokens (:func:`wsutils.data.select_reviews` with seed
-    ``select_seed``; they alternate ``y = −1, +1, …``), embedded at layer 0 through the on-disk
+    """Labelled texts for the generalization experiment on IMDb: ``reviews`` label-balanced,
+    pairwise distinct reviews of fewer than 240 tokens (:func:`wsutils.data.select_reviews`
+    with seed ``select_seed`` and ``unique=True``; they alternate ``y = −1, +1, …``), embedded at layer 0 through the on-disk
     cache (:func:`wsutils.embeddings.embed` with the review ids), each cut to ``n × d`` with
     rows of norm ``√d`` (:func:`wsutils.embeddings.sample_matrix`; ``keep="all"`` keeps
     ``[CLS]``, ``[SEP]`` and ``[PAD]`` rows as the authors do, ``"words"`` word tokens only).
