@@ -180,3 +180,34 @@ def test_flip_point_bad_input():
         G.flip_point(map="rf", n=2, d=3, Ns=[8], seed=0)
     with pytest.raises(ValueError, match="loss must be"):
         G.flip_target("hinge", theta1=torch.ones(2), phi=torch.ones(2), y=1.0)
+
+
+@pytest.mark.parametrize("map", G.MAPS)
+def test_flip_runs_on_planted_data_equals_flip_point(map):
+    kw = dict(Ns=[8, 10], starts=2, steps=15)
+    Xs, Y, X, y = G.planted_data(10, 4, 6, seed=3)
+    direct = G.flip_runs(map, Xs, Y, X, y, seed=5, **kw)
+    np.testing.assert_equal(direct, G.flip_point(map=map, n=4, d=6, seed=3, **kw))  # NaN == NaN
+    np.testing.assert_allclose([r["t1"] for r in direct["runs"]], y, rtol=0, atol=1e-12)
+
+
+def test_flip_runs_bad_input():
+    Xs, Y, X, y = G.planted_data(10, 4, 6, seed=0)
+    with pytest.raises(ValueError, match=r"\(N, n, d\)"):
+        G.flip_runs("rf", Xs[0], Y, X, y, Ns=[5], seed=0)
+    with pytest.raises(ValueError, match="new text"):
+        G.flip_runs("rf", Xs, Y, X[:3], y, Ns=[5], seed=0)
+    with pytest.raises(ValueError, match="one label per training text"):
+        G.flip_runs("rf", Xs, Y[:-1], X, y, Ns=[5], seed=0)
+    with pytest.raises(ValueError, match="±1"):
+        G.flip_runs("rf", Xs, (Y + 1) / 2, X, y, Ns=[5], seed=0)
+    with pytest.raises(ValueError, match="±1"):
+        G.flip_runs("rf", Xs, Y, X, 0.0, Ns=[5], seed=0)
+    with pytest.raises(ValueError, match="between 1 and len"):
+        G.flip_runs("rf", Xs, Y, X, y, Ns=[11], seed=0)
+    with pytest.raises(ValueError, match="norm √d"):
+        G.flip_runs("rf", 2 * Xs, Y, X, y, Ns=[5], seed=0)
+    with pytest.raises(ValueError, match="map must be"):
+        G.flip_runs("cnn", Xs, Y, X, y, Ns=[5], seed=0)
+    with pytest.raises(ValueError, match="out of range"):
+        G.flip_runs("raf", Xs, Y, X, y, Ns=[5], seed=0, row=4)

@@ -183,6 +183,18 @@ def test_select_reviews_balanced_seeded_and_short(small_jsonl, enc):
         data.select_reviews(ds, 5, tokenizer=enc.tokenizer, seed=1)
 
 
+def test_select_reviews_unique_skips_duplicate_texts(tmp_path, enc):
+    rows = [{"text": f"review number {i % 5}", "label": i % 2} for i in range(20)]  # 4 copies each
+    path = tmp_path / "dups.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ds = data.load_imdb(path)
+    sel = data.select_reviews(ds, 4, tokenizer=enc.tokenizer, seed=0, unique=True)
+    assert len(set(sel.texts)) == 4
+    with pytest.raises(ValueError, match="only"):
+        data.select_reviews(ds, 6, tokenizer=enc.tokenizer, seed=0, unique=True)
+    assert len(data.select_reviews(ds, 6, tokenizer=enc.tokenizer, seed=0)) == 6
+
+
 IMDB = os.environ.get("WSBOOK_IMDB")
 
 
@@ -198,6 +210,44 @@ def test_real_reviews_embedded_model(tmp_path):
     np.testing.assert_array_equal(mask.sum(axis=1), sel.tokens)
     X = em.sample_matrix(E[0], 40, enc.hidden // 2)
     np.testing.assert_allclose(np.linalg.norm(X, axis=1), math.sqrt(enc.hidden // 2))
+
+
+@pytest.mark.skipif(not IMDB, reason="WSBOOK_IMDB is not set: no local copy of the IMDb reviews")
+def test_layer0_rows_do_not_depend_on_max_length(tmp_path):
+    """flip_texts embeds with a short max_length: layer 0 embeds each token on its own."""
+    enc = em.load_model(config.EMBEDDED_MODEL)
+    sel = data.select_reviews(data.load_imdb(), 4, tokenizer=enc.tokenizer, seed=0)
+    E256 = em.embed(sel.texts, model=enc, max_length=256, cache_dir=False)
+    E128 = em.embed(sel.texts, model=enc, max_length=128, cache_dir=False)
+    np.testing.assert_allclose(E128[:, :127], E256[:, :127], rtol=0, atol=1e-5)
+
+
+@pytest.mark.skipif(not IMDB, reason="WSBOOK_IMDB is not set: no local copy of the IMDb reviews")
+def test_flip_point_imdb_tiny():
+    from wsutils import generalization as G
+    from wsutils.imdb import flip_point_imdb, flip_texts
+
+    kw = dict(n=6, d=8, reviews=12, select_seed=0, model=config.EMBEDDED_MODEL, imdb=IMDB,
+              max_length=32)
+    Xs, y, ids = flip_texts(**kw)
+    assert Xs.shape == (12, 6, 8) and list(y) == [-1.0, 1.0] * 6 and len(set(ids)) == 12
+    np.testing.assert_allclose(np.linalg.norm(Xs, axis=-1), math.sqrt(8))
+    for m in G.MAPS:
+        out = flip_point_imdb(map=m, Ns=[8, 10], seed=1, held_out=11, steps=10, starts=2, **kw)
+        assert out["y"] == 1.0 and out["review"] == ids[11]
+        runs = out["runs"]
+        assert len(runs) == 2 * len(G.TRAININGS) * len(G.LOSSES)
+        assert max(abs(r["t1"] - r["y"]) for r in runs) < 1e-10
+        assert max(r["interp_err"] for r in runs) < 1e-9
+        assert max(r["norm_Delta"] for r in runs) <= math.sqrt(8)
+        # the same numbers as flip_runs on the same texts
+        direct = G.flip_runs(m, Xs[:10], y[:10], Xs[11], y[11], Ns=[8, 10], seed=1, steps=10,
+                             starts=2)
+        np.testing.assert_equal(direct["runs"], runs)
+    with pytest.raises(ValueError, match="held_out"):
+        flip_point_imdb(map="rf", Ns=[10], seed=0, held_out=5, **kw)
+    with pytest.raises(ValueError, match="max_length > n"):
+        flip_texts(**{**kw, "n": 40})
 
 
 # --- wsutils.chat ------------------------------------------------------------------------

@@ -126,7 +126,7 @@ class Reviews:
 
 
 def select_reviews(ds, count: int, *, tokenizer, seed: int, max_tokens: int = MAX_TOKENS,
-                   min_tokens: int = 0, chunk: int = 2048) -> Reviews:
+                   min_tokens: int = 0, chunk: int = 2048, unique: bool = False) -> Reviews:
     """``count`` reviews (half of each label) with ``min_tokens ≤ length < max_tokens`` tokens
     (``[CLS]``/``[SEP]`` counted), labels mapped to ``±1`` (positive = +1).
 
@@ -134,6 +134,8 @@ def select_reviews(ds, count: int, *, tokenizer, seed: int, max_tokens: int = MA
     labels have ``count/2`` qualifying reviews, so the same seed gives the same selection and
     a small ``count`` does not tokenize the whole corpus. The result alternates the labels
     (−1, +1, −1, …). ``count`` must be even; a ValueError says how many qualify when too few do.
+    ``unique=True`` skips a review whose text equals one already picked (IMDb holds a few
+    duplicate reviews; two equal texts make a Gram matrix of features singular).
     """
     count = int(count)
     if count < 2 or count % 2:
@@ -145,16 +147,19 @@ def select_reviews(ds, count: int, *, tokenizer, seed: int, max_tokens: int = MA
     labels = np.asarray(ds["label"])
     picked: dict[int, list[tuple[int, int]]] = {0: [], 1: []}
     scanned = qualified = 0
+    seen: set[str] = set()
     for j in range(0, len(order), chunk):
         idx = order[j:j + chunk]
-        lengths = token_lengths(ds.select(idx)["text"], tokenizer)
+        chunk_texts = ds.select(idx)["text"]
+        lengths = token_lengths(chunk_texts, tokenizer)
         scanned += len(idx)
         ok = (lengths < max_tokens) & (lengths >= min_tokens)
         qualified += int(ok.sum())
-        for i, length in zip(idx[ok], lengths[ok]):
+        for i, length, text in zip(idx[ok], lengths[ok], np.asarray(chunk_texts, dtype=object)[ok]):
             lab = int(labels[i])
-            if len(picked[lab]) < half:
+            if len(picked[lab]) < half and not (unique and text in seen):
                 picked[lab].append((int(i), int(length)))
+                seen.add(text)
         if all(len(v) >= half for v in picked.values()):
             break
     if any(len(v) < half for v in picked.values()):

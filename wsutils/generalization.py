@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ._tensor import Array, as_tensor, like
-from .checks import check_finite
+from .checks import check_finite, check_shape, check_unit_rows
 from .maps import flat, raf, relu_attention
 from .rf_sensitivity import rf_block_seed
 from .sensitivity import cosine_ascent, perturb, project_ball
@@ -38,7 +38,8 @@ __all__ = [
     "LOSSES", "MAPS", "TRAININGS", "FlipResult",
     "gram_cholesky", "min_norm_interpolator", "project_out", "fine_tune", "retrain",
     "planted_data", "rf_block_seed", "rf_blocks", "sample_V_blocked", "rf_preactivations",
-    "attention_features", "flip_grid", "flip_table", "FlipModel", "rf_flip_model", "attention_flip_model", "flip_target", "search_flip", "flip_point",
+    "attention_features", "flip_grid", "flip_table", "FlipModel", "rf_flip_model", "attention_flip_model", "flip_target", "search_flip", "flip_runs",
+    "flip_point",
 ]
 
 LOSSES = ("output", "align_ft", "align_rt")
@@ -380,15 +381,42 @@ def _features(map: str, Xs: torch.Tensor, X: torch.Tensor, *, seed: int, row: in
     return F[:-1], F[-1], attention_flip_model(X, W, map, row)
 
 
-def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
-               losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
-               starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0,
-               block_rows: int = 2048, progress: bool = False) -> dict:
-    """One grid point for :func:`wsutils.sweep.run_grid`: a draw of data (``max(Ns)`` training
-    texts from :func:`planted_data`, seed ``seed``) and weights (seed ``seed + 2``), then for
-    every ``N`` in ``Ns`` (the first ``N`` texts) every training and every loss: ``θ₀``,
-    ``θ₁``, the flip search on word ``row``, and ``t0, t1, D0, D1`` (outputs on ``X`` and
-    ``X_Δ`` with ``θ₀`` and ``θ₁``).
+def _check_flip_data(Xs: torch.Tensor, Y: torch.Tensor, X: torch.Tensor, y: float,
+                     Ns: Sequence[int], row: int) -> None:
+    """Input checks of :func:`flip_runs` (shapes, labels ``±1``, ``N ≤ len(Xs)``, rows of
+    norm ``√d``)."""
+    if Xs.ndim != 3:
+        raise ValueError(f"Xs must be the training texts as an array (N, n, d), got shape "
+                         f"{tuple(Xs.shape)}.")
+    Nmax, n, d = Xs.shape
+    check_finite("Xs", Xs)
+    check_shape("X", X, (n, d), "the new text, with the n words of d coordinates of Xs")
+    check_shape("Y", Y, (Nmax,), "one label per training text")
+    bad = sorted(set(Y.tolist()) - {-1.0, 1.0})
+    if bad or float(y) not in (-1.0, 1.0):
+        raise ValueError(f"labels must be ±1 (Y has {bad[:5] or 'only ±1'}, y = {y}); map "
+                         "0/1 labels with 2·label − 1.")
+    check_unit_rows(Xs)
+    check_unit_rows(X)
+    Ns = [int(N) for N in Ns]
+    if not Ns or min(Ns) < 1 or max(Ns) > Nmax:
+        raise ValueError(f"every N in Ns must be between 1 and len(Xs) = {Nmax}, got {Ns}.")
+    if max(Ns) >= n * d:
+        raise ValueError(f"N = {max(Ns)} must be below p = n·d = {n * d} for interpolation.")
+    if not 0 <= row < n:
+        raise ValueError(f"row {row} is out of range for texts of n = {n} words.")
+
+
+def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence[int],
+              seed: int, losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
+              starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0,
+              block_rows: int = 2048, progress: bool = False) -> dict:
+    """The generalization experiment on given data (:prf:ref:`def-flip-problem`): training
+    texts ``Xs`` (``N × n × d``, rows of norm ``√d``), their labels ``Y`` (``±1``), the new
+    text ``X`` (``n × d``) and its label ``y``. Weights of ``map`` are drawn with ``seed`` and
+    the flip search with ``seed + 1``. For every ``N`` in ``Ns`` (the first ``N`` texts) every
+    training and every loss: ``θ₀``, ``θ₁``, the flip search on word ``row``, and
+    ``t0, t1, D0, D1`` (outputs on ``X`` and ``X_Δ`` with ``θ₀`` and ``θ₁``).
 
     Returns ``{"runs": [...]}``, one dict per ``(N, training, loss)``, with the invariants
     (``max |Φθ₀ − Y|``, ``‖Δ‖``) and the quantities of :prf:ref:`prop-flip-bound`.
@@ -400,13 +428,15 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
     bad = [x for x in losses if x not in LOSSES] + [x for x in trainings if x not in TRAININGS]
     if bad:
         raise ValueError(f"unknown losses/trainings {bad}; use {LOSSES} and {TRAININGS}.")
+    Xs, X = as_tensor(Xs, dtype=torch.float64), as_tensor(X, dtype=torch.float64)
+    Y = as_tensor(Y, dtype=torch.float64).reshape(-1)
+    _check_flip_data(Xs, Y, X, y, Ns, row)
+    y = float(y)
     Nmax = max(Ns)
-    if Nmax >= n * d:
-        raise ValueError(f"N = {Nmax} must be below p = n·d = {n * d} for interpolation.")
-    Xs, Y, X, y = planted_data(Nmax, n, d, seed=seed)
-    Phi_all, phi, model = _features(map, Xs, X, seed=seed + 2, row=row, block_rows=block_rows,
-                                    progress=progress)
-    search = dict(starts=starts, steps=steps, lr=lr, seed=seed + 3)
+    n, d = X.shape
+    Phi_all, phi, model = _features(map, Xs[:Nmax], X, seed=seed, row=row,
+                                    block_rows=block_rows, progress=progress)
+    search = dict(starts=starts, steps=steps, lr=lr, seed=seed + 1)
     cache: dict = {}
     runs = []
     # The Cholesky factor of a leading block of K is the leading block of K's factor.
@@ -443,6 +473,24 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
                     rho=float(torch.linalg.vector_norm(phi) * torch.linalg.vector_norm(v)),
                     start=res.start))
     return {"runs": runs}
+
+
+def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
+               losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
+               starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0,
+               block_rows: int = 2048, progress: bool = False) -> dict:
+    """One grid point for :func:`wsutils.sweep.run_grid` on synthetic data: ``max(Ns) + 1``
+    texts from :func:`planted_data` (seed ``seed``), then :func:`flip_runs` with weights seed
+    ``seed + 2`` (search seed ``seed + 3``)."""
+    if map not in MAPS:
+        raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
+    Nmax = max(Ns)
+    if Nmax >= n * d:
+        raise ValueError(f"N = {Nmax} must be below p = n·d = {n * d} for interpolation.")
+    Xs, Y, X, y = planted_data(Nmax, n, d, seed=seed)
+    return flip_runs(map, Xs, Y, X, y, Ns=Ns, seed=seed + 2, losses=losses,
+                     trainings=trainings, starts=starts, steps=steps, lr=lr, row=row,
+                     block_rows=block_rows, progress=progress)
 
 
 def flip_grid(*, d: int, Ns: Sequence[int], seeds: Sequence[int],

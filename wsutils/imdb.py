@@ -5,25 +5,31 @@ by a BERT model, and one grid point of the word-sensitivity sweep on them.
 per-point function for :func:`wsutils.sweep.run_grid`: its parameters are JSON values (the
 review is named by its ``review`` id in the loaded dataset), and the model, the dataset and the
 embeddings are loaded once per process (the embeddings through the on-disk cache).
+:func:`flip_point_imdb` is the grid-point function of the generalization experiment
+(:func:`wsutils.generalization.flip_runs`) on labelled reviews (:func:`flip_texts`).
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from typing import Sequence
 
 import numpy as np
 
 from . import config
 from .data import load_imdb
+from .attention import attention_word_sensitivity
+from .data import select_reviews
 from .embeddings import embed, load_model, sample_matrix, word_rows
+from .generalization import LOSSES, TRAININGS, flip_runs
 from .maps import raf, relu_attention
-from .sensitivity import word_sensitivity
 from .weights import sample_W, sample_X
 
-__all__ = ["MAPS", "review_matrix", "sensitivity_point"]
+__all__ = ["MAPS", "review_matrix", "sensitivity_point", "flip_texts", "flip_point_imdb"]
 
 MAPS = {"RAF": raf, "ReLU attention": relu_attention}
+_KINDS = {"RAF": "raf", "ReLU attention": "relu"}
 KEEP = ("all", "words")
 
 
@@ -81,8 +87,74 @@ def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, kee
     if map == "RF":
         r = rf_word_sensitivity(X, n * d, rows=None, seed=seed, starts=starts, steps=steps)
     else:
-        W, phi = sample_W(d, seed=seed), MAPS[map]
-        r = word_sensitivity(lambda Z: phi(Z, W), X, rows=None, starts=starts, steps=steps,
-                             seed=seed)
+        # the search of wsutils.sensitivity.word_sensitivity, in O(n·d) per start and step
+        r = attention_word_sensitivity(X, sample_W(d, seed=seed), kind=_KINDS[map], rows=None,
+                                       starts=starts, steps=steps, seed=seed)
     return {"S": r.value, "S_first": r.per_row[0], "row": r.row,
             "seconds": time.perf_counter() - t0}
+
+
+@functools.lru_cache(maxsize=2)
+def _flip_embedded(model: str, imdb: str | None, reviews: int, select_seed: int,
+                   max_length: int):
+    enc = load_model(model)
+    sel = select_reviews(_dataset(imdb), reviews, tokenizer=enc.tokenizer, seed=select_seed,
+                         unique=True)
+    E, mask = embed(sel.texts, model=enc, ids=[int(i) for i in sel.review],
+                    max_length=max_length, return_mask=True)
+    return E, mask, sel.y, sel.review
+
+
+def flip_texts(*, n: int, d: int, reviews: int, select_seed: int, keep: str = "all",
+               model: str | None = None, imdb: str | None = None, max_length: int = 256):
+    """Labelled texts for the generalization experiment on IMDb: ``reviews`` label-balanced,
+    pairwise distinct reviews of fewer than 240 tokens (:func:`wsutils.data.select_reviews`
+    with seed ``select_seed`` and ``unique=True``; they alternate ``y = −1, +1, …``), embedded at layer 0 through the on-disk
+    cache (:func:`wsutils.embeddings.embed` with the review ids), each cut to ``n × d`` with
+    rows of norm ``√d`` (:func:`wsutils.embeddings.sample_matrix`; ``keep="all"`` keeps
+    ``[CLS]``, ``[SEP]`` and ``[PAD]`` rows as the authors do, ``"words"`` word tokens only).
+
+    Returns ``(Xs, y, review_ids)``: ``(reviews, n, d)`` float64, labels ``±1`` (the reviews'
+    sentiment, positive = +1), and the reviews' ids in the loaded dataset. Layer 0 embeds each
+    token on its own (token, position and segment embeddings, then a layer norm), so any
+    ``max_length > n`` gives the same first ``n`` rows as the paper's 256.
+    """
+    if keep not in KEEP:
+        raise ValueError(f"keep must be one of {KEEP}, got {keep!r}.")
+    if keep == "all" and not n < max_length:
+        raise ValueError(f"n = {n} rows need max_length > n (the last position holds [SEP] "
+                         f"when a review is truncated), got max_length = {max_length}.")
+    model = config.model() if model is None else model
+    imdb = None if imdb is None else str(imdb)
+    E, mask, y, ids = _flip_embedded(model, imdb, int(reviews), int(select_seed), int(max_length))
+    rows = word_rows(mask) if keep == "words" else [None] * len(E)
+    Xs = np.stack([sample_matrix(E[j], n, d, rows=rows[j]) for j in range(len(E))])
+    return Xs, np.asarray(y, dtype=np.float64), np.asarray(ids)
+
+
+def flip_point_imdb(*, map: str, n: int, d: int, Ns: list[int], seed: int, reviews: int,
+                    select_seed: int, held_out: int, keep: str = "all", model: str | None = None,
+                    imdb: str | None = None, max_length: int = 256,
+                    losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
+                    starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0) -> dict:
+    """One grid point of the generalization experiment on IMDb reviews, for
+    :func:`wsutils.sweep.run_grid` (every parameter is a JSON value).
+
+    The texts are :func:`flip_texts` (``reviews`` reviews drawn with ``select_seed``); the
+    training texts are the first ``max(Ns)`` of them (label-balanced when ``max(Ns)`` is even),
+    the new text is the one at position ``held_out ≥ max(Ns)`` (never a training text), with
+    its sentiment as label ``y``. Then :func:`wsutils.generalization.flip_runs` with weights
+    seed ``seed`` (search seed ``seed + 1``). Returns ``{"runs": [...], "review": id of the new
+    text, "y": its label}``.
+    """
+    Nmax = max(Ns)
+    if not Nmax <= held_out < reviews:
+        raise ValueError(f"held_out must be a position in the selection after the {Nmax} "
+                         f"training texts, i.e. between {Nmax} and reviews − 1 = {reviews - 1}; "
+                         f"got {held_out}.")
+    Xs, y, ids = flip_texts(n=n, d=d, reviews=reviews, select_seed=select_seed, keep=keep,
+                            model=model, imdb=imdb, max_length=max_length)
+    out = flip_runs(map, Xs[:Nmax], y[:Nmax], Xs[held_out], float(y[held_out]), Ns=Ns,
+                    seed=seed, losses=losses, trainings=trainings, starts=starts, steps=steps,
+                    lr=lr, row=row)
+    return {**out, "review": int(ids[held_out]), "y": float(y[held_out])}
