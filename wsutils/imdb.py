@@ -18,9 +18,8 @@ from typing import Sequence
 import numpy as np
 
 from . import config
-from .data import load_imdb
 from .attention import attention_word_sensitivity
-from .data import select_reviews
+from .data import load_imdb, select_reviews
 from .embeddings import embed, load_model, sample_matrix, word_rows
 from .generalization import LOSSES, TRAININGS, flip_runs
 from .maps import raf, relu_attention
