@@ -85,4 +85,4 @@ def plot_flip(ax, runs: Sequence[dict], configs: Sequence[tuple[str, int]] = CON
         ax.axhline(level, color="0.6", lw=0.8, ls="--" if level else ":")
     ax.set_xticks(range(len(configs)), [f"{NAMES[m]}\n$n$ = {n}" for m, n in configs])
     ax.set_ylabel(r"$y \cdot f(X_\Delta; \theta_1)$")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(fontsize=9, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.02), frameon=False)
