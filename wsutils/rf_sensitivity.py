@@ -79,7 +79,7 @@ def rf_weight_block(k: int, n: int, d: int, block: int, *, seed: int, device=Non
     faster than double on CPU; every block is drawn twice per search, see the module
     docstring), returned in ``dtype`` (float64: their exact values). The estimator keeps them
     in float32 and does every product that enters a reported number in float64
-    (:func:`_mm64`)."""
+    (``_mm64``)."""
     if not 0 <= block < n:
         raise ValueError(f"block {block} is out of range for a text of n = {n} words.")
     g = torch.Generator().manual_seed(rf_block_seed(seed, block))
