@@ -151,3 +151,31 @@ def test_bad_input_rows_not_normalised_and_delta():
         rf_word_sensitivity(torch.ones(3, 2) * 5, 6)
     with pytest.raises(ValueError, match="delta"):
         rf_high_probability_bound(3, 2, 6, 1.5)
+
+
+@pytest.mark.parametrize("mode, rows", [("reduced", 0), ("blocks", None)])
+def test_float32_search_matches_the_float64_search(mode, rows):
+    """The ascent runs in float32 by default; the reported value is recomputed in float64 at
+    the proposed Δ, so it is exact for that Δ and the search itself loses next to nothing."""
+    X = ws.sample_X(12, 16, seed=5)
+    k = 12 * 16
+    r32 = rf_word_sensitivity(X, k, rows=rows, seed=9, mode=mode, steps=40)
+    r64 = rf_word_sensitivity(X, k, rows=rows, seed=9, mode=mode, steps=40, search_dtype=None)
+    assert r32.lower == r64.lower and r32.upper == r64.upper          # bounds: float64 both
+    assert r32.lower <= r32.value <= r32.upper
+    np.testing.assert_allclose(r32.value, r64.value, rtol=1e-5)
+    if mode == "blocks":   # the value is the dense map's relative change at the returned Δ
+        V = torch.cat([rf_weight_block(k, 12, 16, j, seed=9) for j in range(12)], dim=1)
+        np.testing.assert_allclose(ws.relative_change(lambda Z: ws.rf(Z, V), X, r32.row,
+                                                      r32.Delta), r32.value, rtol=1e-12)
+
+
+def test_relative_change_is_float64_for_float32_blocks():
+    n, d, k = 6, 5, 40
+    X = ws.sample_X(n, d, seed=2)
+    u = rf_preactivation(X, k, seed=3)
+    V32 = rf_weight_block(k, n, d, 1, seed=3, dtype=torch.float32)
+    Delta = torch.randn(3, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    out = rf_relative_change(u, V32, Delta)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, rf_relative_change(u, V32.double(), Delta), rtol=0, atol=0)

@@ -261,14 +261,14 @@ def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int,
     return best_val, best
 
 
-def _search_row(u, Vi, *, starts, steps, g, d):
+def _search_row(u, Vi, *, starts, steps, g, d, search_dtype):
     radius = math.sqrt(d)
     G, GJ = _grams(Vi, _check_active(u))          # one pass over V_i for both bounds
     upper = _upper_from(G, u, d)
     lower, Delta_star = _lower_from(GJ, u, Vi)
     xi = sphere_starts(torch.randn(max(starts, 1), d, generator=g, dtype=u.dtype), radius)
     S = torch.cat([Delta_star[None].cpu(), -Delta_star[None].cpu(), xi]).to(Vi.device)
-    _, best = _ascend(u, Vi, S, steps)
+    _, best = _ascend(u, Vi, S, steps, work_dtype=search_dtype)
     # the best iterate of every start, re-evaluated in float64, with a margin of a few ulps so
     # that any norm routine (numpy's too) finds ‖Δ‖ ≤ √d
     best = project_ball(best.to(u.dtype), radius * (1 - 16 * torch.finfo(u.dtype).eps))
@@ -289,6 +289,7 @@ def rf_word_sensitivity(
     check_norms: bool = True,
     device=None,
     progress: bool = False,
+    search_dtype: torch.dtype | None = torch.float32,
 ) -> RFSensitivityResult:
     """Estimate ``S_RF(X)`` (:prf:ref:`def-word-sensitivity`) for ``φ_RF = ReLU(V flat(X))``,
     ``V ∈ R^{k×D}`` i.i.d. ``N(0, 1/D)`` drawn from ``seed``, without ever forming ``V``.
@@ -303,6 +304,9 @@ def rf_word_sensitivity(
     authors' ``0.1·ξ`` and ``starts − 1`` random points of the sphere ``‖Δ‖ = √d``, takes
     ``steps`` projected gradient steps (moving to the sphere along the gradient) and keeps the best iterate. The result
     carries the certified bounds ``lower ≤ value ≤ upper``. Memory ``O(k·d)``.
+    ``search_dtype``: the precision of the ascent iterations (float32 by default, see
+    ``_ascend``; ``None`` keeps ``V_i``'s own precision). Bounds and values are float64 either
+    way.
     """
     if int(k) < 1:
         raise ValueError(f"k (the number of random features) must be positive, got {k}.")
@@ -319,10 +323,10 @@ def rf_word_sensitivity(
     k = int(k)
     with small_work_threads(k * d):
         return _rf_word_sensitivity(Xt, k, row_list, mode, seed=seed, starts=starts,
-                                    steps=steps, progress=progress)
+                                    steps=steps, progress=progress, search_dtype=search_dtype)
 
 
-def _rf_word_sensitivity(Xt, k, row_list, mode, *, seed, starts, steps, progress):
+def _rf_word_sensitivity(Xt, k, row_list, mode, *, seed, starts, steps, progress, search_dtype):
     n, d = Xt.shape
     g = torch.Generator().manual_seed(int(seed) + 1)
     if mode == "reduced":
@@ -338,7 +342,8 @@ def _rf_word_sensitivity(Xt, k, row_list, mode, *, seed, starts, steps, progress
     for r in tqdm(row_list, desc="rf rows", disable=not progress, leave=False):
         if mode == "blocks":
             Vi = rf_weight_block(k, n, d, r, seed=seed, device=Xt.device, dtype=torch.float32)
-        val, Delta, up, lo, n_starts = _search_row(u, Vi, starts=starts, steps=steps, g=g, d=d)
+        val, Delta, up, lo, n_starts = _search_row(u, Vi, starts=starts, steps=steps, g=g, d=d,
+                                                   search_dtype=search_dtype)
         per_row[r], per_up[r], per_lo[r] = val, up, lo
         if val > best[0]:
             best = (val, r, Delta)
