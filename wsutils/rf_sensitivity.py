@@ -87,13 +87,19 @@ def rf_weight_block(k: int, n: int, d: int, block: int, *, seed: int, device=Non
     return out.to(device=device, dtype=dtype)
 
 
-def _mm64(A: torch.Tensor, M: torch.Tensor, block: int = 8192) -> torch.Tensor:
-    """``A @ M`` in float64 for a tall ``A`` of any float dtype, converted a block of rows at a
-    time (no float64 copy of ``A``; a no-op conversion when ``A`` is float64)."""
+def _blocks64(A: torch.Tensor, block: int = 8192):
+    """Yield ``(start, rows)``: the rows of a tall ``A`` (any float dtype) a block at a time, in
+    float64, so that no float64 copy of the whole ``A`` is made (a no-op when ``A`` is float64)."""
+    for s in range(0, A.shape[0], block):
+        yield s, A[s:s + block].to(torch.float64)
+
+
+def _mm64(A: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+    """``A @ M`` in float64 for a tall ``A`` of any float dtype (:func:`_blocks64`)."""
     M = M.to(torch.float64)
     out = torch.empty(A.shape[0], *M.shape[1:], dtype=torch.float64, device=A.device)
-    for s in range(0, A.shape[0], block):
-        out[s:s + block] = A[s:s + block].to(torch.float64) @ M
+    for s, B in _blocks64(A):
+        out[s:s + B.shape[0]] = B @ M
     return out
 
 
@@ -137,18 +143,17 @@ def rf_relative_change(u: torch.Tensor, Vi: torch.Tensor, Delta: torch.Tensor) -
     return out[0] if single else out
 
 
-def _grams(A: torch.Tensor, active: torch.Tensor | None, block: int = 8192):
+def _grams(A: torch.Tensor, active: torch.Tensor | None):
     """``AᵀA`` and, if ``active`` is given, ``A_Jᵀ A_J`` (rows ``J = active``), in float64,
-    accumulated over row blocks so that no copy of ``A`` is made."""
+    accumulated over row blocks (:func:`_blocks64`) so that no copy of ``A`` is made."""
     d = A.shape[1]
     G = torch.zeros(d, d, dtype=torch.float64, device=A.device)
     GJ = torch.zeros_like(G) if active is not None else None
-    for s in range(0, A.shape[0], block):
-        B = A[s:s + block].to(torch.float64)
+    for s, B in _blocks64(A):
         if active is None:
             G += B.T @ B
             continue
-        m = active[s:s + block]
+        m = active[s:s + B.shape[0]]
         BJ, BO = B[m], B[~m]
         GJ += BJ.T @ BJ
         G += BO.T @ BO
