@@ -4,7 +4,9 @@ that says what is wrong and what to do."""
 from __future__ import annotations
 
 import math
+import numbers
 
+import numpy as np
 import torch
 
 
@@ -36,7 +38,7 @@ def check_shape(name: str, t: torch.Tensor, shape: tuple[int, ...], hint: str) -
 
 
 def check_unit_rows(X: torch.Tensor, *, rtol: float = 1e-6) -> None:
-    """Rows of ``X`` must have norm ``√d`` (the paper's normalisation, §1 of the brief)."""
+    """Rows of ``X`` must have norm ``√d`` (the paper's normalisation; chapter word-sensitivity)."""
     d = X.shape[-1]
     norms = torch.linalg.vector_norm(X, dim=-1)
     err = float((norms / math.sqrt(d) - 1).abs().max())
@@ -45,3 +47,30 @@ def check_unit_rows(X: torch.Tensor, *, rtol: float = 1e-6) -> None:
             f"rows of X must have norm √d = {math.sqrt(d):.6g}; the worst row is off by a relative "
             f"{err:.3g}. Rescale with wsutils.normalize_rows(X)."
         )
+
+
+def check_int(name: str, value, *, minimum: int | None = None) -> int:
+    """``value`` as a Python ``int``: an integer (Python or numpy, or a float with no fractional
+    part is refused too: ``2.0`` is a float) of at least ``minimum``. A bool, a float such as
+    ``2.7`` or a string is a TypeError; nothing is truncated."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}; "
+                        "pass an int (nothing is rounded or truncated).")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}.")
+    return value
+
+
+#: Seeds are integers in ``[0, SEED_LIMIT)``: torch's generator takes at most 64 bits, and
+#: ``−1`` would otherwise wrap to ``2**64 − 1`` (a second name for one stream).
+SEED_LIMIT = 2**63
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """A seed as a Python ``int`` in ``[0, 2**63)``; anything else is an error that says so."""
+    seed = check_int(name, seed)
+    if not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"{name} must be in [0, 2**63), got {seed}; use a non-negative integer "
+                         "(wsutils.seeds.point_seed derives one from a grid point).")
+    return seed
