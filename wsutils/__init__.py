@@ -14,11 +14,14 @@ The random-features estimator lives in ``wsutils.rf_sensitivity``, not ``wsutils
 submodule named ``rf`` would shadow the map :func:`wsutils.rf` once imported.
 """
 
+from . import _progress
 from .maps import drf, flat, normalize_rows, raf, relu_attention, rf
 from .attention import attention_word_sensitivity, certified_lower_bound
 from .rf_sensitivity import rf_word_sensitivity
 from .sensitivity import SensitivityResult, relative_change, word_sensitivity
 from .weights import sample_V, sample_Vs, sample_W, sample_X
+
+_progress.install()  # tqdm bars to the book build's terminal, only when WSBOOK_PROGRESS is set
 
 __version__ = "0.1.0"
 __all__ = [

