@@ -166,7 +166,8 @@ def test_parquet_gz(tmp_path):
     datasets.Dataset.from_list(GOOD).to_parquet(str(pq))
     gz = tmp_path / "r.parquet.gz"
     gz.write_bytes(gzip.compress(pq.read_bytes()))
-    assert data.load_imdb(gz)["text"] == data.load_imdb(pq)["text"] == ["a fine film", "a dull film"]
+    expected = ["a fine film", "a dull film"]
+    assert data.load_imdb(gz)["text"] == data.load_imdb(pq)["text"] == expected
     bad = tmp_path / "nul.parquet"
     datasets.Dataset.from_list([{"text": None, "label": 1}]).to_parquet(str(bad))
     with pytest.raises(ValueError, match=r"nul\.parquet, row 0: field 'text'"):

@@ -248,7 +248,8 @@ def load_imdb(path: str | os.PathLike | None = None) -> Any:
                              "the repository's editable install. Clone the repository and "
                              "`pip install -e .` there, or set WSBOOK_IMDB to a local copy "
                              "(or to 'hub').")
-        raise ValueError(f"{where} is not a file: " + _no_source_message("the local copy is missing"))
+        raise ValueError(f"{where} is not a file: "
+                         + _no_source_message("the local copy is missing"))
     digest = _sha256(where)
     if where == embedded_path() and digest != EMBEDDED_SHA256:
         raise ValueError(
