@@ -1,5 +1,5 @@
 """wsutils.data, wsutils.embeddings and wsutils.chat on tiny random-weight models saved and
-reloaded through the real transformers path, and on a few real reviews when WSBOOK_IMDB is set."""
+reloaded through the real transformers path, and on a few of the embedded real reviews."""
 
 from __future__ import annotations
 
@@ -247,7 +247,8 @@ def test_select_reviews_unique_skips_duplicate_texts(tmp_path, enc):
     assert len(data.select_reviews(ds, 6, tokenizer=enc.tokenizer, seed=0)) == 6
 
 
-IMDB = None  # the reviews embedded in the repository (data/imdb/), whatever WSBOOK_IMDB says
+# the reviews embedded in the repository, whatever WSBOOK_IMDB says
+IMDB = str(data.embedded_path())
 
 
 def test_real_reviews_embedded_model(tmp_path):
