@@ -42,7 +42,7 @@ def test_every_single_digit_edit_of_a_stored_record_is_recomputed(tmp_path):
     path = _only_file(tmp_path)
     text = path.read_text()
     digits = [i for i, c in enumerate(text) if c.isdigit()]
-    assert len(digits) > 50
+    assert len(digits) >= 20
     for i in digits:
         edited = text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1:]
         path.write_text(edited)

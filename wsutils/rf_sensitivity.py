@@ -334,7 +334,7 @@ def rf_word_sensitivity(
     or ``"float32"`` by default, see ``_ascend``; ``torch.float64``/``"float64"``; ``None``
     keeps ``V_i``'s own precision). Bounds and values are float64 either way.
 
-    Refused before any work (issue 14, items 4, 6, 7, 8): ``k``, ``starts``, ``steps``,
+    Refused before any work: ``k``, ``starts``, ``steps``,
     ``rows`` or ``seed`` that are not integers (``2.7`` is not truncated) or out of range
     (seeds in ``[0, 2**63)``); a boolean row mask; complex input; a ``device`` that is not
     there; sizes whose weights and work arrays need more memory than is available (the

@@ -20,8 +20,8 @@ stored as they finish, and the first error is raised.
 ``fn`` must be a module-level function (so that it pickles) and deterministic given its
 parameters: the same seeds give the same numbers, wherever a point runs.
 
-What the store trusts (issue 14, item 3)
-----------------------------------------
+What the store trusts:
+
 - **Keys are unambiguous.** A point's key is a SHA-256 over the canonical JSON (sorted keys,
   shortest round-trip floats) of its parameters, of ``fn``'s qualified name and of a digest of
   ``fn``'s source (its code object where no source exists). A parameter that is not a plain

@@ -8,7 +8,7 @@ from a ``torch.Generator`` seeded with ``seed``, then scaled, cast to ``dtype`` 
 the final rounding: ``sample_W(d, seed=s, dtype=torch.float32)`` is
 ``sample_W(d, seed=s).float()`` exactly.
 
-Refused (issue 14, items 4, 6 and 7): sizes that are not positive integers (``2.7`` is a
+Refused: sizes that are not positive integers (``2.7`` is a
 TypeError, not ``2``), seeds outside ``[0, 2**63)`` (:func:`wsutils.checks.check_seed`: ``−1``
 would be a second name for ``2**64 − 1``), a CUDA device on a machine without one
 (:func:`wsutils.device.pick_device`), and sizes whose draw needs more memory than is available
