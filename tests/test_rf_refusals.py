@@ -7,11 +7,14 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import wsutils as ws
 from wsutils.device import DoesNotFit
 from wsutils.rf_sensitivity import (
-    rf_block_seed, rf_relative_change, rf_row_law, rf_weight_block, rf_word_sensitivity,
+    rf_block_seed, rf_preactivation, rf_relative_change, rf_row_law, rf_weight_block,
+    rf_word_sensitivity,
 )
 
 n, d = 6, 4
@@ -133,3 +136,32 @@ def test_the_estimate_is_checked_against_available_memory(X, monkeypatch):
         rf_word_sensitivity(X, k)
     monkeypatch.setattr(device, "available_memory", lambda device=None: 2**40)
     rf_word_sensitivity(X, 30_000, steps=1)        # below the threshold: not even measured
+
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 6), d=st.integers(1, 5), k=st.integers(1, 40),
+       dtype=st.sampled_from([torch.float16, torch.float32, torch.float64]),
+       rows=st.sampled_from(["first", "all"]), scale=st.sampled_from([1e-3, 1.0, 1e3]),
+       seed=st.integers(0, 2**63 - 2))
+def test_the_estimator_returns_a_justified_value_or_a_clear_error(n, d, k, dtype, rows, scale,
+                                                                  seed):
+    """Random shapes, dtypes, input scales and seeds: either a value recomputed from its Δ
+    (within the ball, between the certified bounds) or a ValueError/TypeError."""
+    X = (ws.sample_X(n, d, seed=seed % 1000) * scale).to(dtype)
+    row_arg = 0 if rows == "first" else None
+    try:
+        r = rf_word_sensitivity(X, k, rows=row_arg, seed=seed, steps=3, check_norms=False)
+    except (ValueError, TypeError) as err:
+        assert str(err)
+        return
+    Xd = X.double()
+    assert np.linalg.norm(r.Delta) <= math.sqrt(d)
+    if r.mode == "reduced":
+        u, Vi = rf_row_law(Xd, k, r.row, seed=seed)
+    else:
+        u = rf_preactivation(Xd, k, seed=seed)
+        Vi = rf_weight_block(k, n, d, r.row, seed=seed)
+    true = float(rf_relative_change(u, Vi, torch.as_tensor(r.Delta)))
+    assert math.isfinite(r.value) and abs(r.value - true) <= 1e-12 * max(1.0, true)
+    assert r.lower * (1 - 1e-12) <= r.value <= r.upper * (1 + 1e-12)
