@@ -490,6 +490,8 @@ def rf_point(*, family: str, n: int, d: int, seed: int, rows: str = "first",
     (all threads) it took."""
     import time
 
+    if rows not in ("first", "all"):
+        raise ValueError(f"rows must be 'first' or 'all', got {rows!r}.")
     t0, c0 = time.perf_counter(), time.process_time()
     X = sample_text(family, n, d, seed=seed)
     r = rf_word_sensitivity(X, n * d, rows=0 if rows == "first" else None, seed=seed + 1,
