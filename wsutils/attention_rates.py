@@ -182,7 +182,8 @@ def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
     upper estimate of ``ζ_i``) the value is at most the proved bound.
     """
     Xt, Wt, n, d, i = _prepare(X, W, row)
-    if not (isinstance(zeta, (int, float)) and zeta > 0):
+    if isinstance(zeta, bool) or not (isinstance(zeta, (int, float)) and math.isfinite(zeta)
+                                      and zeta > 0):
         raise ValueError(f"zeta must be a positive number (ζ_i of the proposition), got {zeta!r}.")
     if n < 2:
         raise ValueError("the bound needs n ≥ 2 words (other rows to compete with).")
