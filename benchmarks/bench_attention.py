@@ -5,14 +5,14 @@ The baseline is the authors' search of their ``sensitivity.py``, as :mod:`wsutil
 implements it: the first row only, one start at ``x_1 + 0.1ξ``, plain gradient steps of
 learning rate 10 on ``−‖φ(X') − φ(X)‖/√(n·d)`` (their ``−sqrt(MSELoss)``) for ``50·n`` steps,
 each followed by the projection onto the ball of radius ``√d`` centred at the noisy start, and
-the value read at the last iterate. Both run in this process, one after the other on the same point, so the
-timing ratio is fair even on a loaded machine.
+the value read at the last iterate. Both run in this process, one after the other on the same
+point, so the timing ratio is fair even on a loaded machine.
 
 The authors' estimator takes ``50·n`` full forward and backward passes: about 10 minutes per
 seed at ``d = 768, n = 250`` on one core, hours for 20 seeds. So its wall time is measured on
 the first ``--timed-seeds`` seeds, and its value on every seed comes from
-:func:`wsutils.authors.authors_replica`, the same iterates computed in ``O(n·d)`` per step; on the timed seeds
-the two are compared and the largest gap is printed.
+:func:`wsutils.authors.authors_replica`, the same iterates computed in ``O(n·d)`` per step; on
+the timed seeds the two are compared and the largest gap is printed.
 
 ``python -m benchmarks bench_attention`` (or ``python -m benchmarks.bench_attention --seeds 5 --timed-seeds 1``).
 """

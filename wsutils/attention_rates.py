@@ -130,8 +130,9 @@ def relu_zeta_estimate(X: Array, row: int = 0, *, starts: int = 8, steps: int = 
                        seed: int = 0) -> float:
     """An estimate of ``ζ_i = min_{‖v‖=1} Σ_{k≠i} ReLU(x_kᵀv)`` (:prf:ref:`prop-relu-low`).
 
-    Minimised by Adam on ``v/‖v‖`` from ``starts`` points (the first is ``−m/‖m‖``, ``m`` the
-    mean of the other rows; the rest random from ``seed``); returns the smallest value seen.
+    Minimised by normalised subgradient steps on the sphere (step ``0.5/√(t+1)``) from
+    ``starts`` points (the first is ``−m/‖m‖``, ``m`` the mean of the other rows; the rest
+    random from ``seed``); returns the smallest value seen.
     Any value seen is attained, so the result is an upper estimate of ``ζ_i``, not a certified
     lower bound: a bound evaluated with it can only come out smaller than the proved one.
     """
@@ -144,18 +145,18 @@ def relu_zeta_estimate(X: Array, row: int = 0, *, starts: int = 8, steps: int = 
     steps = check_int("steps", steps, minimum=1)
     g = torch.Generator().manual_seed(check_seed(seed))
     others = torch.cat([Xt[:i], Xt[i + 1:]])
-    init = torch.randn(starts, d, generator=g, dtype=torch.float64)
-    init[0] = -others.mean(dim=0)
-    v = init.clone().requires_grad_(True)
-    opt = torch.optim.Adam([v], lr=0.05)
+    v = torch.randn(starts, d, generator=g, dtype=torch.float64)
+    v[0] = -others.mean(dim=0)
+    v = v / torch.linalg.vector_norm(v, dim=1, keepdim=True)
     best = math.inf
-    for _ in range(steps + 1):
-        u = v / torch.linalg.vector_norm(v, dim=1, keepdim=True)
-        f = torch.relu(u @ others.T).sum(dim=1)
-        best = min(best, float(f.detach().min()))
-        opt.zero_grad()
-        f.sum().backward()
-        opt.step()
+    for t in range(steps + 1):
+        proj = v @ others.T                                   # (starts, n − 1)
+        best = min(best, float(torch.relu(proj).sum(dim=1).min()))
+        grad = (proj > 0).to(v.dtype) @ others                 # a subgradient, (starts, d)
+        grad = grad - (grad * v).sum(dim=1, keepdim=True) * v  # tangent to the sphere
+        norm = torch.linalg.vector_norm(grad, dim=1, keepdim=True).clamp_min(1e-300)
+        v = v - (0.5 / math.sqrt(t + 1)) * grad / norm
+        v = v / torch.linalg.vector_norm(v, dim=1, keepdim=True)
     return best
 
 
@@ -190,11 +191,12 @@ def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
     keep = torch.arange(n) != i
     others = Xt[keep]
     b = torch.relu(attention_scores(Xt, Wt))
-    mu = float(b[keep][:, keep].sum(dim=1).min())
+    Z = b.sum(dim=1)
+    mu = float((Z - b[:, i])[keep].min())           # Σ_{k≠i} b_jk, j ≠ i
     if not mu > 0:
         raise ValueError("μ_i = 0: some other row has no positive score outside key i; the "
                          "bound of the proposition does not apply.")
-    phi = relu_attention(Xt, Wt)
+    phi = (b / torch.where(Z > 0, Z, torch.ones_like(Z))[:, None]) @ Xt    # eq-relu-attention
     sqd = math.sqrt(d)
     X_op = float(torch.linalg.matrix_norm(others, ord=2))
     rho = float(torch.linalg.vector_norm(phi[i])) + min(
