@@ -14,6 +14,15 @@ from wsutils.attention_rates import (attention_fro2_model, far_slope_prediction,
 from wsutils.authors import authors_estimator, authors_replica
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny matmuls: one thread avoids thread contention on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _text(n, d, seed):
     return ws.sample_X(n, d, seed=seed), ws.sample_W(d, seed=seed + 1)
 
@@ -45,12 +54,13 @@ def test_upper_bound_holds_for_random_and_searched_perturbations():
     b = relu_upper_bound(X, W, 0, zeta)
     g = torch.Generator().manual_seed(0)
     phi = lambda Z: ws.relu_attention(Z, W)  # noqa: E731
-    for _ in range(50):
+    for _ in range(20):
         D = torch.randn(d, generator=g, dtype=torch.float64)
         D = D / D.norm() * math.sqrt(d) * float(torch.rand(1, generator=g))
         assert ws.relative_change(phi, X, 0, D) <= b.value
-    best = ws.word_sensitivity(phi, X, rows=[0], starts=8, steps=100, seed=0).value
-    assert best <= b.value
+    best = ws.attention_word_sensitivity(X, W, kind="relu", rows=[0], starts=8, steps=60,
+                                         seed=0).value
+    assert 0 < best <= b.value
 
 
 def test_upper_bound_refuses_bad_zeta():

@@ -162,11 +162,11 @@ def relu_zeta_estimate(X: Array, row: int = 0, *, starts: int = 8, steps: int = 
 
 @dataclass
 class ReluBound:
-    """The terms of :prf:ref:`prop-relu-low` at one row ``i``: ``rho`` bounds the change of
-    row ``i``, ``others`` that of all the other rows together, ``value`` is
-    ``√(rho² + others²)/‖φ(X)‖_F``; ``zeta`` and ``mu`` are the ``ζ_i``, ``μ_i`` used."""
+    """The terms of :prf:ref:`prop-relu-low` at one row ``i``: ``tau`` (``τ_i``) bounds the
+    change of row ``i``, ``others`` (``ω_i``) that of all the other rows together, ``value`` is
+    ``√(τ_i² + ω_i²)/‖φ(X)‖_F``; ``zeta`` and ``mu`` are the ``ζ_i``, ``μ_i`` used."""
 
-    rho: float
+    tau: float
     others: float
     value: float
     zeta: float
@@ -177,8 +177,8 @@ def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
     """The upper bound of :prf:ref:`prop-relu-low` on ``sup_{‖Δ‖≤√d} ‖φ(X_i(Δ)) − φ(X)‖_F /
     ‖φ(X)‖_F`` for ReLU attention (eq. :eq:`eq-relu-attention`), given ``ζ_i = zeta``.
 
-    ``rho = ‖φ_i‖ + min{2√d, ‖X_{−i}‖²_op/ζ_i + 2√d·min(1, 2√d/ζ_i)}`` and
-    ``others = √d (3‖X_{−i}W‖_op + ‖α‖)/μ_i`` with ``α_j = ReLU(s_ji)``,
+    ``τ_i = ‖φ_i‖ + min{2√d, ‖X_{−i}‖²_op/ζ_i + 2√d·min(1, 2√d/ζ_i)}`` and
+    ``ω_i = √d (3‖X_{−i}W‖_op + ‖α‖)/μ_i`` with ``α_j = ReLU(s_ji)``,
     ``μ_i = min_{j≠i} Σ_{k≠i} ReLU(s_jk)``. With ``zeta`` from :func:`relu_zeta_estimate` (an
     upper estimate of ``ζ_i``) the value is at most the proved bound.
     """
@@ -199,13 +199,13 @@ def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
     phi = (b / torch.where(Z > 0, Z, torch.ones_like(Z))[:, None]) @ Xt    # eq-relu-attention
     sqd = math.sqrt(d)
     X_op = float(torch.linalg.matrix_norm(others, ord=2))
-    rho = float(torch.linalg.vector_norm(phi[i])) + min(
+    tau = float(torch.linalg.vector_norm(phi[i])) + min(
         2 * sqd, X_op ** 2 / zeta + 2 * sqd * min(1.0, 2 * sqd / zeta))
     XW_op = float(torch.linalg.matrix_norm(others @ Wt, ord=2))
     alpha = float(torch.linalg.vector_norm(b[keep, i]))
     oth = sqd * (3 * XW_op + alpha) / mu
-    value = math.hypot(rho, oth) / float(torch.linalg.vector_norm(phi))
-    return ReluBound(rho=rho, others=oth, value=value, zeta=float(zeta), mu=mu)
+    value = math.hypot(tau, oth) / float(torch.linalg.vector_norm(phi))
+    return ReluBound(tau=tau, others=oth, value=value, zeta=float(zeta), mu=mu)
 
 
 def kappa_isotropic(n, d):
