@@ -11,7 +11,7 @@ import wsutils as ws
 from wsutils.attention_rates import (attention_fro2_model, far_slope_prediction, lse_model,
                                      relu_orthogonal_takeover, relu_upper_bound,
                                      relu_zeta_estimate, slope_standard_error)
-from wsutils.authors import authors_estimator, authors_replica
+from wsutils.authors import authors_estimator, authors_map, authors_replica
 
 
 @pytest.fixture(autouse=True)
@@ -106,3 +106,15 @@ def test_authors_refuses_bad_input():
         authors_replica(X, W, seed=0, steps=True)
     with pytest.raises(ValueError, match="lr"):
         authors_replica(X, W, seed=0, lr=-1.0)
+
+
+def test_authors_map_differs_only_by_float32_rounding():
+    X, W = _text(12, 48, 4)
+    for kind, fn in (("raf", ws.raf), ("relu", ws.relu_attention)):
+        theirs, ours = authors_map(X, W, kind=kind), fn(X, W)
+        rel = float(torch.linalg.vector_norm(theirs - ours) / torch.linalg.vector_norm(ours))
+        assert 0 < rel < 1e-6
+    X, W = _text(12, 64, 4)                     # √64 is exact in float32
+    torch.testing.assert_close(authors_map(X, W, kind="raf"), ws.raf(X, W), rtol=1e-15, atol=0)
+    with pytest.raises(ValueError, match="kind"):
+        authors_map(X, W, kind="rf")

@@ -34,7 +34,7 @@ from .checks import check_int, check_seed, check_shape, check_text
 from .maps import raf, relu_attention
 from .sensitivity import project_ball, relative_change
 
-__all__ = ["AuthorsRun", "authors_estimator", "authors_replica"]
+__all__ = ["AuthorsRun", "authors_estimator", "authors_replica", "authors_map"]
 
 _MAPS = {"raf": raf, "relu": relu_attention}
 
@@ -47,6 +47,27 @@ class AuthorsRun(NamedTuple):
     as_run: float
     in_ball: float
     ratio: float
+
+
+def authors_map(X: Array, W: Array, *, kind: str = "raf") -> torch.Tensor:
+    """RAF (``kind="raf"``) or ReLU attention (``"relu"``) with the roundings of the authors'
+    ``utils.py``: their torch ``attention_softmax`` divides the scores by ``√d`` computed in
+    float32, their ``relu_attention_numpy`` (which gives the value they report) rounds the
+    scores to float32 before the ReLU and the row normalisation. Otherwise the same maps as
+    eq. :eq:`eq-raf` and :eq:`eq-relu-attention` (no value matrix), in float64."""
+    if kind not in _MAPS:
+        raise ValueError(f"kind must be 'raf' or 'relu', got {kind!r}.")
+    Xt = as_tensor(X, dtype=torch.float64)
+    n, d = check_text(Xt)
+    Wt = as_tensor(W, dtype=torch.float64)
+    check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
+    if kind == "raf":
+        root = float(torch.sqrt(torch.tensor(float(d), dtype=torch.float32)))
+        return torch.softmax(Xt @ Wt @ Xt.T / root, dim=1) @ Xt
+    s = (Xt @ Wt @ Xt.T / math.sqrt(d)).to(torch.float32)
+    a = torch.relu(s)
+    mass = a.sum(dim=1, keepdim=True)
+    return (a / torch.where(mass > 0, mass, torch.ones_like(mass))).to(torch.float64) @ Xt
 
 
 def _setup(X: Array, W: Array, kind: str, seed, lr, steps):
