@@ -39,8 +39,10 @@ def check_shape(name: str, t: torch.Tensor, shape: tuple[int, ...], hint: str) -
 
 def check_unit_rows(X: torch.Tensor, *, rtol: float = 1e-6) -> None:
     """Rows of ``X`` must have norm ``√d`` (the paper's normalisation; chapter word-sensitivity)."""
+    from ._tensor import row_norms
+
     d = X.shape[-1]
-    norms = torch.linalg.vector_norm(X, dim=-1)
+    norms = row_norms(X, keepdim=False)
     err = float((norms / math.sqrt(d) - 1).abs().max())
     if err > rtol:
         raise ValueError(
