@@ -188,7 +188,8 @@ def relative_change(phi: Map, X: Array, row: int, Delta: Array) -> float:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
     Dt = as_tensor(Delta, dtype=torch.float64, device=Xt.device, name="Delta")
     if tuple(Dt.shape) != (d,):
-        raise ValueError(f"Delta must be a vector of length d = {d}, got shape {tuple(Dt.shape)}.")
+        raise ValueError(f"Delta must have length d = {d} (one vector), got shape "
+                         f"{tuple(Dt.shape)}.")
     check_finite("Delta", Dt)
     row = _rows(row, n)
     if len(row) != 1:
