@@ -41,17 +41,25 @@ __all__ = [
 KINDS = ("raf", "relu")
 
 
-def _prepare(X: Array, W: Array, device=None):
-    """Validate ``(X, W)`` once: ``X`` a finite real ``n × d`` text (as a tensor in its search
-    dtype, :func:`wsutils.sensitivity.search_dtype`), ``W`` a finite ``d × d`` matrix."""
+def _prepare(X: Array, W: Array, device=None, check_norms: bool = False):
+    """Validate ``(X, W)`` once: ``X`` a finite real ``n × d`` text (rows of norm ``√d`` if
+    ``check_norms``, checked in its own dtype), returned as a tensor in its search dtype
+    (:func:`wsutils.sensitivity.search_dtype`); ``W`` a finite ``d × d`` matrix."""
     Xt = as_tensor(X, device=device, name="X")
-    Xt = Xt.to(search_dtype(Xt.dtype))
     n, d = check_text(Xt)
     if Xt.ndim != 2:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
+    if check_norms:
+        check_unit_rows(Xt)
+    Xt = Xt.to(search_dtype(Xt.dtype))
+    return Xt, _weights(W, Xt), n, d
+
+
+def _weights(W: Array, Xt: torch.Tensor) -> torch.Tensor:
+    d = Xt.shape[1]
     Wt = as_tensor(W, dtype=Xt.dtype, device=Xt.device, name="W")
     check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
-    return Xt, Wt, n, d
+    return Wt
 
 
 def _one_row(row, n: int) -> int:
@@ -170,8 +178,7 @@ class TakeoverCertificate:
 def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
     """Evaluate :prf:ref:`thm-raf-high` at ``(X, W, row)``, in float64:
     ``S ≥ [(1+√2)·a'_ii − 1 − κ‖a_i‖] / (κ‖A‖_F)`` with ``a'_ii = 1/(1 + e^{−margin})``."""
-    Xt, Wt, n, d = _prepare(X, W)
-    check_unit_rows(Xt)
+    Xt, Wt, n, d = _prepare(X, W, check_norms=True)
     i = _one_row(row, n)
     Xt, Wt = Xt.to(torch.float64), Wt.to(torch.float64)
     lam, _ = _top_eigvec(Wt)
@@ -253,13 +260,17 @@ class _FastObjective:
             E_oth = torch.where(self.top, torch.zeros_like(E), E)
             R_top = E_oth.sum(dim=1, keepdim=True)            # Σ_{k≠k*} E_jk
             R = torch.where(self.top, R_top.expand(n, n), Z - E)
-            self.Mbar = (E_oth / torch.where(R_top > 0, R_top, torch.ones_like(R_top))) @ X
             if kind == "raf":
+                # from the scores, not from E: exp(s − max) underflows when k* dominates
                 s_oth = torch.where(self.top, torch.full_like(s, -math.inf), s)
                 lse_top = torch.logsumexp(s_oth, dim=1, keepdim=True)   # −inf if n = 1
+                w_oth = torch.exp(s_oth - torch.where(torch.isfinite(lse_top), lse_top,
+                                                      torch.zeros_like(lse_top)))
+                self.Mbar = w_oth @ X                      # 0 if n = 1 (never used then)
                 self.logR = torch.where(self.top, lse_top.expand(n, n),
                                         torch.log(R.clamp_min(1e-300)) + shift)
             else:
+                self.Mbar = (E_oth / torch.where(R_top > 0, R_top, torch.ones_like(R_top))) @ X
                 self.E, self.R = E, R
             # ratio Z_j/R_ji (≤ n off the largest key) and V2[j, i] = ‖m_ji − x_i‖²
             Rs = torch.where(R > 0, R, torch.ones_like(R))
@@ -358,8 +369,9 @@ def attention_word_sensitivity(
     with the full map in float64 from the returned ``Delta``/``per_row_Delta``.
     """
     fn = _kernel(kind)
-    Xt, Wt, n, d = _prepare(X, W, device=device)
-    Xt, row_list, extra = search_setup(Xt, rows=rows, starts=starts, steps=steps, init=init)
+    Xt, row_list, extra = search_setup(X, rows=rows, starts=starts, steps=steps, init=init,
+                                       device=device)
+    Wt = _weights(W, Xt)
     seed, lr = check_seed(seed), check_lr(lr)
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     obj = _FastObjective(Xt, Wt, kind)

@@ -248,12 +248,12 @@ def search_setup(X: Array, *, rows, starts: int, steps: int, init: Array | None 
     tensor or None)``; the search dtype is ``X``'s if float32/float64, else float32
     (:func:`search_dtype`)."""
     Xt = as_tensor(X, device=device, name="X")
-    Xt = Xt.to(search_dtype(Xt.dtype))
     n, d = check_text(Xt)
     if Xt.ndim != 2:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
     if check_norms:
-        check_unit_rows(Xt)
+        check_unit_rows(Xt)                     # in X's own dtype: its rounding is allowed
+    Xt = Xt.to(search_dtype(Xt.dtype))
     check_int("starts", starts, minimum=1)
     check_int("steps", steps, minimum=0)
     extra = None
