@@ -154,7 +154,7 @@ def _changes64(phi_b: Map, X64: torch.Tensor, rows: Sequence[int], Deltas: torch
                max_batch_elements: int = 2**23) -> torch.Tensor:
     """``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` in float64 for pairs ``(rows[b], Deltas[b])`` (trusted
     input: ``X64`` float64 ``(n, d)``, ``Deltas`` ``(B, d)``). ``X`` goes through ``φ`` in the
-    same batch as each chunk of perturbed copies, so ``Δ = 0`` gives exactly 0. A non-finite
+    same batch as each chunk of perturbed copies, and ``Δ = 0`` gives exactly 0. A non-finite
     output of ``φ`` is a ValueError."""
     n, d = X64.shape
     Deltas = Deltas.to(dtype=torch.float64, device=X64.device)
@@ -172,7 +172,10 @@ def _changes64(phi_b: Map, X64: torch.Tensor, rows: Sequence[int], Deltas: torch
             if not float(base_norm) > 0:
                 raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
             out.append(_norms(y[1:] - y[0], len(r)) / base_norm)
-    return torch.cat(out)
+    out = torch.cat(out)
+    # X_i(0) = X exactly, so Δ = 0 gives exactly 0 on every machine (a batched product need
+    # not round two identical batch entries identically)
+    return torch.where((Deltas == 0).all(dim=-1), torch.zeros_like(out), out)
 
 
 def relative_change(phi: Map, X: Array, row: int, Delta: Array) -> float:
