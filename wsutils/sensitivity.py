@@ -107,15 +107,18 @@ def project_ball(Delta: torch.Tensor, radius: float) -> torch.Tensor:
         raise TypeError(f"project_ball works in float32 or float64, got {Delta.dtype}; "
                         "cast the perturbation first (half precision is too coarse for an "
                         "exact ball).")
-    if not bool(torch.isfinite(Delta).all()):
-        raise ValueError("Delta has non-finite entries (NaN or inf): there is nothing to project.")
     d = Delta.shape[-1]
     slack = ball_slack(d, Delta.dtype)
     if not slack < 0.25:
         raise ValueError(f"d = {d} is too large for an exact ball in {Delta.dtype}; use float64.")
     target = radius * (1 - slack)
     with torch.no_grad():
-        norm = row_norms(Delta)
+        norm = torch.linalg.vector_norm(Delta.detach(), dim=-1, keepdim=True)
+        if not bool(torch.isfinite(norm).all()):
+            if not bool(torch.isfinite(Delta).all()):
+                raise ValueError("Delta has non-finite entries (NaN or inf): there is nothing "
+                                 "to project.")
+            norm = row_norms(Delta.detach())     # the squares overflowed: rescaled norms
         factor = torch.where(norm > target, target / norm.clamp_min(1e-300),
                              torch.ones_like(norm))
     Delta = Delta * factor
@@ -129,10 +132,15 @@ def project_ball(Delta: torch.Tensor, radius: float) -> torch.Tensor:
 
 def _inside(Delta: torch.Tensor, radius: float, slack: float) -> torch.Tensor:
     """Rows whose exact squared norm is certainly ``≤ radius²·(1 − (d + 4)·u)``: the float64
-    sum of squares of the row divided by a power of two ``p ≥`` its largest entry is compared
-    with ``(radius/p)²·(1 − slack)`` (see :func:`ball_slack` for why this suffices)."""
+    sum of squares of the row is compared with ``radius²·(1 − slack)`` (see :func:`ball_slack`
+    for why this suffices; underflow only lowers the sum by at most ``d·2⁻¹⁰⁷⁴``, far inside
+    the margin). If a sum overflows, the rows are first divided by a power of two ``p ≥``
+    their largest entry (exact) and compared with ``(radius/p)²·(1 − slack)``."""
     with torch.no_grad():
         D64 = Delta.detach().to(torch.float64)
+        s = (D64 * D64).sum(dim=-1)
+        if bool(torch.isfinite(s).all()):
+            return s <= radius * radius * (1 - slack)
         big = D64.abs().amax(dim=-1, keepdim=True)
         _, e = torch.frexp(big)
         p = torch.where(big > 0, torch.ldexp(torch.ones_like(big), e), torch.ones_like(big))
