@@ -11,7 +11,7 @@
   :func:`wsutils.sensitivity.word_sensitivity` (same starts, steps and step sizes, so the same
   answer up to rounding), but evaluates ``φ(X_i(Δ)) − φ(X)`` in ``O(n·d)`` per start and step:
   a change of row ``i`` touches only row ``i`` and column ``i`` of the score matrix, so every
-  other output row is a two-point mixture of cached quantities (:class:`_FastObjective`),
+  other output row is a two-point mixture of cached quantities (``_FastObjective``),
   evaluated without cancellation for every score scale.
 
 Every ``Δ`` returned lies in the ball exactly (:func:`wsutils.sensitivity.project_ball`) and
@@ -363,7 +363,7 @@ def attention_word_sensitivity(
     The search is exactly that of :func:`wsutils.sensitivity.word_sensitivity` (same starts
     from ``seed``, same steps, best iterate kept, every requested row searched, ``init`` extra
     starts), with the relative change evaluated in ``O(n·d)`` per start and step instead of
-    ``O(n²·d + n·d²)`` (:class:`_FastObjective`, stable for every score scale).
+    ``O(n²·d + n·d²)`` (``_FastObjective``, stable for every score scale).
     ``takeovers=True`` adds the constructions of :func:`takeover_candidates` for the row being
     searched as extra starts. Every reported value (``value`` and ``per_row``) is recomputed
     with the full map in float64 from the returned ``Delta``/``per_row_Delta``.

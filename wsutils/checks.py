@@ -43,7 +43,7 @@ def check_unit_rows(X: torch.Tensor, *, rtol: float | None = None) -> None:
     ``rtol`` defaults to ``max(1e-6, 2·eps)`` of ``X``'s dtype: a row rescaled to ``√d`` and
     then rounded to the dtype is off by at most one unit roundoff per entry, so a float16 text
     (``eps ≈ 1e-3``) is accepted as normalised when it is, and a float64 one is held to 1e-6.
-    Norms are computed without overflow (:func:`wsutils._tensor.row_norms`)."""
+    Norms are computed without overflow (``wsutils._tensor.row_norms``)."""
     from ._tensor import row_norms
 
     if rtol is None:

@@ -173,7 +173,7 @@ def normalize_rows(X: Array) -> Array:
     """Rescale every row of ``X`` to norm ``√d`` (the paper's normalisation).
 
     Raises a ValueError for a zero row, which has no direction to keep. The norms are
-    computed without overflow (:func:`wsutils._tensor.row_norms`), so rows of any finite
+    computed without overflow (``wsutils._tensor.row_norms``), so rows of any finite
     size are rescaled.
     """
     Xt = as_tensor(X, name="X")

@@ -26,8 +26,9 @@ from tqdm.auto import tqdm
 from ._tensor import Array, as_tensor, row_norms
 from .checks import check_finite, check_int, check_seed, check_text, check_unit_rows
 
-__all__ = ["SensitivityResult", "ball_slack", "cosine_ascent", "perturb", "project_ball",
-           "relative_change", "search_setup", "sphere_starts", "word_sensitivity"]
+__all__ = ["BALL_DTYPES", "SensitivityResult", "ball_slack", "certify", "check_lr",
+           "cosine_ascent", "perturb", "project_ball", "relative_change", "search_dtype",
+           "search_setup", "sphere_starts", "word_sensitivity"]
 
 Map = Callable[[torch.Tensor], torch.Tensor]
 
@@ -94,7 +95,7 @@ def project_ball(Delta: torch.Tensor, radius: float) -> torch.Tensor:
     that makes the statement hold in exact arithmetic and under every floating-point norm.
 
     A row of norm above ``radius·(1 − s)``, ``s = ball_slack(d, dtype)``, is rescaled to that
-    norm (the norm is computed without overflow, :func:`wsutils._tensor.row_norms`); rows
+    norm (the norm is computed without overflow, ``wsutils._tensor.row_norms``); rows
     inside are returned unchanged. The result is then *verified*: the exact squared norm of
     every returned row (its float entries taken as exact rationals) is at most
     ``radius²·(1 − (d + 4)·u)``, checked by a float64 sum with the power-of-two row scaling
@@ -253,7 +254,7 @@ def search_setup(X: Array, *, rows, starts: int, steps: int, init: Array | None 
                  check_norms: bool = True, device=None):
     """Validate what every word-sensitivity estimator takes, once: a single text ``X``
     (``n × d``, real, finite, rows of norm ``√d`` unless ``check_norms=False``), integers
-    ``starts ≥ 1`` and ``steps ≥ 0``, the rows to search (``None``: all; see :func:`_rows`) and
+    ``starts ≥ 1`` and ``steps ≥ 0``, the rows to search (``None``: all; see ``_rows``) and
     extra starts ``init`` (a vector of length ``d`` or an ``m × d`` array, projected onto the
     ball). Returns ``(X as a tensor in its search dtype, the list of rows, init as an m × d
     tensor or None)``; the search dtype is ``X``'s if float32/float64, else float32
@@ -353,7 +354,7 @@ def certify(phi_b: Map, Xt: torch.Tensor, found: dict[int, torch.Tensor], *, sta
             steps: int, seed: int, max_batch_elements: int = 2**23) -> SensitivityResult:
     """The result of a search: for each row its best ``Δ`` (``found[row]``), cast to float64
     and projected onto the exact ball (a no-op unless the search dtype was coarser), and the
-    float64 relative change there (:func:`_changes64`); ``value``/``row``/``Delta`` are the
+    float64 relative change there (``_changes64``); ``value``/``row``/``Delta`` are the
     best of them."""
     n, d = Xt.shape
     X64 = Xt.to(torch.float64)
