@@ -271,13 +271,13 @@ class _FastObjective:
                 lse_top = torch.logsumexp(s_oth, dim=1, keepdim=True)   # −inf if n = 1
                 lse_fin = torch.where(torch.isfinite(lse_top), lse_top, torch.zeros_like(lse_top))
                 self.Mbar = torch.exp(s_oth - lse_fin) @ X    # 0 if n = 1 (never used then)
-                self.logR = torch.log(R.clamp_min(1e-300)) + shift
+                self.logR = torch.log(R.clamp_min(torch.finfo(R.dtype).tiny)) + shift
                 self.logR[top] = lse_top[:, 0]
             else:
                 self.Mbar = (E_oth / torch.where(R_top > 0, R_top, 1.0)[:, None]) @ X
                 self.E, self.R = E, R
             # ratio Z_j/R_ji (≤ 2 off the largest key) and V2[j, i] = ‖m_ji − x_i‖²
-            self.ratio = Z / R.clamp_min(1e-300)
+            self.ratio = Z / R.clamp_min(torch.finfo(R.dtype).tiny)   # 0 where Z = 0
             self.ratio[top] = 0
             self.xsq = (X ** 2).sum(-1)                       # ‖x_i‖²
             # ‖φ_j − x_i‖² by expansion (one GEMM): its absolute error ≈ 2u·d is harmless

@@ -164,7 +164,7 @@ def drf_row_sensitivity(X: Array, L: int, k: int, *, row: int = 0, seed: int = 0
     xi = xi.to(dt)
     if extra is not None:
         xi = torch.cat([xi, extra.cpu()])
-    Delta = project_ball(xi.to(dev), radius)
+    Delta = project_ball(xi.to(dev), radius, exact=False)
     with torch.no_grad():
         base = _drf_out(b, A, Vs, torch.zeros(1, d, dtype=dt, device=dev))
         base_norm = torch.linalg.vector_norm(base)
@@ -183,8 +183,8 @@ def drf_row_sensitivity(X: Array, L: int, k: int, *, row: int = 0, seed: int = 0
         with torch.no_grad():
             gn = row_norms(grad)
             ok = (gn > 0) & torch.isfinite(gn)
-            step = project_ball(radius * torch.where(ok, grad / gn.clamp_min(1e-300),
-                                                     Delta.detach()), radius)
+            step = project_ball(radius * torch.where(ok, grad / gn.clamp_min(torch.finfo(gn.dtype).tiny),
+                                                     Delta.detach()), radius, exact=False)
             Delta = torch.where(ok, step, Delta.detach())
     # every start's best iterate, in float64 on the exact ball, re-evaluated in float64
     D64 = project_ball(best.detach().cpu().to(torch.float64), radius)

@@ -90,7 +90,7 @@ def ball_slack(d: int, dtype: torch.dtype) -> float:
     return (3 * d + 12) * u
 
 
-def project_ball(Delta: torch.Tensor, radius: float) -> torch.Tensor:
+def project_ball(Delta: torch.Tensor, radius: float, *, exact: bool = True) -> torch.Tensor:
     """Euclidean projection of each row of ``Delta`` onto ``{‖Δ‖ ≤ radius}``, with a margin
     that makes the statement hold in exact arithmetic and under every floating-point norm.
 
@@ -103,6 +103,11 @@ def project_ball(Delta: torch.Tensor, radius: float) -> torch.Tensor:
     ``‖Δ‖ ≤ √d`` for ``fractions.Fraction`` arithmetic, numpy's and torch's norms, in
     float64 and float32 (``tests/test_ball.py``). Half precision is refused (see
     :data:`BALL_DTYPES`); non-finite entries are a ValueError.
+
+    ``exact=False`` is the projection *between the steps* of a search: rows are rescaled to
+    ``radius·(1 − 2u)`` and not verified, so a computed norm may exceed ``radius`` by a few
+    ulps. It spares a float32 search the float32 margin (``7e-5`` at ``d = 384``) on every
+    iterate; every ``Δ`` an estimator returns goes through ``exact=True``.
     """
     if Delta.dtype not in BALL_DTYPES:
         raise TypeError(f"project_ball works in float32 or float64, got {Delta.dtype}; "
@@ -112,7 +117,7 @@ def project_ball(Delta: torch.Tensor, radius: float) -> torch.Tensor:
     slack = ball_slack(d, Delta.dtype)
     if not slack < 0.25:
         raise ValueError(f"d = {d} is too large for an exact ball in {Delta.dtype}; use float64.")
-    target = radius * (1 - slack)
+    target = radius * (1 - (slack if exact else torch.finfo(Delta.dtype).eps))
     with torch.no_grad():
         norm = torch.linalg.vector_norm(Delta.detach(), dim=-1, keepdim=True)
         if not bool(torch.isfinite(norm).all()):
@@ -120,9 +125,11 @@ def project_ball(Delta: torch.Tensor, radius: float) -> torch.Tensor:
                 raise ValueError("Delta has non-finite entries (NaN or inf): there is nothing "
                                  "to project.")
             norm = row_norms(Delta.detach())     # the squares overflowed: rescaled norms
-        factor = torch.where(norm > target, target / norm.clamp_min(1e-300),
+        factor = torch.where(norm > target, target / norm.clamp_min(torch.finfo(norm.dtype).tiny),
                              torch.ones_like(norm))
     Delta = Delta * factor
+    if not exact:
+        return Delta
     for _ in range(4):  # never needed by the rounding bounds above; kept as the proof's check
         over = ~_inside(Delta, radius, slack)
         if not bool(over.any()):
@@ -379,12 +386,17 @@ def sphere_starts(xi: torch.Tensor, radius: float) -> torch.Tensor:
     return xi
 
 
-def cosine_ascent(values, Delta: torch.Tensor, radius: float, *, steps: int, lr: float):
+def cosine_ascent(values, Delta: torch.Tensor, radius: float, *, steps: int, lr: float,
+                  exact_result: bool = True):
     """Projected gradient ascent of ``values(Delta) -> (B,)`` from each row of ``Delta``
     (``B × d``) over the ball ``‖Δ‖ ≤ radius``: step ``t`` moves by
     ``lr·radius·(1 + cos(πt/steps))/2`` along the normalised gradient and projects back
-    (:func:`project_ball`). Returns the best value of each search and the iterate attaining it
-    (the best iterate, not the last; ``-inf`` and the start where every value was NaN). A
+    (:func:`project_ball`, ``exact=False`` between steps). Returns the best value of each
+    search and the iterate attaining it (the best iterate, not the last; ``-inf`` and the start
+    where every value was NaN), projected onto the exact ball (``exact_result=True``): a
+    returned row can lie inside its iterate by the margin of :func:`ball_slack`, so callers
+    recompute values there. ``exact_result=False`` returns the iterates themselves, for a
+    caller that projects them exactly itself (in float64, with its smaller margin). A
     search whose gradient is not finite stays where it is. Minimise a loss by passing ``-loss``."""
     best_val = torch.full((Delta.shape[0],), -math.inf, dtype=Delta.dtype, device=Delta.device)
     best_Delta = Delta.clone()
@@ -402,9 +414,12 @@ def cosine_ascent(values, Delta: torch.Tensor, radius: float, *, steps: int, lr:
             eta = lr * radius * 0.5 * (1 + math.cos(math.pi * t / steps))
             ok = torch.isfinite(grad).all(dim=-1, keepdim=True)
             grad = torch.where(ok, grad, torch.zeros_like(grad))
-            gnorm = row_norms(grad).clamp_min(1e-300)
-            Delta = project_ball(Delta.detach() + eta * grad / gnorm, radius)
-    return best_val.detach(), best_Delta.detach()
+            gnorm = row_norms(grad)
+            step = torch.where(gnorm > 0, grad / gnorm.clamp_min(torch.finfo(grad.dtype).tiny),
+                               torch.zeros_like(grad))   # a zero gradient stays where it is
+            Delta = project_ball(Delta.detach() + eta * step, radius, exact=False)
+    best_Delta = best_Delta.detach()
+    return best_val.detach(), project_ball(best_Delta, radius) if exact_result else best_Delta
 
 
 def _ascend(objective, Xt: torch.Tensor, row_list: list[int], *, starts: int, steps: int,
@@ -414,8 +429,9 @@ def _ascend(objective, Xt: torch.Tensor, row_list: list[int], *, starts: int, st
     (:func:`wsutils.attention.attention_word_sensitivity`): ``objective(chunk)`` returns a
     function ``values(row_idx, Delta) -> (B,)`` of relative changes for the rows of ``chunk``.
     Same seed, same starts and same steps whichever objective is used. Returns, for each
-    row, the best iterate over its starts (on the CPU, in the search dtype); a row where every
-    value was NaN is a ValueError."""
+    row, the best iterate over its starts (on the CPU, in the search dtype, not yet on the
+    exact ball: :func:`certify` projects it in float64); a row where every value was NaN is a
+    ValueError."""
     n, d = Xt.shape
     radius = math.sqrt(d)
     S = starts + (0 if extra is None else extra.shape[0])
@@ -429,11 +445,11 @@ def _ascend(objective, Xt: torch.Tensor, row_list: list[int], *, starts: int, st
         Delta = xi.to(device=Xt.device, dtype=Xt.dtype)
         if extra is not None:
             Delta = torch.cat([Delta, extra.expand(R, -1, -1)], dim=1)
-        Delta = project_ball(Delta.reshape(R * S, d), radius)
+        Delta = project_ball(Delta.reshape(R * S, d), radius, exact=False)
         row_idx = torch.tensor(chunk, device=Xt.device).repeat_interleave(S)
         values = objective(chunk)
         best_val, best_Delta = cosine_ascent(lambda D: values(row_idx, D), Delta, radius,
-                                             steps=steps, lr=lr)
+                                             steps=steps, lr=lr, exact_result=False)
         vals = best_val.reshape(R, S).cpu()
         lost = [r for j, r in enumerate(chunk) if not bool(torch.isfinite(vals[j]).any())]
         if lost:
