@@ -11,21 +11,27 @@
   :func:`wsutils.sensitivity.word_sensitivity` (same starts, steps and step sizes, so the same
   answer up to rounding), but evaluates ``φ(X_i(Δ)) − φ(X)`` in ``O(n·d)`` per start and step:
   a change of row ``i`` touches only row ``i`` and column ``i`` of the score matrix, so every
-  other output row is a rank-one update of its cached numerator and normaliser.
+  other output row is a two-point mixture of cached quantities (``_FastObjective``),
+  evaluated without cancellation for every score scale.
+
+Every ``Δ`` returned lies in the ball exactly (:func:`wsutils.sensitivity.project_ball`) and
+every certified value is computed in float64 whatever the input's dtype.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from ._tensor import Array, as_tensor, like
-from .checks import check_shape, check_text, check_unit_rows
-from .maps import attention_scores, raf, relu_attention
-from .sensitivity import SensitivityResult, _ascend, project_ball, relative_change, search_setup
+from .checks import check_int, check_seed, check_shape, check_text, check_unit_rows
+from .maps import _pow2_above, _raf, _relu_attention, attention_scores
+from .sensitivity import (SensitivityResult, _ascend, _changes64, _rows, certify, check_lr,
+                          project_ball, search_setup, search_dtype)
 
 __all__ = [
     "KINDS", "row_takeover", "key_takeover", "takeover_candidates", "certified_lower_bound",
@@ -35,74 +41,115 @@ __all__ = [
 KINDS = ("raf", "relu")
 
 
-def _prepare(X: Array, W: Array, row: int | None = None, device=None):
-    Xt = as_tensor(X, device=device)
+def _prepare(X: Array, W: Array, device=None, check_norms: bool = False):
+    """Validate ``(X, W)`` once: ``X`` a finite real ``n × d`` text (rows of norm ``√d`` if
+    ``check_norms``, checked in its own dtype), returned as a tensor in its search dtype
+    (:func:`wsutils.sensitivity.search_dtype`); ``W`` a finite ``d × d`` matrix."""
+    Xt = as_tensor(X, device=device, name="X")
     n, d = check_text(Xt)
     if Xt.ndim != 2:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
-    Wt = as_tensor(W, dtype=Xt.dtype, device=Xt.device)
+    if check_norms:
+        check_unit_rows(Xt)
+    Xt = Xt.to(search_dtype(Xt.dtype))
+    return Xt, _weights(W, Xt), n, d
+
+
+def _weights(W: Array, Xt: torch.Tensor) -> torch.Tensor:
+    d = Xt.shape[1]
+    Wt = as_tensor(W, dtype=Xt.dtype, device=Xt.device, name="W")
     check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
-    if row is not None and not 0 <= int(row) < n:
-        raise ValueError(f"row {row} is out of range for a text of n = {n} words.")
-    return Xt, Wt, n, d
+    return Wt
 
 
-def _map(kind: str):
+def _one_row(row, n: int) -> int:
+    rows = _rows(row, n)
+    if len(rows) != 1:
+        raise ValueError(f"row must be a single row index, got {rows}.")
+    return rows[0]
+
+
+def _kernel(kind: str):
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS} (softmax or ReLU attention), got {kind!r}.")
-    return raf if kind == "raf" else relu_attention
+    return _raf if kind == "raf" else _relu_attention
 
 
 def _top_eigvec(W: torch.Tensor) -> tuple[float, torch.Tensor]:
-    evals, evecs = torch.linalg.eigh((W + W.T) / 2)
+    """Top eigenpair of ``(W + Wᵀ)/2``, in float64."""
+    W64 = W.to(torch.float64)
+    evals, evecs = torch.linalg.eigh((W64 + W64.T) / 2)
     return float(evals[-1]), evecs[:, -1]
+
+
+def _row_takeover(Xt: torch.Tensor, Wt: torch.Tensor, i: int) -> torch.Tensor:
+    d = Xt.shape[1]
+    _, u = _top_eigvec(Wt)
+    if float(u @ Xt[i].to(torch.float64)) < 0:
+        u = -u
+    return project_ball((math.sqrt(d) * u[None]).to(Xt.dtype), math.sqrt(d))[0]
+
+
+def _key_takeover(Xt: torch.Tensor, Wt: torch.Tensor, i: int) -> torch.Tensor:
+    d = Xt.shape[1]
+    v = Wt.to(torch.float64).T @ Xt.to(torch.float64).mean(dim=0)
+    norm = float(torch.linalg.vector_norm(v))
+    if norm == 0:
+        raise ValueError("Wᵀm = 0 (the mean row is in the kernel of Wᵀ): the key take-over "
+                         "has no direction; use row_takeover instead.")
+    return project_ball((math.sqrt(d) * v[None] / norm).to(Xt.dtype), math.sqrt(d))[0]
 
 
 def row_takeover(X: Array, W: Array, row: int) -> Array:
     """The row take-over ``Δ = √d·u`` (:prf:ref:`def-takeover`): ``u`` is a unit top
-    eigenvector of ``(W + Wᵀ)/2``, with the sign that makes ``uᵀx_row ≥ 0``."""
-    Xt, Wt, n, d = _prepare(X, W, row)
-    _, u = _top_eigvec(Wt)
-    if float(u @ Xt[int(row)]) < 0:
-        u = -u
-    return like(project_ball(math.sqrt(d) * u[None], math.sqrt(d))[0], X)
+    eigenvector of ``(W + Wᵀ)/2`` (computed in float64), with the sign that makes
+    ``uᵀx_row ≥ 0``; projected onto the exact ball. Returned in ``X``'s search dtype."""
+    Xt, Wt, n, d = _prepare(X, W)
+    return like(_row_takeover(Xt, Wt, _one_row(row, n)), X)
 
 
 def key_takeover(X: Array, W: Array, row: int) -> Array:
     """The key take-over ``Δ = √d·Wᵀm/‖Wᵀm‖`` (:prf:ref:`def-takeover`), ``m`` the mean row of
     ``X``: it raises the score of key ``row`` in every query row at once."""
-    Xt, Wt, n, d = _prepare(X, W, row)
-    v = Wt.T @ Xt.mean(dim=0)
-    norm = float(torch.linalg.vector_norm(v))
-    if norm == 0:
-        raise ValueError("Wᵀm = 0 (the mean row is in the kernel of Wᵀ): the key take-over "
-                         "has no direction; use row_takeover instead.")
-    return like(project_ball(math.sqrt(d) * v[None] / norm, math.sqrt(d))[0], X)
+    Xt, Wt, n, d = _prepare(X, W)
+    return like(_key_takeover(Xt, Wt, _one_row(row, n)), X)
+
+
+def _takeover_candidates(Xt, Wt, i, blends=(0.25, 0.5, 0.75)) -> torch.Tensor:
+    d = Xt.shape[1]
+    r = _row_takeover(Xt, Wt, i).to(torch.float64)
+    k = _key_takeover(Xt, Wt, i).to(torch.float64)
+    cands = [r, -r, k]
+    for t in blends:
+        v = (1 - t) * r + t * k
+        cands.append(v * math.sqrt(d) / torch.linalg.vector_norm(v).clamp_min(1e-300))
+    return project_ball(torch.stack(cands).to(Xt.dtype), math.sqrt(d))
 
 
 def takeover_candidates(X: Array, W: Array, row: int,
                         blends: Sequence[float] = (0.25, 0.5, 0.75)) -> Array:
     """The constructions of :prf:ref:`def-takeover` as an ``m × d`` array: the row take-over
     (both signs of ``u``), the key take-over, and for each ``t`` in ``blends`` the direction
-    ``(1 − t)·Δ_row + t·Δ_key`` rescaled to norm ``√d``. Every row has norm ``≤ √d``."""
-    Xt, Wt, n, d = _prepare(X, W, row)
-    r = as_tensor(row_takeover(Xt, Wt, row))
-    k = as_tensor(key_takeover(Xt, Wt, row))
-    cands = [r, -r, k]
-    for t in blends:
-        v = (1 - t) * r + t * k
-        cands.append(v * math.sqrt(d) / torch.linalg.vector_norm(v).clamp_min(1e-300))
-    return like(project_ball(torch.stack(cands), math.sqrt(d)), X)
+    ``(1 − t)·Δ_row + t·Δ_key`` rescaled to norm ``√d``. Every row lies in the ball exactly."""
+    Xt, Wt, n, d = _prepare(X, W)
+    blends = tuple(blends)
+    if not all(isinstance(t, numbers.Real) and math.isfinite(t) for t in blends):
+        raise ValueError(f"blends must be finite real numbers, got {blends}.")
+    return like(_takeover_candidates(Xt, Wt, _one_row(row, n), blends), X)
 
 
 def certified_lower_bound(X: Array, W: Array, row: int, *, kind: str = "raf") -> float:
     """``max_Δ ‖φ(X_row(Δ)) − φ(X)‖/‖φ(X)‖`` over :func:`takeover_candidates`: an explicit
     ``Δ`` in the ball, hence a certified lower bound on ``S_φ(X)`` (:prf:ref:`def-word-sensitivity`).
-    ``kind`` is ``"raf"`` (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`)."""
-    fn = _map(kind)
-    Xt, Wt, n, d = _prepare(X, W, row)
-    phi = lambda Z: fn(Z, Wt)  # noqa: E731
-    return max(relative_change(phi, Xt, row, D) for D in as_tensor(takeover_candidates(Xt, Wt, row)))
+    ``kind`` is ``"raf"`` (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`).
+    Everything is computed in float64, whatever the dtype of ``X`` and ``W``."""
+    fn = _kernel(kind)
+    Xt, Wt, n, d = _prepare(X, W)
+    i = _one_row(row, n)
+    X64, W64 = Xt.to(torch.float64), Wt.to(torch.float64)
+    cands = _takeover_candidates(X64, W64, i)
+    vals = _changes64(lambda Z: fn(Z, W64), X64, [i] * cands.shape[0], cands)
+    return float(vals.max())
 
 
 @dataclass
@@ -129,13 +176,13 @@ class TakeoverCertificate:
 
 
 def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
-    """Evaluate :prf:ref:`thm-raf-high` at ``(X, W, row)``:
+    """Evaluate :prf:ref:`thm-raf-high` at ``(X, W, row)``, in float64:
     ``S ≥ [(1+√2)·a'_ii − 1 − κ‖a_i‖] / (κ‖A‖_F)`` with ``a'_ii = 1/(1 + e^{−margin})``."""
-    Xt, Wt, n, d = _prepare(X, W, row)
-    check_unit_rows(Xt)
-    i = int(row)
+    Xt, Wt, n, d = _prepare(X, W, check_norms=True)
+    i = _one_row(row, n)
+    Xt, Wt = Xt.to(torch.float64), Wt.to(torch.float64)
     lam, _ = _top_eigvec(Wt)
-    Delta = as_tensor(row_takeover(Xt, Wt, i))
+    Delta = _row_takeover(Xt, Wt, i)
     Xp = Xt.clone()
     Xp[i] += Delta
     s = attention_scores(Xp, Wt)[i]
@@ -148,7 +195,7 @@ def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
     A_fro = float(torch.linalg.matrix_norm(A))
     a_row = float(torch.linalg.vector_norm(A[i]))
     bound = ((1 + math.sqrt(2)) * a_self - 1 - kappa * a_row) / (kappa * A_fro)
-    exact = relative_change(lambda Z: raf(Z, Wt), Xt, i, Delta)
+    exact = float(_changes64(lambda Z: _raf(Z, Wt), Xt, [i], Delta[None])[0])
     return TakeoverCertificate(lam=lam, self_score=float(s[i]), lse_others=lse, margin=margin,
                                self_weight=a_self, kappa=kappa, A_fro=A_fro, a_row=a_row,
                                bound=bound, exact=exact)
@@ -157,33 +204,90 @@ def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
 class _FastObjective:
     """``Δ ↦ ‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` for a batch of (row, Δ) pairs in ``O(n·d)`` each.
 
-    Cached once: scores ``s = XWXᵀ/√d``, weights ``E`` (``exp(s − max_row s)`` for softmax,
-    ``ReLU(s)`` for ReLU attention), normalisers ``Z`` and outputs ``Φ = φ(X)``. For row
-    ``j ≠ i`` only the weight of key ``i`` changes (old ``α``, new ``β``):
-    ``φ'_j − φ_j = [(α − β)(φ_j − x_i) + βΔ] / (Z_j − α + β)``, whose squared norm needs only
-    ``‖φ_j − x_i‖²`` (cached) and ``⟨φ_j − x_i, Δ⟩``. Row ``i`` is recomputed from its ``n``
-    new scores. No ``(B, n, d)`` array is ever formed.
+    A change of row ``i`` changes, in every other output row ``j``, only the weight of key
+    ``i``. Write ``m_ji`` for the mean of the *other* keys under row ``j``'s weights and ``ρ``,
+    ``ρ'`` for the total weight of the other keys before and after; then
+    ``φ_j = ρ m_ji + (1 − ρ) x_i``, ``φ'_j = ρ' m_ji + (1 − ρ')(x_i + Δ)`` and
+
+        ``φ'_j − φ_j = (ρ' − ρ)(m_ji − x_i) + (1 − ρ')Δ``,
+
+    whose squared norm needs ``‖m_ji − x_i‖²`` (cached, ``n × n``) and ``⟨m_ji − x_i, Δ⟩`` (one
+    ``(B, d) × (d, n)`` product). Nothing is divided by a small number, so the update is exact
+    up to rounding for every score scale, including the limit where one key takes all the
+    weight (where the textbook rank-one update ``(Z − E_ji)`` cancels):
+
+    - softmax: with ``ℓ_ji = log Σ_{k≠i} exp s_jk`` (a log-sum-exp, never a difference),
+      ``ρ = σ(ℓ_ji − s_ji)`` and ``ρ' = σ(ℓ_ji − s'_ji)``, ``σ`` the logistic function, and
+      ``ρ' − ρ = σ(a)σ(−b) − σ(b)σ(−a)`` (``a``, ``b`` those two arguments) has no cancellation
+      beyond the genuine one of a small change;
+    - ReLU: ``ρ = R/(R + α)``, ``ρ' = R/(R + β)`` with ``R = Σ_{k≠i} ReLU(s_jk)``, ``α``, ``β``
+      the old and new weights of key ``i``, so ``ρ' − ρ = R(α − β)/((R + α)(R + β))``; when
+      ``R = 0`` the row is ``x_i`` or zero before and after, and the change is written out.
+
+    ``m_ji − x_i`` is ``Z_j(φ_j − x_i)/R_ji`` unless ``i`` is row ``j``'s largest weight
+    (then ``R_ji ≥`` that weight ``≥ E_ji``, so ``Z_j/R_ji ≤ 2``); for the largest key it is
+    stored as its own vector (``n × d``). Row ``i`` itself is recomputed from its ``n`` new scores.
+    No ``(B, n, d)`` array is ever formed.
     """
 
     def __init__(self, X: torch.Tensor, W: torch.Tensor, kind: str):
-        self.X, self.W, self.kind = X, W, kind
-        self.n, self.d = X.shape
-        self.sqd = math.sqrt(self.d)
+        self.X, self.kind = X, kind
+        self.n, self.d = n, d = X.shape
+        self.sqd = math.sqrt(d)
+        # rownorm(ReLU(c·s)) = rownorm(ReLU(s)): a power-of-two rescaling of W (exact) keeps
+        # ReLU scores finite for any finite W
+        self.W = W / _pow2_above(W) if kind == "relu" else W
+        W = self.W
         with torch.no_grad():
             s = attention_scores(X, W)
+            if not bool(torch.isfinite(s).all()):
+                raise ValueError(f"the attention scores XWXᵀ/√d overflow {X.dtype}: pass "
+                                 "float64 input or a smaller W.")
+            self.s = s
+            idx = torch.arange(n, device=X.device)
+            kstar = (s if kind == "raf" else torch.relu(s)).argmax(dim=1)
+            top = (idx, kstar)                                # entries (j, k*_j): O(n) edits
+            self.top = torch.zeros(n, n, dtype=torch.bool, device=X.device)
+            self.top[top] = True                              # top[j, i]: i is j's largest key
             if kind == "raf":
-                self.shift = s.max(dim=1).values
-                E = torch.exp(s - self.shift[:, None])
+                shift = s.max(dim=1, keepdim=True).values
+                E = torch.exp(s - shift)
             else:
-                self.shift = torch.zeros(self.n, dtype=X.dtype, device=X.device)
                 E = torch.relu(s)
-            self.E, self.Z = E, E.sum(dim=1)
-            Zs = torch.where(self.Z > 0, self.Z, torch.ones_like(self.Z))
-            self.Phi = (E / Zs[:, None]) @ X
+            Z = E.sum(dim=1, keepdim=True)
+            self.Phi = (E / torch.where(Z > 0, Z, torch.ones_like(Z))) @ X
             self.base_norm = float(torch.linalg.vector_norm(self.Phi))
-            self.P = (self.Phi ** 2).sum(-1)                        # ‖φ_j‖²
-            # M[j, i] = ‖φ_j − x_i‖²
-            self.M = (self.P[:, None] - 2 * self.Phi @ X.T + (X ** 2).sum(-1)[None]).clamp_min(0)
+            # R_ji = Σ_{k≠i} E_jk: Z − E off the largest key (no cancellation, R ≥ E_jk*),
+            # and for the largest key the sum of the others, computed directly
+            E_oth = E.clone()
+            E_oth[top] = 0
+            R_top = E_oth.sum(dim=1)
+            R = Z - E
+            R[top] = R_top
+            if kind == "raf":
+                # from the scores, not from E: exp(s − max) underflows when k* dominates
+                s_oth = s.clone()
+                s_oth[top] = -math.inf
+                lse_top = torch.logsumexp(s_oth, dim=1, keepdim=True)   # −inf if n = 1
+                lse_fin = torch.where(torch.isfinite(lse_top), lse_top, torch.zeros_like(lse_top))
+                self.Mbar = torch.exp(s_oth - lse_fin) @ X    # 0 if n = 1 (never used then)
+                self.logR = torch.log(R.clamp_min(torch.finfo(R.dtype).tiny)) + shift
+                self.logR[top] = lse_top[:, 0]
+            else:
+                self.Mbar = (E_oth / torch.where(R_top > 0, R_top, 1.0)[:, None]) @ X
+                self.E, self.R = E, R
+            # ratio Z_j/R_ji (≤ 2 off the largest key) and V2[j, i] = ‖m_ji − x_i‖²
+            self.ratio = Z / R.clamp_min(torch.finfo(R.dtype).tiny)   # 0 where Z = 0
+            self.ratio[top] = 0
+            self.xsq = (X ** 2).sum(-1)                       # ‖x_i‖²
+            # ‖φ_j − x_i‖² by expansion (one GEMM): its absolute error ≈ 2u·d is harmless
+            # here, since off the largest key it is multiplied by (Z/R)² ≤ 4 and g² ≤ 1
+            M = ((self.Phi ** 2).sum(-1)[:, None] - 2 * self.Phi @ X.T
+                 + self.xsq[None]).clamp_min(0)
+            self.V2 = self.ratio ** 2 * M
+            # on the largest key φ_j ≈ x_k* and the expansion would cancel: the difference
+            # m̄_j − x_k* is formed directly (n vectors)
+            self.V2[top] = ((self.Mbar - X[kstar]) ** 2).sum(-1)
 
     def _normalise(self, t: torch.Tensor) -> torch.Tensor:
         if self.kind == "raf":
@@ -196,33 +300,44 @@ class _FastObjective:
         X, W, Phi = self.X, self.W, self.Phi
         xi = X[row_idx]                                   # (B, d)
         xp = xi + Delta                                   # x'_i
-        col = (xp @ W.T) @ X.T / self.sqd                 # s'_{j i} = x_j W x'_i/√d, (B, n)
-        # other rows: only the weight of key i changes
-        Ei = self.E[:, row_idx].T                         # old weight α, (B, n)
-        if self.kind == "raf":
-            c = torch.maximum(self.shift[None], col)
-            scale = torch.exp(self.shift[None] - c)
-            alpha, beta = scale * Ei, torch.exp(col - c)
-            Zp = scale * (self.Z[None] - Ei).clamp_min(0) + beta
-        else:
-            alpha, beta = Ei, torch.relu(col)
-            Zp = (self.Z[None] - Ei).clamp_min(0) + beta
-        # ‖U_j‖² with U_j = (α − β)(φ_j − x_i) + βΔ, expanded so that no (B, n, d) array is
-        # formed: ‖φ_j − x_i‖² is cached, ⟨φ_j − x_i, Δ⟩ is one (B, d) × (d, n) product.
-        gap = alpha - beta
-        cross = Delta @ Phi.T - (xi * Delta).sum(-1, keepdim=True)
+        col = (xp @ W.T) @ X.T / self.sqd                 # s'_ji = x_j W x'_i/√d, (B, n)
+        top = self.top[:, row_idx].T                      # is i row j's largest key? (B, n)
+        # ⟨m_ji − x_i, Δ⟩
+        xD = (xi * Delta).sum(-1, keepdim=True)
+        cross = torch.where(top, Delta @ self.Mbar.T - xD,
+                            self.ratio[:, row_idx].T * (Delta @ Phi.T - xD))
+        V2 = self.V2[:, row_idx].T
         dd = (Delta ** 2).sum(-1, keepdim=True)
-        Usq = (gap ** 2 * self.M[:, row_idx].T + beta ** 2 * dd + 2 * gap * beta * cross)
-        pos = Zp > 0
-        sq = torch.where(pos, Usq.clamp_min(0) / torch.where(pos, Zp, torch.ones_like(Zp)) ** 2,
-                         self.P[None])
+        if self.kind == "raf":
+            logR = self.logR[:, row_idx].T
+            a = logR - col                                # ρ' = σ(a)
+            b = logR - self.s[:, row_idx].T               # ρ  = σ(b)
+            g = torch.sigmoid(a) * torch.sigmoid(-b) - torch.sigmoid(b) * torch.sigmoid(-a)
+            w = torch.sigmoid(-a)                         # 1 − ρ'
+            sq = g ** 2 * V2 + 2 * g * w * cross + w ** 2 * dd
+        else:
+            R = self.R[:, row_idx].T
+            alpha, beta = self.E[:, row_idx].T, torch.relu(col)
+            pos = R > 0
+            one = torch.ones_like(R)
+            Ra = torch.where(pos, R + alpha, one)
+            Rb = torch.where(pos, R + beta, one)
+            g = torch.where(pos, R * (alpha - beta) / (Ra * Rb), torch.zeros_like(R))
+            w = torch.where(pos, beta / Rb, torch.zeros_like(R))
+            sq_pos = g ** 2 * V2 + 2 * g * w * cross + w ** 2 * dd
+            # R = 0: φ_j = 1[α>0]·x_i and φ'_j = 1[β>0]·(x_i + Δ)
+            p, q = (beta > 0).to(X.dtype), (alpha > 0).to(X.dtype)
+            xsq = self.xsq[row_idx][:, None]
+            sq_zero = (p - q) ** 2 * xsq + 2 * (p - q) * p * xD + p * dd
+            sq = torch.where(pos, sq_pos, sq_zero)
+        sq = sq.clamp_min(0)
         # row i: its n new scores
         t = (xp @ W) @ X.T / self.sqd                     # s'_{i k}, k ≠ i
         onehot = torch.nn.functional.one_hot(row_idx, self.n).to(X.dtype)
         t = t + onehot * ((xp @ W * xp).sum(-1, keepdim=True) / self.sqd - t)
-        w = self._normalise(t)
-        wi = (w * onehot).sum(-1, keepdim=True)
-        new_i = w @ X + wi * Delta
+        wrow = self._normalise(t)
+        wi = (wrow * onehot).sum(-1, keepdim=True)
+        new_i = wrow @ X + wi * Delta
         diff_i = new_i - Phi[row_idx]
         sq = sq * (1 - onehot) + onehot * (diff_i ** 2).sum(-1, keepdim=True)
         return torch.sqrt(sq.sum(-1)) / self.base_norm
@@ -250,13 +365,17 @@ def attention_word_sensitivity(
     The search is exactly that of :func:`wsutils.sensitivity.word_sensitivity` (same starts
     from ``seed``, same steps, best iterate kept, every requested row searched, ``init`` extra
     starts), with the relative change evaluated in ``O(n·d)`` per start and step instead of
-    ``O(n²·d + n·d²)``. ``takeovers=True`` adds the constructions of
-    :func:`takeover_candidates` for the row being searched as extra starts.
-    The reported ``value`` is recomputed with the full map from the returned ``Delta``.
+    ``O(n²·d + n·d²)`` (``_FastObjective``, stable for every score scale).
+    ``takeovers=True`` adds the constructions of :func:`takeover_candidates` for the row being
+    searched as extra starts. Every reported value (``value`` and ``per_row``) is recomputed
+    with the full map in float64 from the returned ``Delta``/``per_row_Delta``.
     """
-    fn = _map(kind)
-    Xt, Wt, n, d = _prepare(X, W, device=device)
-    Xt, row_list, extra = search_setup(Xt, rows=rows, starts=starts, steps=steps, init=init)
+    fn = _kernel(kind)
+    Xt, row_list, extra = search_setup(X, rows=rows, starts=starts, steps=steps, init=init,
+                                       device=device)
+    Wt = _weights(W, Xt)
+    seed, lr = check_seed(seed), check_lr(lr)
+    max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     obj = _FastObjective(Xt, Wt, kind)
     if not obj.base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
@@ -264,24 +383,20 @@ def attention_word_sensitivity(
     def objective(chunk: list[int]):
         return obj
 
+    S = starts + (0 if extra is None else extra.shape[0])
     if takeovers:
-        per_row, best = {}, (-1.0, row_list[0], torch.zeros(d, dtype=Xt.dtype))
+        found = {}
         for r in row_list:
-            cands = as_tensor(takeover_candidates(Xt, Wt, r))
+            cands = _takeover_candidates(Xt, Wt, r)
             init_r = cands if extra is None else torch.cat([extra, cands])
-            pr, b = _ascend(objective, Xt, [r], starts=starts, steps=steps, seed=seed + r,
-                            extra=init_r, lr=lr, max_batch_elements=max_batch_elements,
-                            progress=False)
-            per_row.update(pr)
-            if b[0] > best[0]:
-                best = b
-        S = starts + init_r.shape[0]
+            found.update(_ascend(objective, Xt, [r], starts=starts, steps=steps,
+                                 seed=(seed + r) % 2**63, extra=init_r, lr=lr,
+                                 max_batch_elements=max_batch_elements, progress=False))
+        S += cands.shape[0]
     else:
-        per_row, best = _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
-                                extra=extra, lr=lr, max_batch_elements=max_batch_elements,
-                                progress=progress)
-        S = starts + (0 if extra is None else extra.shape[0])
-    _, row, Delta_best = best
-    value = relative_change(lambda Z: fn(Z, Wt), Xt, row, Delta_best)
-    return SensitivityResult(value=value, row=row, Delta=Delta_best.numpy().copy(),
-                             per_row=per_row, starts=S, steps=steps, seed=seed)
+        found = _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
+                        extra=extra, lr=lr, max_batch_elements=max_batch_elements,
+                        progress=progress)
+    W64 = Wt.to(torch.float64)
+    return certify(lambda Z: fn(Z, W64), Xt, found, starts=S, steps=steps, seed=seed,
+                   max_batch_elements=max_batch_elements)

@@ -37,10 +37,19 @@ def check_shape(name: str, t: torch.Tensor, shape: tuple[int, ...], hint: str) -
     check_finite(name, t)
 
 
-def check_unit_rows(X: torch.Tensor, *, rtol: float = 1e-6) -> None:
-    """Rows of ``X`` must have norm ``√d`` (the paper's normalisation; chapter word-sensitivity)."""
+def check_unit_rows(X: torch.Tensor, *, rtol: float | None = None) -> None:
+    """Rows of ``X`` must have norm ``√d`` (the paper's normalisation; chapter word-sensitivity).
+
+    ``rtol`` defaults to ``max(1e-6, 2·eps)`` of ``X``'s dtype: a row rescaled to ``√d`` and
+    then rounded to the dtype is off by at most one unit roundoff per entry, so a float16 text
+    (``eps ≈ 1e-3``) is accepted as normalised when it is, and a float64 one is held to 1e-6.
+    Norms are computed without overflow (``wsutils._tensor.row_norms``)."""
+    from ._tensor import row_norms
+
+    if rtol is None:
+        rtol = max(1e-6, 2 * torch.finfo(X.dtype).eps) if X.is_floating_point() else 1e-6
     d = X.shape[-1]
-    norms = torch.linalg.vector_norm(X, dim=-1)
+    norms = row_norms(X, keepdim=False).to(torch.float64)
     err = float((norms / math.sqrt(d) - 1).abs().max())
     if err > rtol:
         raise ValueError(

@@ -16,9 +16,9 @@ import math
 import numpy as np
 import torch
 
-from ._tensor import Array, as_tensor
-from .checks import check_text, check_unit_rows
-from .sensitivity import _rows, project_ball, sphere_starts
+from ._tensor import Array, as_tensor, row_norms
+from .checks import check_int, check_seed, check_text
+from .sensitivity import _rows, project_ball, search_dtype, search_setup, sphere_starts
 
 __all__ = ["arccos_map", "drf_limit_change", "drf_limit_sensitivity", "drf_row_law",
            "drf_row_sensitivity", "drf_point"]
@@ -28,8 +28,7 @@ def arccos_map(cos_theta: Array, L: int = 1) -> np.ndarray:
     """``κ^{∘L}``: ``L`` applications of ``κ(c) = (sin θ + (π − θ) cos θ)/π``, ``θ = arccos c``
     (:prf:ref:`lem-drf-kernel`): the cosine of the angle between two inputs after ``L``
     He-scaled ReLU layers of infinite width."""
-    if L < 0:
-        raise ValueError(f"L must be ≥ 0, got {L}.")
+    L = check_int("L", L, minimum=0)
     c = np.clip(np.asarray(cos_theta, dtype=np.float64), -1.0, 1.0)
     for _ in range(L):
         th = np.arccos(c)
@@ -66,8 +65,8 @@ def drf_limit_sensitivity(n: int, L: int, *, grid: int = 401) -> tuple[float, fl
     """``S_∞(n, L) = max_{0 ≤ r ≤ 1, −1 ≤ c ≤ 1} drf_limit_change(n, L, r, c)``
     (:prf:ref:`thm-drf-limit`), by a grid over ``(r, c)`` refined three times around the best
     point. Returns ``(S_∞, r*, c*)``."""
-    if n < 1 or L < 0:
-        raise ValueError(f"need n ≥ 1 and L ≥ 0, got n={n}, L={L}.")
+    n, L = check_int("n", n, minimum=1), check_int("L", L, minimum=0)
+    grid = check_int("grid", grid, minimum=2)
     r_lo, r_hi, c_lo, c_hi = 0.0, 1.0, -1.0, 1.0
     best = (-1.0, 0.0, 0.0)
     for _ in range(4):
@@ -82,25 +81,45 @@ def drf_limit_sensitivity(n: int, L: int, *, grid: int = 401) -> tuple[float, fl
     return best
 
 
+def _draw_law(X64: torch.Tensor, L: int, k: int, row: int, seed: int):
+    """:func:`drf_row_law` on trusted input; drawn in float64 on the CPU, so that the weights
+    depend on ``seed`` alone (never on the caller's dtype or device)."""
+    n, d = X64.shape
+    D = n * d
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(k, d, generator=g, dtype=torch.float64) * math.sqrt(2 / D)
+    z = torch.randn(k, generator=g, dtype=torch.float64)
+    Xc = X64.cpu()
+    rest = float((Xc ** 2).sum() - (Xc[row] ** 2).sum())
+    b = A @ Xc[row] + math.sqrt(2 * max(rest, 0.0) / D) * z
+    Vs = [torch.randn(k, k, generator=g, dtype=torch.float64) * math.sqrt(2 / k)
+          for _ in range(L - 1)]
+    return b, A, Vs
+
+
 def drf_row_law(X: Array, L: int, k: int, row: int, *, seed: int, device=None):
     """One draw of what ``L`` He-scaled ReLU layers of width ``k`` need for row ``i = row``:
     the first layer through :prf:ref:`prop-rf-row-law` (``b = A x_i + σ z``, ``A`` the ``k × d``
     block with ``N(0, 2/D)`` entries, ``σ² = 2‖flat(X_{−i})‖²/D``) and ``L − 1`` dense
-    ``k × k`` layers with ``N(0, 2/k)`` entries. Returns ``(b, A, [V_2, …, V_L])``."""
-    Xt = as_tensor(X, device=device)
+    ``k × k`` layers with ``N(0, 2/k)`` entries. Returns ``(b, A, [V_2, …, V_L])`` in ``X``'s
+    search dtype (:func:`wsutils.sensitivity.search_dtype`); the draw itself is float64, so
+    it depends on ``seed`` only."""
+    Xt = as_tensor(X, device=device, name="X")
+    dt = search_dtype(Xt.dtype)
     n, d = check_text(Xt)
-    _rows(row, n)
-    if L < 1 or k < 1:
-        raise ValueError(f"need L ≥ 1 layers of width k ≥ 1, got L={L}, k={k}.")
-    D = n * d
-    g = torch.Generator().manual_seed(int(seed))
-    A = torch.randn(k, d, generator=g, dtype=Xt.dtype) * math.sqrt(2 / D)
-    z = torch.randn(k, generator=g, dtype=Xt.dtype)
-    rest = float((Xt ** 2).sum() - (Xt[row] ** 2).sum())
-    b = A @ Xt[row].cpu() + math.sqrt(2 * max(rest, 0.0) / D) * z
-    Vs = [torch.randn(k, k, generator=g, dtype=Xt.dtype) * math.sqrt(2 / k) for _ in range(L - 1)]
+    row = _one_row(row, n)
+    L = check_int("L (the number of layers)", L, minimum=1)
+    k = check_int("k (the width of each layer)", k, minimum=1)
+    b, A, Vs = _draw_law(Xt.to(torch.float64), L, k, row, check_seed(seed))
     dev = Xt.device
-    return b.to(dev), A.to(dev), [V.to(dev) for V in Vs]
+    return b.to(dev, dt), A.to(dev, dt), [V.to(dev, dt) for V in Vs]
+
+
+def _one_row(row, n: int) -> int:
+    rows = _rows(row, n)
+    if len(rows) != 1:
+        raise ValueError(f"row must be a single row index, got {rows}.")
+    return rows[0]
 
 
 def _drf_out(b, A, Vs, Delta):
@@ -116,25 +135,40 @@ def drf_row_sensitivity(X: Array, L: int, k: int, *, row: int = 0, seed: int = 0
     """Best relative change found for one row of a width-``k`` DRF (law of
     :func:`drf_row_law`), by projected gradient ascent on the sphere ``‖Δ‖ = √d`` (each step
     moves to the sphere along the normalised gradient) from the authors' ``0.1·ξ``,
-    ``starts − 1`` random points of the sphere and the rows of ``init``; best iterate kept.
-    A certified lower bound on the row's sensitivity for that draw. Returns ``(value, Δ)``."""
-    Xt = as_tensor(X, device=device)
-    n, d = check_text(Xt)
-    if check_norms:
-        check_unit_rows(Xt)
-    if starts < 1 or steps < 0:
-        raise ValueError(f"need starts ≥ 1 and steps ≥ 0, got starts={starts}, steps={steps}.")
-    b, A, Vs = drf_row_law(Xt, L, k, row, seed=seed, device=Xt.device)
-    radius = math.sqrt(d)
-    g = torch.Generator().manual_seed(int(seed) + 1)
-    xi = sphere_starts(torch.randn(starts, d, generator=g, dtype=Xt.dtype), radius)
-    if init is not None:
-        xi = torch.cat([xi, as_tensor(init, dtype=Xt.dtype).reshape(-1, d).cpu()])
-    Delta = project_ball(xi.to(Xt.device), radius)
+    ``starts − 1`` random points of the sphere and the rows of ``init`` (a vector of length
+    ``d`` or an ``m × d`` array); best iterate kept. The search runs in ``X``'s search dtype;
+    the best iterate of every start is re-evaluated in float64 and the best of those is
+    returned: a certified lower bound on the row's sensitivity for that draw. Returns
+    ``(value, Δ)`` with ``Δ`` a float64 vector in the ball exactly. If no unit of the last
+    layer is active at ``X`` (``φ(X) = 0``) the relative change is undefined: ValueError."""
+    Xt, rows, extra = search_setup(X, rows=row, starts=starts, steps=steps, init=init,
+                                   check_norms=check_norms, device=device)
+    if len(rows) != 1:
+        raise ValueError(f"row must be a single row index, got {rows}.")
+    L = check_int("L (the number of layers)", L, minimum=1)
+    k = check_int("k (the width of each layer)", k, minimum=1)
+    seed = check_seed(seed)
+    n, d = Xt.shape
+    dt, dev = Xt.dtype, Xt.device
+    b64, A64, Vs64 = _draw_law(Xt.to(torch.float64), L, k, rows[0], seed)
     with torch.no_grad():
-        base = _drf_out(b, A, Vs, torch.zeros(1, d, dtype=Xt.dtype, device=Xt.device))
+        base64 = _drf_out(b64, A64, Vs64, torch.zeros(1, d, dtype=torch.float64))
+    base_norm64 = float(torch.linalg.vector_norm(base64))
+    if not base_norm64 > 0:
+        raise ValueError("no unit of the last layer is active at X (φ(X) = 0 for this draw): "
+                         "the relative change is undefined; try another seed or a wider k.")
+    b, A, Vs = b64.to(dev, dt), A64.to(dev, dt), [V.to(dev, dt) for V in Vs64]
+    radius = math.sqrt(d)
+    g = torch.Generator().manual_seed((seed + 1) % 2**63)
+    xi = sphere_starts(torch.randn(starts, d, generator=g, dtype=torch.float64), radius)
+    xi = xi.to(dt)
+    if extra is not None:
+        xi = torch.cat([xi, extra.cpu()])
+    Delta = project_ball(xi.to(dev), radius, exact=False)
+    with torch.no_grad():
+        base = _drf_out(b, A, Vs, torch.zeros(1, d, dtype=dt, device=dev))
         base_norm = torch.linalg.vector_norm(base)
-    best_val = torch.full((Delta.shape[0],), -1.0, dtype=Xt.dtype, device=Xt.device)
+    best_val = torch.full((Delta.shape[0],), -math.inf, dtype=dt, device=dev)
     best = Delta.clone()
     for t in range(steps + 1):
         Delta.requires_grad_(True)
@@ -147,11 +181,18 @@ def drf_row_sensitivity(X: Array, L: int, k: int, *, row: int = 0, seed: int = 0
             break
         (grad,) = torch.autograd.grad(vals.sum(), Delta)
         with torch.no_grad():
-            gn = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
-            step = project_ball(radius * grad / gn.clamp_min(1e-300), radius)
-            Delta = torch.where(gn > 0, step, Delta.detach())
-    j = int(torch.argmax(best_val))
-    return float(best_val[j]), best[j].detach().cpu().numpy().copy()
+            gn = row_norms(grad)
+            ok = (gn > 0) & torch.isfinite(gn)
+            step = project_ball(radius * torch.where(ok, grad / gn.clamp_min(torch.finfo(gn.dtype).tiny),
+                                                     Delta.detach()), radius, exact=False)
+            Delta = torch.where(ok, step, Delta.detach())
+    # every start's best iterate, in float64 on the exact ball, re-evaluated in float64
+    D64 = project_ball(best.detach().cpu().to(torch.float64), radius)
+    with torch.no_grad():
+        vals64 = torch.linalg.vector_norm(_drf_out(b64, A64, Vs64, D64) - base64,
+                                          dim=1) / base_norm64
+    j = int(torch.argmax(vals64))
+    return float(vals64[j]), D64[j].numpy().copy()
 
 
 def drf_point(*, n: int, d: int, L: int, k: int, seed: int, steps: int = 20) -> dict:

@@ -375,7 +375,14 @@ def sample_matrix(E: np.ndarray, n: int, d: int, *, rows: np.ndarray | None = No
     if not 1 <= d <= h:
         raise ValueError(f"d = {d} coordinates asked, but the embedding has {h}.")
     X = E[:n, :d].astype(np.float64)
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    if not np.isfinite(X).all():
+        raise ValueError(f"the selected rows of E have {int((~np.isfinite(X)).sum())} non-finite "
+                         "entries (NaN or inf); the embedding is broken, recompute it.")
+    # the norm of each row divided by a power of two ≥ its largest entry (exact), so that
+    # rows of norm ≥ 1e154 do not overflow when squared
+    scale = np.exp2(np.ceil(np.log2(np.maximum(np.abs(X).max(axis=1, keepdims=True),
+                                               np.finfo(np.float64).tiny))))
+    norms = np.linalg.norm(X / scale, axis=1, keepdims=True) * scale
     if np.any(norms == 0):
         raise ValueError("a selected row is zero on its first d coordinates; it cannot be "
                          "rescaled to norm √d.")

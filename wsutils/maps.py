@@ -26,7 +26,7 @@ from typing import Sequence
 
 import torch
 
-from ._tensor import Array, as_tensor, like
+from ._tensor import Array, as_tensor, like, row_norms
 from .checks import check_finite, check_shape, check_text
 
 __all__ = ["flat", "rf", "drf", "raf", "relu_attention", "attention_scores", "normalize_rows"]
@@ -43,6 +43,20 @@ def attention_scores(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     return (X @ W) @ X.transpose(-1, -2) / math.sqrt(d)
 
 
+def _pow2_above(t: torch.Tensor) -> torch.Tensor:
+    """A power of two ``≥ max |t|`` (1 for an all-zero ``t``), as a 0-d tensor: dividing by
+    it changes only exponents, so every product below is scaled exactly."""
+    big = t.detach().abs().amax()
+    _, e = torch.frexp(big)
+    return torch.where(big > 0, torch.ldexp(torch.ones_like(big), e), torch.ones_like(big))
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Attention is computed in at least float32: half precision overflows at scores of 65504
+    and rounds the weights to 3 digits."""
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
 def _rf(X: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     return torch.relu(flat(X) @ V.T)
 
@@ -55,21 +69,36 @@ def _drf(X: torch.Tensor, Vs: Sequence[torch.Tensor]) -> torch.Tensor:
 
 
 def _raf(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    return torch.softmax(attention_scores(X, W), dim=-1) @ X
+    """Softmax attention (trusted input). Computed in float32 at least; scores that overflow
+    the compute dtype are a ValueError (softmax of ``inf`` is NaN, and no rescaling keeps
+    softmax unchanged)."""
+    cd = _compute_dtype(X.dtype)
+    Xc, Wc = X.to(cd), W.to(cd)
+    s = attention_scores(Xc, Wc)
+    if not bool(torch.isfinite(s).all()):
+        raise ValueError(f"the attention scores XWXᵀ/√d overflow {cd} (|score| > "
+                         f"{torch.finfo(cd).max:.3g}): pass float64 input or a smaller W.")
+    return (torch.softmax(s, dim=-1) @ Xc).to(X.dtype)
 
 
 def _relu_attention(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    A = torch.relu(attention_scores(X, W))
+    """Row-normalised ReLU attention (trusted input). ``rownorm(ReLU(c·s)) = rownorm(ReLU(s))``
+    for ``c > 0``, so the scores are computed from ``X`` and ``W`` divided by powers of two
+    (exact): the same floats as without the scaling, but no overflow for any finite input."""
+    cd = _compute_dtype(X.dtype)
+    Xc, Wc = X.to(cd), W.to(cd)
+    Xs = Xc / _pow2_above(Xc)
+    A = torch.relu(attention_scores(Xs, Wc / _pow2_above(Wc)))
     mass = A.sum(dim=-1, keepdim=True)
-    # N(A): each row divided by its sum; an all-zero row stays zero.
+    # rownorm(A): each row divided by its sum; an all-zero row stays zero.
     A = A / torch.where(mass > 0, mass, torch.ones_like(mass))
-    return A @ X
+    return (A @ Xc).to(X.dtype)
 
 
 def _prepare(X: Array, dtype, weights: dict[str, Array]):
-    Xt = as_tensor(X, dtype=dtype)
+    Xt = as_tensor(X, dtype=dtype, name="X")
     n, d = check_text(Xt)
-    ws = {k: as_tensor(v, dtype=Xt.dtype, device=Xt.device) for k, v in weights.items()}
+    ws = {k: as_tensor(v, dtype=Xt.dtype, device=Xt.device, name=k) for k, v in weights.items()}
     return Xt, n, d, ws
 
 
@@ -122,7 +151,9 @@ def raf(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> Array:
     """Random attention features ``φ_RAF(X) = softmax(X W Xᵀ/√d) X`` (eq. :eq:`eq-raf`).
 
     ``W`` is ``d × d`` with i.i.d. ``N(0, 1/d)`` entries (:func:`wsutils.weights.sample_W`);
-    softmax is row-wise. Returns ``n × d``.
+    softmax is row-wise. Returns ``n × d``. Half-precision input is computed in float32 and
+    returned in its own dtype; scores that overflow (``|XWXᵀ/√d|`` beyond the dtype's range) are
+    a ValueError, never NaN.
     """
     return _attention(X, W, dtype, _raf)
 
@@ -130,8 +161,10 @@ def raf(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> Array:
 def relu_attention(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> Array:
     """Row-normalised ReLU attention ``N(ReLU(X W Xᵀ/√d)) X`` (eq. :eq:`eq-relu-attention`).
 
-    ``N`` divides each row by its sum; a row whose scores are all ``≤ 0`` stays zero.
-    Returns ``n × d``.
+    ``N`` (the book's ``rownorm``) divides each row by its sum; a row whose scores are all
+    ``≤ 0`` stays zero. Returns ``n × d``. Since ``rownorm(ReLU(c·s)) = rownorm(ReLU(s))`` for
+    ``c > 0``, the scores are formed from ``X`` and ``W`` rescaled by powers of two: any finite
+    input gives finite output, in every dtype (half precision is computed in float32).
     """
     return _attention(X, W, dtype, _relu_attention)
 
@@ -139,11 +172,13 @@ def relu_attention(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> A
 def normalize_rows(X: Array) -> Array:
     """Rescale every row of ``X`` to norm ``√d`` (the paper's normalisation).
 
-    Raises a ValueError for a zero row, which has no direction to keep.
+    Raises a ValueError for a zero row, which has no direction to keep. The norms are
+    computed without overflow (``wsutils._tensor.row_norms``), so rows of any finite
+    size are rescaled.
     """
-    Xt = as_tensor(X)
+    Xt = as_tensor(X, name="X")
     n, d = check_text(Xt)
-    norms = torch.linalg.vector_norm(Xt, dim=-1, keepdim=True)
+    norms = row_norms(Xt)
     if bool((norms == 0).any()):
         raise ValueError("X has an all-zero row, which cannot be rescaled to norm √d; drop it first.")
     return like(Xt * (math.sqrt(d) / norms), X)

@@ -5,11 +5,17 @@ estimator of it for any differentiable torch map.
 row ``i`` replaced by ``x_i + Δ``. Any ``Δ`` in the ball gives a *lower* bound on ``S``; the
 estimator searches for a good one by projected gradient ascent from several starts, keeps the
 best iterate seen (not the last one) and takes the sup over the requested rows.
+
+Every estimator of ``wsutils`` returns, for each searched row, a ``Δ`` that lies in the ball
+in exact arithmetic (:func:`project_ball`) and the relative change at that ``Δ`` recomputed
+in float64 (:func:`relative_change`), whatever the dtype of the search: its values are
+lower bounds on ``S`` that a reader can recompute.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -17,10 +23,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ._tensor import Array, as_tensor
-from .checks import check_finite, check_text, check_unit_rows
+from ._tensor import Array, as_tensor, row_norms
+from .checks import check_finite, check_int, check_seed, check_text, check_unit_rows
 
-__all__ = ["SensitivityResult", "cosine_ascent", "perturb", "project_ball", "relative_change",
+__all__ = ["BALL_DTYPES", "SensitivityResult", "ball_slack", "certify", "check_lr",
+           "cosine_ascent", "perturb", "project_ball", "relative_change", "search_dtype",
            "search_setup", "sphere_starts", "word_sensitivity"]
 
 Map = Callable[[torch.Tensor], torch.Tensor]
@@ -30,9 +37,11 @@ Map = Callable[[torch.Tensor], torch.Tensor]
 class SensitivityResult:
     """What :func:`word_sensitivity` found.
 
-    ``value`` is the best relative change found, ``row`` the word and ``Delta`` (a numpy vector
-    with ``‖Delta‖ ≤ √d``) the perturbation attaining it: ``value`` is a certified lower bound
-    on ``S_φ(X)``. ``per_row`` maps each searched row to its best value.
+    ``value`` is the best relative change found, ``row`` the word and ``Delta`` (a float64
+    numpy vector with ``‖Delta‖ ≤ √d`` exactly) the perturbation attaining it: ``value`` is a
+    certified lower bound on ``S_φ(X)``. ``per_row`` maps each searched row to its best value
+    and ``per_row_Delta`` to the perturbation attaining it; every value is the float64
+    relative change at its ``Δ`` (:func:`relative_change`).
     """
 
     value: float
@@ -42,6 +51,7 @@ class SensitivityResult:
     starts: int = 0
     steps: int = 0
     seed: int = 0
+    per_row_Delta: dict[int, np.ndarray] = field(default_factory=dict)
 
     def __float__(self) -> float:
         return float(self.value)
@@ -54,45 +64,182 @@ def perturb(X: torch.Tensor, rows: torch.Tensor, Delta: torch.Tensor) -> torch.T
     return X + onehot[:, :, None] * Delta[:, None, :]
 
 
-def project_ball(Delta: torch.Tensor, radius: float) -> torch.Tensor:
-    """Euclidean projection of each row of ``Delta`` onto ``{‖Δ‖ ≤ radius}``, exact in floating
-    point: the returned norms never exceed ``radius``."""
-    norm = torch.linalg.vector_norm(Delta, dim=-1, keepdim=True)
-    Delta = torch.where(norm > radius, Delta * (radius / norm), Delta)
-    shrink = 1 - 4 * torch.finfo(Delta.dtype).eps
-    for _ in range(8):  # rounding can leave a norm one ulp above the radius
-        over = torch.linalg.vector_norm(Delta, dim=-1, keepdim=True) > radius
+#: Dtypes in which a perturbation is searched and returned. Half precision (float16,
+#: bfloat16) has a unit roundoff of 5e-4 to 4e-3: the exact-ball margin below would exceed
+#: 1 for ``d`` in the hundreds, so half-precision input is searched in float32.
+BALL_DTYPES = (torch.float32, torch.float64)
+
+
+def ball_slack(d: int, dtype: torch.dtype) -> float:
+    """The relative margin ``(3d + 12)·u`` (``u = eps/2`` the unit roundoff of ``dtype``) that
+    :func:`project_ball` keeps on the *squared* norm. Why this size:
+
+    - any routine that sums ``d`` squares in ``dtype``, in any order, with or without FMA
+      (numpy's ``dot``/``norm``, torch's ``vector_norm``, a BLAS ``nrm2``), returns a value
+      within a relative ``γ_d = d·u/(1 − d·u)`` of the exact sum (Higham, *Accuracy and
+      Stability of Numerical Algorithms*, eq. (3.5)), and its square root adds one more ``u``;
+      ``math.sqrt(d)`` is within ``u₆₄`` of ``√d``. So a vector whose exact squared norm is
+      at most ``d·(1 − (d + 4)·u)`` has a computed norm ``≤ math.sqrt(d)`` under every such
+      routine, and an exact norm ``< √d``;
+    - :func:`project_ball` verifies its output with a float64 sum whose own error is at most
+      ``γ_d`` in float64, so it asks for ``d·(1 − (3d + 12)·u)``, which covers both errors
+      with room to spare. In float64 the margin is ``(3d + 12)·1.1e-16``: ``2.6e-13`` at
+      ``d = 768``, so a value computed at a projected ``Δ`` moves by at most about that much.
+    """
+    u = torch.finfo(dtype).eps / 2
+    return (3 * d + 12) * u
+
+
+def project_ball(Delta: torch.Tensor, radius: float, *, exact: bool = True) -> torch.Tensor:
+    """Euclidean projection of each row of ``Delta`` onto ``{‖Δ‖ ≤ radius}``, with a margin
+    that makes the statement hold in exact arithmetic and under every floating-point norm.
+
+    A row of norm above ``radius·(1 − s)``, ``s = ball_slack(d, dtype)``, is rescaled to that
+    norm (the norm is computed without overflow, ``wsutils._tensor.row_norms``); rows
+    inside are returned unchanged. The result is then *verified*: the exact squared norm of
+    every returned row (its float entries taken as exact rationals) is at most
+    ``radius²·(1 − (d + 4)·u)``, checked by a float64 sum with the power-of-two row scaling
+    and the rounding bound of :func:`ball_slack`. With ``radius = math.sqrt(d)`` this gives
+    ``‖Δ‖ ≤ √d`` for ``fractions.Fraction`` arithmetic, numpy's and torch's norms, in
+    float64 and float32 (``tests/test_ball.py``). Half precision is refused (see
+    :data:`BALL_DTYPES`); non-finite entries are a ValueError.
+
+    ``exact=False`` is the projection *between the steps* of a search: rows are rescaled to
+    ``radius·(1 − 2u)`` and not verified, so a computed norm may exceed ``radius`` by a few
+    ulps. It spares a float32 search the float32 margin (``7e-5`` at ``d = 384``) on every
+    iterate; every ``Δ`` an estimator returns goes through ``exact=True``.
+    """
+    if Delta.dtype not in BALL_DTYPES:
+        raise TypeError(f"project_ball works in float32 or float64, got {Delta.dtype}; "
+                        "cast the perturbation first (half precision is too coarse for an "
+                        "exact ball).")
+    d = Delta.shape[-1]
+    slack = ball_slack(d, Delta.dtype)
+    if not slack < 0.25:
+        raise ValueError(f"d = {d} is too large for an exact ball in {Delta.dtype}; use float64.")
+    target = radius * (1 - (slack if exact else torch.finfo(Delta.dtype).eps))
+    with torch.no_grad():
+        norm = torch.linalg.vector_norm(Delta.detach(), dim=-1, keepdim=True)
+        if not bool(torch.isfinite(norm).all()):
+            if not bool(torch.isfinite(Delta).all()):
+                raise ValueError("Delta has non-finite entries (NaN or inf): there is nothing "
+                                 "to project.")
+            norm = row_norms(Delta.detach())     # the squares overflowed: rescaled norms
+        factor = torch.where(norm > target, target / norm.clamp_min(torch.finfo(norm.dtype).tiny),
+                             torch.ones_like(norm))
+    Delta = Delta * factor
+    if not exact:
+        return Delta
+    for _ in range(4):  # never needed by the rounding bounds above; kept as the proof's check
+        over = ~_inside(Delta, radius, slack)
         if not bool(over.any()):
-            break
-        Delta = torch.where(over, Delta * shrink, Delta)
-    return Delta
+            return Delta
+        Delta = torch.where(over[..., None], Delta * (1 - slack), Delta)
+    raise RuntimeError("project_ball could not certify the ball; please report this input.")
+
+
+def _inside(Delta: torch.Tensor, radius: float, slack: float) -> torch.Tensor:
+    """Rows whose exact squared norm is certainly ``≤ radius²·(1 − (d + 4)·u)``: the float64
+    sum of squares of the row is compared with ``radius²·(1 − slack)`` (see :func:`ball_slack`
+    for why this suffices; underflow only lowers the sum by at most ``d·2⁻¹⁰⁷⁴``, far inside
+    the margin). If a sum overflows, the rows are first divided by a power of two ``p ≥``
+    their largest entry (exact) and compared with ``(radius/p)²·(1 − slack)``."""
+    with torch.no_grad():
+        D64 = Delta.detach().to(torch.float64)
+        s = (D64 * D64).sum(dim=-1)
+        if bool(torch.isfinite(s).all()):
+            return s <= radius * radius * (1 - slack)
+        big = D64.abs().amax(dim=-1, keepdim=True)
+        _, e = torch.frexp(big)
+        p = torch.where(big > 0, torch.ldexp(torch.ones_like(big), e), torch.ones_like(big))
+        s = ((D64 / p) ** 2).sum(dim=-1)
+        return s <= (radius / p[..., 0]) ** 2 * (1 - slack)
 
 
 def _norms(t: torch.Tensor, batch: int) -> torch.Tensor:
     return torch.linalg.vector_norm(t.reshape(batch, -1), dim=-1)
 
 
-def relative_change(phi: Map, X: Array, row: int, Delta: Array) -> float:
-    """``‖φ(X_i(Δ)) − φ(X)‖ / ‖φ(X)‖`` for one row ``i = row`` and one ``Δ``
-    (the quantity inside the sup of :prf:ref:`def-word-sensitivity`)."""
-    Xt = as_tensor(X)
-    n, d = check_text(Xt)
-    Dt = as_tensor(Delta, dtype=Xt.dtype, device=Xt.device).reshape(1, -1)
-    if Dt.shape[1] != d:
-        raise ValueError(f"Delta must have length d = {d}, got {Dt.shape[1]}.")
-    if not 0 <= int(row) < n:
-        raise ValueError(f"row {row} is out of range for a text of n = {n} words.")
-    # X and X_i(Δ) go through φ as one batch, so that Δ = 0 gives exactly 0.
-    pair = torch.cat([Xt[None], perturb(Xt, torch.tensor([int(row)], device=Xt.device), Dt)])
+def search_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a search runs in for input of ``dtype``: its own if float32/float64,
+    float32 for half precision (see :data:`BALL_DTYPES`)."""
+    return dtype if dtype in BALL_DTYPES else torch.float32
+
+
+def _changes64(phi_b: Map, X64: torch.Tensor, rows: Sequence[int], Deltas: torch.Tensor, *,
+               max_batch_elements: int = 2**23) -> torch.Tensor:
+    """``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` in float64 for pairs ``(rows[b], Deltas[b])`` (trusted
+    input: ``X64`` float64 ``(n, d)``, ``Deltas`` ``(B, d)``). ``X`` goes through ``φ`` in the
+    same batch as each chunk of perturbed copies, and ``Δ = 0`` gives exactly 0. A non-finite
+    output of ``φ`` is a ValueError."""
+    n, d = X64.shape
+    Deltas = Deltas.to(dtype=torch.float64, device=X64.device)
+    chunk = max(1, max_batch_elements // (n * d) - 1)
+    out = []
     with torch.no_grad():
-        base, pert = phi(pair)
-        return float(torch.linalg.vector_norm(pert - base) / torch.linalg.vector_norm(base))
+        for j in range(0, len(rows), chunk):
+            r = torch.as_tensor(list(rows[j:j + chunk]), device=X64.device)
+            pair = torch.cat([X64[None], perturb(X64, r, Deltas[j:j + chunk])])
+            y = phi_b(pair).to(torch.float64)
+            if not bool(torch.isfinite(y).all()):
+                raise ValueError("φ returned non-finite values (NaN or inf) on X or on a "
+                                 "perturbed X_i(Δ) in float64: the relative change is undefined.")
+            base_norm = torch.linalg.vector_norm(y[0])
+            if not float(base_norm) > 0:
+                raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
+            out.append(_norms(y[1:] - y[0], len(r)) / base_norm)
+    out = torch.cat(out)
+    # X_i(0) = X exactly, so Δ = 0 gives exactly 0 on every machine (a batched product need
+    # not round two identical batch entries identically)
+    return torch.where((Deltas == 0).all(dim=-1), torch.zeros_like(out), out)
+
+
+def relative_change(phi: Map, X: Array, row: int, Delta: Array) -> float:
+    """``‖φ(X_i(Δ)) − φ(X)‖ / ‖φ(X)‖`` for one row ``i = row`` and one ``Δ`` (a vector of
+    length ``d``): the quantity inside the sup of :prf:ref:`def-word-sensitivity`.
+
+    Evaluated in float64 whatever the dtypes of ``X`` and ``Delta`` (their values are taken
+    exactly), so ``phi`` must accept a float64 ``(B, n, d)`` batch; the maps of
+    :mod:`wsutils.maps` cast their weights to the input's dtype."""
+    Xt = as_tensor(X, dtype=torch.float64, name="X")
+    n, d = check_text(Xt)
+    if Xt.ndim != 2:
+        raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
+    Dt = as_tensor(Delta, dtype=torch.float64, device=Xt.device, name="Delta")
+    if tuple(Dt.shape) != (d,):
+        raise ValueError(f"Delta must have length d = {d} (one vector), got shape "
+                         f"{tuple(Dt.shape)}.")
+    check_finite("Delta", Dt)
+    row = _rows(row, n)
+    if len(row) != 1:
+        raise ValueError(f"row must be a single row index, got {row}.")
+    return float(_changes64(phi, Xt, row, Dt[None])[0])
 
 
 def _rows(rows, n: int) -> list[int]:
+    """The rows to search: ``None`` (all), one index or a sequence of indices in ``[0, n)``.
+    A boolean mask is refused (reading ``True``/``False`` as rows 1/0 would search the wrong
+    words): pass ``np.flatnonzero(mask)``. Non-integers (``1.9``) are refused, not truncated."""
     if rows is None:
         return list(range(n))
-    rows = [int(rows)] if np.ndim(rows) == 0 else [int(r) for r in rows]
+    if isinstance(rows, torch.Tensor):
+        if rows.dtype == torch.bool:
+            rows = rows.cpu().numpy()
+        else:
+            rows = rows.tolist()
+    if isinstance(rows, np.ndarray) and rows.dtype == bool:
+        raise TypeError("rows is a boolean mask; pass the row indices instead, e.g. "
+                        "rows=np.flatnonzero(mask).")
+    if isinstance(rows, (str, bytes)):
+        raise TypeError(f"rows must be None, an int or a sequence of ints, got {rows!r}.")
+    if np.ndim(rows) == 0:
+        rows = [check_int("row", rows.item() if isinstance(rows, np.ndarray) else rows)]
+    else:
+        items = list(rows)
+        if items and all(isinstance(r, (bool, np.bool_)) for r in items):
+            raise TypeError("rows is a boolean mask; pass the row indices instead, e.g. "
+                            "rows=np.flatnonzero(mask).")
+        rows = [check_int("rows entry", r) for r in items]
     if not rows:
         raise ValueError("rows is empty: pass None (all rows) or at least one row index.")
     bad = [r for r in rows if not 0 <= r < n]
@@ -101,23 +248,41 @@ def _rows(rows, n: int) -> list[int]:
     return rows
 
 
+def check_lr(lr) -> float:
+    """The step size of a search: a finite positive real number."""
+    if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, numbers.Real):
+        raise TypeError(f"lr must be a real number, got {type(lr).__name__} {lr!r}.")
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a finite positive number, got lr={lr}.")
+    return float(lr)
+
+
 def search_setup(X: Array, *, rows, starts: int, steps: int, init: Array | None = None,
                  check_norms: bool = True, device=None):
-    """Validate what every word-sensitivity estimator takes: a single text ``X`` (``n × d``,
-    finite, rows of norm ``√d`` unless ``check_norms=False``), ``starts ≥ 1``, ``steps ≥ 0``,
-    the rows to search (``None``: all) and extra starts ``init`` (``m × d``, projected onto the
-    ball). Returns ``(X as a tensor, the list of rows, init as an m × d tensor or None)``."""
-    Xt = as_tensor(X, device=device)
+    """Validate what every word-sensitivity estimator takes, once: a single text ``X``
+    (``n × d``, real, finite, rows of norm ``√d`` unless ``check_norms=False``), integers
+    ``starts ≥ 1`` and ``steps ≥ 0``, the rows to search (``None``: all; see ``_rows``) and
+    extra starts ``init`` (a vector of length ``d`` or an ``m × d`` array, projected onto the
+    ball). Returns ``(X as a tensor in its search dtype, the list of rows, init as an m × d
+    tensor or None)``; the search dtype is ``X``'s if float32/float64, else float32
+    (:func:`search_dtype`)."""
+    Xt = as_tensor(X, device=device, name="X")
     n, d = check_text(Xt)
     if Xt.ndim != 2:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
     if check_norms:
-        check_unit_rows(Xt)
-    if starts < 1 or steps < 0:
-        raise ValueError(f"need starts ≥ 1 and steps ≥ 0, got starts={starts}, steps={steps}.")
+        check_unit_rows(Xt)                     # in X's own dtype: its rounding is allowed
+    Xt = Xt.to(search_dtype(Xt.dtype))
+    check_int("starts", starts, minimum=1)
+    check_int("steps", steps, minimum=0)
     extra = None
     if init is not None:
-        extra = as_tensor(init, dtype=Xt.dtype, device=Xt.device).reshape(-1, d)
+        extra = as_tensor(init, dtype=Xt.dtype, device=Xt.device, name="init")
+        if extra.ndim == 1:
+            extra = extra[None]
+        if extra.ndim != 2 or extra.shape[1] != d:
+            raise ValueError(f"init must be one perturbation of length d = {d} or an m × d "
+                             f"array of them, got shape {tuple(extra.shape)}.")
         check_finite("init", extra)
         extra = project_ball(extra, math.sqrt(d))
     return Xt, _rows(rows, n), extra
@@ -147,26 +312,35 @@ def word_sensitivity(
 ) -> SensitivityResult:
     """Estimate ``S_φ(X)`` (:prf:ref:`def-word-sensitivity`) by projected gradient ascent.
 
-    For every requested row ``i`` (default: all), ``starts`` searches run in one batch: the
-    first from the authors' start ``0.1·ξ`` (``ξ`` standard normal), the others from uniform
-    points on the sphere ``‖Δ‖ = √d``, plus one search from each row of ``init`` (an ``m × d``
-    array of candidate perturbations, e.g. the constructions of later chapters). Each step
-    moves ``Δ`` by ``lr·√d·cos``-decayed multiples of the normalised gradient of
-    ``‖φ(X_i(Δ)) − φ(X)‖`` and projects back onto the ball ``‖Δ‖ ≤ √d``. The best iterate of
-    every search is kept, and the result is the best over starts and rows.
+    For every requested row ``i`` (default: all; a sequence of indices, never a boolean
+    mask), ``starts`` searches run in one batch: the first from the authors' start ``0.1·ξ``
+    (``ξ`` standard normal), the others from uniform points on the sphere ``‖Δ‖ = √d``, plus
+    one search from each row of ``init`` (a vector of length ``d`` or an ``m × d`` array of
+    candidate perturbations, e.g. the constructions of later chapters). Each step moves ``Δ``
+    by ``lr·√d·cos``-decayed multiples of the normalised gradient of ``‖φ(X_i(Δ)) − φ(X)‖``
+    and projects back onto the ball ``‖Δ‖ ≤ √d`` (:func:`project_ball`). The best iterate of
+    every row is kept and its relative change recomputed in float64 (:func:`relative_change`);
+    the result is the best over rows.
 
     ``phi`` maps a torch tensor ``(B, n, d)`` to ``(B, ...)``; set ``batched=False`` for a map
-    that only takes a single ``(n, d)`` text. ``X`` must have rows of norm ``√d``
-    (``check_norms=False`` skips that check). Same ``seed``, same result.
+    that only takes a single ``(n, d)`` text. The search runs in ``X``'s dtype (float32 for
+    half precision) and the final values in float64, so ``phi`` must accept both. ``X`` must
+    have rows of norm ``√d`` (``check_norms=False`` skips that check). A map that returns
+    NaN/inf at ``X``, or at every iterate of a row, is a ValueError. Same ``seed``, same result.
     """
     Xt, row_list, extra = search_setup(X, rows=rows, starts=starts, steps=steps, init=init,
                                        check_norms=check_norms, device=device)
+    seed, lr = check_seed(seed), check_lr(lr)
+    max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     S = starts + (0 if extra is None else extra.shape[0])
     phi_b = _batched(phi, batched)
 
     with torch.no_grad():
         base = phi(Xt)
-        base_norm = float(torch.linalg.vector_norm(base))
+    if not bool(torch.isfinite(base).all()):
+        raise ValueError("φ(X) has non-finite entries (NaN or inf): the relative change is "
+                         "undefined; check the map and its weights.")
+    base_norm = float(torch.linalg.vector_norm(base))
     if not base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
 
@@ -176,29 +350,54 @@ def word_sensitivity(
             return _norms(out - base, len(row_idx)) / base_norm
         return values
 
-    per_row, best = _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
-                            extra=extra, lr=lr, max_batch_elements=max_batch_elements,
-                            progress=progress)
-    value, row, Delta_best = best
-    return SensitivityResult(value=value, row=row, Delta=Delta_best.numpy().copy(),
-                             per_row=per_row, starts=S, steps=steps, seed=seed)
+    found = _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
+                    extra=extra, lr=lr, max_batch_elements=max_batch_elements,
+                    progress=progress)
+    return certify(phi_b, Xt, found, starts=S, steps=steps, seed=seed,
+                   max_batch_elements=max_batch_elements)
+
+
+def certify(phi_b: Map, Xt: torch.Tensor, found: dict[int, torch.Tensor], *, starts: int,
+            steps: int, seed: int, max_batch_elements: int = 2**23) -> SensitivityResult:
+    """The result of a search: for each row its best ``Δ`` (``found[row]``), cast to float64
+    and projected onto the exact ball (a no-op unless the search dtype was coarser), and the
+    float64 relative change there (``_changes64``); ``value``/``row``/``Delta`` are the
+    best of them."""
+    n, d = Xt.shape
+    X64 = Xt.to(torch.float64)
+    rows = list(found)
+    D64 = project_ball(torch.stack([found[r] for r in rows]).to(torch.float64).cpu(),
+                       math.sqrt(d))
+    vals = _changes64(phi_b, X64, rows, D64, max_batch_elements=max_batch_elements).cpu()
+    per_row = {r: float(vals[j]) for j, r in enumerate(rows)}
+    per_Delta = {r: D64[j].numpy().copy() for j, r in enumerate(rows)}
+    j = int(torch.argmax(vals))
+    return SensitivityResult(value=per_row[rows[j]], row=rows[j], Delta=per_Delta[rows[j]],
+                             per_row=per_row, starts=starts, steps=steps, seed=seed,
+                             per_row_Delta=per_Delta)
 
 
 def sphere_starts(xi: torch.Tensor, radius: float) -> torch.Tensor:
     """Turn standard-normal draws ``xi`` of shape ``(..., s, d)`` into the estimators' starts,
     in place: the first is the authors' start ``0.1·ξ``, the others are uniform on the sphere
-    ``‖Δ‖ = radius``."""
-    xi[..., 1:, :] *= radius / torch.linalg.vector_norm(xi[..., 1:, :], dim=-1, keepdim=True)
+    ``‖Δ‖ = radius`` (projected onto the exact ball by the callers)."""
+    xi[..., 1:, :] *= radius / row_norms(xi[..., 1:, :])
     xi[..., :1, :] *= 0.1
     return xi
 
 
-def cosine_ascent(values, Delta: torch.Tensor, radius: float, *, steps: int, lr: float):
+def cosine_ascent(values, Delta: torch.Tensor, radius: float, *, steps: int, lr: float,
+                  exact_result: bool = True):
     """Projected gradient ascent of ``values(Delta) -> (B,)`` from each row of ``Delta``
     (``B × d``) over the ball ``‖Δ‖ ≤ radius``: step ``t`` moves by
     ``lr·radius·(1 + cos(πt/steps))/2`` along the normalised gradient and projects back
-    (:func:`project_ball`). Returns the best value of each search and the iterate attaining it
-    (the best iterate, not the last). Minimise a loss by passing ``-loss``."""
+    (:func:`project_ball`, ``exact=False`` between steps). Returns the best value of each
+    search and the iterate attaining it (the best iterate, not the last; ``-inf`` and the start
+    where every value was NaN), projected onto the exact ball (``exact_result=True``): a
+    returned row can lie inside its iterate by the margin of :func:`ball_slack`, so callers
+    recompute values there. ``exact_result=False`` returns the iterates themselves, for a
+    caller that projects them exactly itself (in float64, with its smaller margin). A
+    search whose gradient is not finite stays where it is. Minimise a loss by passing ``-loss``."""
     best_val = torch.full((Delta.shape[0],), -math.inf, dtype=Delta.dtype, device=Delta.device)
     best_Delta = Delta.clone()
     for t in range(steps + 1):
@@ -213,41 +412,50 @@ def cosine_ascent(values, Delta: torch.Tensor, radius: float, *, steps: int, lr:
         (grad,) = torch.autograd.grad(vals.sum(), Delta)
         with torch.no_grad():
             eta = lr * radius * 0.5 * (1 + math.cos(math.pi * t / steps))
-            gnorm = torch.linalg.vector_norm(grad, dim=-1, keepdim=True).clamp_min(1e-300)
-            Delta = project_ball(Delta.detach() + eta * grad / gnorm, radius)
-    return best_val.detach(), best_Delta.detach()
+            ok = torch.isfinite(grad).all(dim=-1, keepdim=True)
+            grad = torch.where(ok, grad, torch.zeros_like(grad))
+            gnorm = row_norms(grad)
+            step = torch.where(gnorm > 0, grad / gnorm.clamp_min(torch.finfo(grad.dtype).tiny),
+                               torch.zeros_like(grad))   # a zero gradient stays where it is
+            Delta = project_ball(Delta.detach() + eta * step, radius, exact=False)
+    best_Delta = best_Delta.detach()
+    return best_val.detach(), project_ball(best_Delta, radius) if exact_result else best_Delta
 
 
 def _ascend(objective, Xt: torch.Tensor, row_list: list[int], *, starts: int, steps: int,
             seed: int, extra: torch.Tensor | None, lr: float, max_batch_elements: int,
-            progress: bool):
+            progress: bool) -> dict[int, torch.Tensor]:
     """The search shared by :func:`word_sensitivity` and the fast attention estimator
     (:func:`wsutils.attention.attention_word_sensitivity`): ``objective(chunk)`` returns a
     function ``values(row_idx, Delta) -> (B,)`` of relative changes for the rows of ``chunk``.
-    Same seed, same starts and same steps whichever objective is used."""
+    Same seed, same starts and same steps whichever objective is used. Returns, for each
+    row, the best iterate over its starts (on the CPU, in the search dtype, not yet on the
+    exact ball: :func:`certify` projects it in float64); a row where every value was NaN is a
+    ValueError."""
     n, d = Xt.shape
     radius = math.sqrt(d)
     S = starts + (0 if extra is None else extra.shape[0])
     g = torch.Generator().manual_seed(int(seed))
     rows_per_chunk = max(1, max_batch_elements // (S * n * d))
     chunks = [row_list[j:j + rows_per_chunk] for j in range(0, len(row_list), rows_per_chunk)]
-    per_row: dict[int, float] = {}
-    best = (-1.0, row_list[0], torch.zeros(d, dtype=Xt.dtype))
+    found: dict[int, torch.Tensor] = {}
     for chunk in tqdm(chunks, desc="word sensitivity", disable=not progress, leave=False):
         R = len(chunk)
-        xi = sphere_starts(torch.randn(R, starts, d, generator=g, dtype=Xt.dtype), radius)
-        Delta = xi.to(Xt.device)
+        xi = sphere_starts(torch.randn(R, starts, d, generator=g, dtype=torch.float64), radius)
+        Delta = xi.to(device=Xt.device, dtype=Xt.dtype)
         if extra is not None:
             Delta = torch.cat([Delta, extra.expand(R, -1, -1)], dim=1)
-        Delta = project_ball(Delta.reshape(R * S, d), radius)
+        Delta = project_ball(Delta.reshape(R * S, d), radius, exact=False)
         row_idx = torch.tensor(chunk, device=Xt.device).repeat_interleave(S)
         values = objective(chunk)
         best_val, best_Delta = cosine_ascent(lambda D: values(row_idx, D), Delta, radius,
-                                             steps=steps, lr=lr)
+                                             steps=steps, lr=lr, exact_result=False)
         vals = best_val.reshape(R, S).cpu()
+        lost = [r for j, r in enumerate(chunk) if not bool(torch.isfinite(vals[j]).any())]
+        if lost:
+            raise ValueError(f"the map gave non-finite values (NaN or inf) at every iterate of "
+                             f"rows {lost}: no relative change could be measured there.")
         for j, r in enumerate(chunk):
-            per_row[r] = float(vals[j].max())
-        k = int(torch.argmax(best_val))
-        if float(best_val[k]) > best[0]:
-            best = (float(best_val[k]), chunk[k // S], best_Delta[k].detach().cpu())
-    return per_row, best
+            k = j * S + int(torch.argmax(torch.nan_to_num(vals[j], nan=-math.inf)))
+            found[r] = best_Delta[k].detach().cpu()
+    return found
