@@ -266,7 +266,7 @@ def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int,
     radius = math.sqrt(d)
     base = torch.relu(u)
     base_norm = torch.linalg.vector_norm(base)
-    Delta = project_ball(starts.to(Vi.dtype), radius)
+    Delta = project_ball(starts.to(Vi.dtype), radius, exact=False)
     best_val = torch.full((Delta.shape[0],), -1.0, dtype=Vi.dtype, device=Vi.device)
     best = Delta.clone()
     for t in range(steps + 1):
@@ -282,8 +282,9 @@ def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int,
         grad = (diff * (pre > 0)).T.contiguous() @ Vi        # B × d (Bᵀ@A: the fast layout)
         gnorm = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
         stalled = gnorm[:, 0] <= 0
-        step = grad / gnorm.clamp_min(1e-300)
-        Delta = torch.where(stalled[:, None], Delta, project_ball(radius * step, radius))
+        step = grad / gnorm.clamp_min(torch.finfo(gnorm.dtype).tiny)
+        Delta = torch.where(stalled[:, None], Delta,
+                            project_ball(radius * step, radius, exact=False))
     return best_val, best
 
 
@@ -295,9 +296,9 @@ def _search_row(u, Vi, *, starts, steps, g, d, search_dtype):
     xi = sphere_starts(torch.randn(max(starts, 1), d, generator=g, dtype=u.dtype), radius)
     S = torch.cat([Delta_star[None].cpu(), -Delta_star[None].cpu(), xi]).to(Vi.device)
     _, best = _ascend(u, Vi, S, steps, work_dtype=search_dtype)
-    # the best iterate of every start, re-evaluated in float64, with a margin of a few ulps so
-    # that any norm routine (numpy's too) finds ‖Δ‖ ≤ √d
-    best = project_ball(best.to(u.dtype), radius * (1 - 16 * torch.finfo(u.dtype).eps))
+    # the best iterate of every start, re-evaluated in float64 after the exact projection
+    # (‖Δ‖ ≤ √d in exact arithmetic and under every norm routine)
+    best = project_ball(best.to(u.dtype), radius)
     vals = rf_relative_change(u, Vi, best)
     j = int(torch.argmax(vals))
     return float(vals[j]), best[j].cpu(), upper, lower, S.shape[0]
