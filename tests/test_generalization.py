@@ -186,7 +186,7 @@ def test_flip_point_bad_input():
 def test_flip_runs_on_planted_data_equals_flip_point(map):
     kw = dict(Ns=[8, 10], starts=2, steps=15)
     Xs, Y, X, y = G.planted_data(10, 4, 6, seed=3)
-    direct = G.flip_runs(map, Xs, Y, X, y, seed=5, **kw)
+    direct = G.flip_runs(map, Xs, Y, X, y, seed=6, **kw)       # flip_point: weights seed + 3
     np.testing.assert_equal(direct, G.flip_point(map=map, n=4, d=6, seed=3, **kw))  # NaN == NaN
     np.testing.assert_allclose([r["t1"] for r in direct["runs"]], y, rtol=0, atol=1e-12)
 
@@ -211,3 +211,51 @@ def test_flip_runs_bad_input():
         G.flip_runs("cnn", Xs, Y, X, y, Ns=[5], seed=0)
     with pytest.raises(ValueError, match="out of range"):
         G.flip_runs("raf", Xs, Y, X, y, Ns=[5], seed=0, row=4)
+
+
+def test_empty_Ns_is_a_clear_error():
+    Xs, Y, X, y = G.planted_data(5, 3, 4, seed=0)
+    for call in (lambda: G.flip_point(map="rf", n=3, d=4, Ns=[], seed=0),
+                 lambda: G.flip_runs("rf", Xs, Y, X, y, Ns=[], seed=0),
+                 lambda: G.flip_grid(d=4, Ns=[], seeds=[0])):
+        with pytest.raises(ValueError, match="Ns is empty"):
+            call()
+    with pytest.raises(TypeError, match="integer"):
+        G.flip_runs("rf", Xs, Y, X, y, Ns=[2.5], seed=0)
+
+
+def test_authors_data_is_gen_py_data():
+    Xs, Y, X, y = G.authors_data(30, 4, 5, seed=3)
+    D = 20
+    w = ws.weights.gaussian((D,), 1 / math.sqrt(D), seed=4, dtype=torch.float64)
+    g = ws.weights.gaussian((D,), 1.0, seed=5, dtype=torch.float64)
+    x = (torch.eye(D, dtype=torch.float64) - torch.outer(w, w)) @ g + w   # gen.py, densely
+    np.testing.assert_allclose(X.reshape(-1), x, atol=1e-12)
+    np.testing.assert_array_equal(Y, torch.sign(Xs.reshape(30, -1) @ w))
+    assert y == 1.0 and float(x @ w) > 0
+    assert not torch.allclose(Xs.norm(dim=-1), torch.full((30, 4), math.sqrt(5.0), dtype=Xs.dtype))
+
+
+def test_authors_search_is_plain_projected_gradient_descent_with_the_last_iterate():
+    # a quadratic read-out: the plain steps with lr 0.1 can be written out by hand
+    d, a = 4, torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)
+    readout = lambda D: D @ a
+    res = G.authors_search(readout, d, 5.0, lr=0.1, steps=3)
+    Delta = torch.zeros(d, dtype=torch.float64)
+    for _ in range(3):
+        Delta = Delta - 0.1 * 2 * (Delta @ a - 5.0) * a
+        Delta = Delta * min(1.0, 2.0 / float(Delta.norm()))
+    np.testing.assert_allclose(res.Delta, Delta, atol=1e-12)
+    assert res.loss == pytest.approx(float((Delta @ a - 5.0) ** 2))
+    assert res.min_loss <= res.loss
+
+
+def test_flip_runs_records_both_terms_of_the_identity_under_both_searches():
+    for search in G.SEARCHES:
+        out = G.flip_point(map="raf", n=5, d=8, Ns=[10, 20], seed=1, losses=("output",),
+                           search=search, data="authors", steps=20)
+        for r in out["runs"]:
+            assert r["search"] == search
+            np.testing.assert_allclose(r["D1"] - r["y"], r["base_term"] + r["sens_term"],
+                                       atol=1e-10)
+            assert abs(r["base_term"]) <= r["rel_change"] * r["norm_phi_theta0"] * (1 + 1e-9)

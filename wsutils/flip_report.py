@@ -13,12 +13,13 @@ from typing import Sequence
 
 import numpy as np
 
-from .generalization import LOSSES
+from .generalization import LOSSES, SEARCHES, check_Ns
+from .seeds import point_seed
 
 __all__ = ["CONFIGS", "NAMES", "flip_lower_bound", "invariant_errors", "flip_values",
-           "mean_yD1", "plot_flip"]
+           "mean_yD1", "plot_flip", "sweep_points", "sweep_table", "plot_sweep"]
 
-#: The paper's configurations ``(map, n)`` of the generalization experiment (brief §4).
+#: The configurations ``(map, n)`` of the authors' ``gen.py`` (``ns`` per ``--map``).
 CONFIGS = (("rf", 40), ("raf", 40), ("raf", 120), ("relu", 120))
 NAMES = {"rf": "RF", "raf": "RAF", "relu": "ReLU attention"}
 
@@ -86,3 +87,67 @@ def plot_flip(ax, runs: Sequence[dict], configs: Sequence[tuple[str, int]] = CON
     ax.set_xticks(range(len(configs)), [f"{NAMES[m]}\n$n$ = {n}" for m, n in configs])
     ax.set_ylabel(r"$y \cdot f(X_\Delta; \theta_1)$")
     ax.legend(fontsize=9, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.02), frameon=False)
+
+
+def sweep_points(*, d: int, n: int, Ns: Sequence[int], seeds: Sequence[int],
+                 maps: Sequence[str] = ("rf", "raf", "relu"), searches: Sequence[str] = SEARCHES,
+                 data: str = "authors", trainings: Sequence[str] = ("fine_tune",),
+                 starts: int = 4, steps: int = 300) -> list[dict]:
+    """Points for :func:`wsutils.sweep.run_grid` of :func:`wsutils.generalization.flip_point`
+    that trace ``y·t_1^Δ`` against ``N`` (output loss only): one point per
+    ``(map, search, draw)``, the ``N`` values of a point nested (its first ``N`` texts).
+    Draw ``s`` has seed ``point_seed("flip-vs-N", data, d, n, s)``: every map and both
+    searches see the same texts; ``steps``/``starts`` apply to our search only (the authors'
+    search takes ``gen.py``'s, :func:`wsutils.generalization.authors_lr_steps`)."""
+    Ns = check_Ns(Ns)
+    points = []
+    for s in seeds:
+        seed = point_seed("flip-vs-N", data, d, n, s)
+        for m in maps:
+            for search in searches:
+                opts = dict(starts=starts, steps=steps) if search == "ours" else {}
+                points.append(dict(map=m, n=n, d=d, Ns=list(Ns), seed=seed, search=search,
+                                   data=data, losses=["output"], trainings=list(trainings),
+                                   **opts))
+    return points
+
+
+def sweep_table(runs: Sequence[dict], key: str = "yD1") -> dict:
+    """Mean over draws (and trainings) per ``(map, search, N)`` of ``key``: ``"yD1"``
+    (``y·t_1^Δ``), ``"base"`` (``y·(t_0^Δ − t_0)``, the base-model term of
+    eq. :eq:`eq-flip-identity`), ``"sens"`` (``y·(c − 1)(y − t_0)``, the sensitivity term) or
+    ``"scale"`` (``‖φ‖·‖θ₀‖``, which bounds the base-model term by ``S·‖φ‖·‖θ₀‖``)."""
+    get = {"yD1": lambda r: r["y"] * r["D1"], "base": lambda r: r["y"] * r["base_term"],
+           "sens": lambda r: r["y"] * r["sens_term"], "scale": lambda r: r["norm_phi_theta0"]}
+    if key not in get:
+        raise ValueError(f"key must be one of {sorted(get)}, got {key!r}.")
+    groups = defaultdict(list)
+    for r in runs:
+        groups[(r["map"], r["search"], r["N"])].append(get[key](r))
+    return {k: float(np.mean(v)) for k, v in sorted(groups.items())}
+
+
+def plot_sweep(axes, runs: Sequence[dict], maps: Sequence[str] = ("rf", "raf", "relu")) -> None:
+    """One panel per map: ``y·t_1^Δ`` against ``N`` for both searches (solid: ours, dashed:
+    the authors'), with the two terms of eq. :eq:`eq-flip-identity` for our search (``1 +``
+    base-model term, and the sensitivity term), so that ``y·t_1^Δ = 1 + base + sens``."""
+    for ax, m in zip(axes, maps):
+        for search, ls in (("ours", "-"), ("authors", "--")):
+            t = sweep_table([r for r in runs if r["map"] == m], "yD1")
+            Ns = [N for (_, s, N) in t if s == search]
+            ax.plot(Ns, [t[m, search, N] for N in Ns], "o" + ls, color="k", ms=4,
+                    label=f"$y\\,t_1^\\Delta$, {search} search")
+        ours = [r for r in runs if r["map"] == m and r["search"] == "ours"]
+        base, sens = sweep_table(ours, "base"), sweep_table(ours, "sens")
+        Ns = [N for (_, _, N) in base]
+        ax.plot(Ns, [1 + base[k] for k in base], "s-", color="C0", ms=3,
+                label="$1 + y(t_0^\\Delta - t_0)$ (base model)")
+        ax.plot(Ns, [sens[k] for k in sens], "^-", color="C3", ms=3,
+                label="$y(c-1)(y - t_0)$ (sensitivity)")
+        for level in (1, 0, -1):
+            ax.axhline(level, color="0.6", lw=0.8, ls="--" if level else ":")
+        ax.set_xscale("log")
+        ax.set_xlabel("$N$ (training texts)")
+        ax.set_title(NAMES[m])
+    axes[0].set_ylabel("value")
+    axes[0].legend(fontsize=8, loc="lower left")

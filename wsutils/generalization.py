@@ -1,4 +1,5 @@
-"""Generalization with one changed word (chapter ``generalization``, brief §3.5).
+"""Generalization with one changed word (chapter ``generalization``; the setting of
+Bombari & Mondelli 2024, their eqs. 16 and 24, and of the authors' script ``gen.py``).
 
 A linear read-out ``f(X; θ) = ⟨φ(X), θ⟩`` is trained on ``N`` texts by min-norm interpolation,
 ``θ₀ = Φ⁺Y`` (:prf:ref:`def-flip-problem`); a new text ``(X, y)`` is then learnt by
@@ -16,6 +17,14 @@ are computed by :func:`rf_preactivations` one block of rows of ``V`` at a time, 
 drawn from its own seed (so any block can be regenerated), and only the column block ``V_i``
 that multiplies the perturbed word is kept: ``V flat(X_i(Δ)) = V flat(X) + V_i Δ`` is exact,
 so the search never needs the rest of ``V`` again.
+
+Two searches for the changed word: ours (:func:`search_flip`: several starts, normalised steps,
+best iterate) and the authors' (:func:`authors_search`, as ``gen.py`` runs it: one start at
+``x₁``, plain gradient steps with their learning rates and step counts, last iterate);
+:func:`flip_runs` runs either on the same instances (``search="ours"`` or ``"authors"``).
+Two synthetic data sets: :func:`planted_data` (rows rescaled to norm ``√d``, as every other
+chapter) and :func:`authors_data` (``gen.py``'s: rows not rescaled, the new text built on the
+planted direction ``w_⋆``).
 """
 
 from __future__ import annotations
@@ -28,23 +37,37 @@ import torch
 from tqdm.auto import tqdm
 
 from ._tensor import Array, as_tensor, like
-from .checks import check_finite, check_shape, check_unit_rows
+from .checks import check_finite, check_int, check_seed, check_shape, check_unit_rows
 from .maps import flat, raf, relu_attention
 from .rf_sensitivity import rf_block_seed
 from .sensitivity import cosine_ascent, perturb, project_ball
 from .weights import gaussian, sample_W, sample_X
 
 __all__ = [
-    "LOSSES", "MAPS", "TRAININGS", "FlipResult",
+    "LOSSES", "MAPS", "TRAININGS", "SEARCHES", "DATA", "FlipResult",
     "gram_cholesky", "min_norm_interpolator", "project_out", "fine_tune", "retrain",
-    "planted_data", "rf_block_seed", "rf_blocks", "sample_V_blocked", "rf_preactivations",
-    "attention_features", "flip_grid", "flip_table", "FlipModel", "rf_flip_model", "attention_flip_model", "flip_target", "search_flip", "flip_runs",
-    "flip_point",
+    "planted_data", "authors_data", "rf_block_seed", "rf_blocks", "sample_V_blocked",
+    "rf_preactivations", "attention_features", "flip_grid", "flip_table", "FlipModel",
+    "rf_flip_model", "attention_flip_model", "flip_target", "search_flip", "authors_search",
+    "authors_lr_steps", "flip_runs", "flip_point",
 ]
 
 LOSSES = ("output", "align_ft", "align_rt")
 TRAININGS = ("fine_tune", "retrain")
 MAPS = ("rf", "raf", "relu")
+SEARCHES = ("ours", "authors")
+DATA = ("planted", "authors")
+
+
+def check_Ns(Ns: Sequence[int]) -> list[int]:
+    """The list of training-set sizes ``N`` as Python ints (at least one, each ``≥ 1``); an
+    empty list is a ValueError that says so (not a bare ``max()`` error)."""
+    if isinstance(Ns, (str, bytes)) or not hasattr(Ns, "__iter__"):
+        raise TypeError(f"Ns must be a list of training-set sizes N, e.g. [50, 100], got {Ns!r}.")
+    Ns = [check_int("every N in Ns", N, minimum=1) for N in Ns]
+    if not Ns:
+        raise ValueError("Ns is empty: pass at least one training-set size N, e.g. Ns=[50, 100].")
+    return Ns
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,21 +179,44 @@ def retrain(Phi: Array, Y: Array, phi: Array, y: float, *, L: torch.Tensor | Non
 # ---------------------------------------------------------------------------------------------
 
 def planted_data(N: int, n: int, d: int, *, seed: int, dtype=torch.float64):
-    """Synthetic labelled texts: ``N + 1`` texts of i.i.d. rows of norm ``√d``
-    (:func:`wsutils.weights.sample_X`), a planted direction ``u ∈ R^D`` with i.i.d.
-    ``N(0, 1/D)`` entries and labels ``y = sign⟨flat(X), u⟩`` (the authors' synthetic labels).
+    """Synthetic labelled texts with rows rescaled (the book's variant of ``gen.py``'s data):
+    ``N + 1`` texts of i.i.d. rows of norm ``√d`` (:func:`wsutils.weights.sample_X`), a planted
+    direction ``w_⋆ ∈ R^D`` with i.i.d. ``N(0, 1/D)`` entries and labels
+    ``y = sign⟨flat(X), w_⋆⟩`` (``gen.py``'s labels). The new text is drawn like the others.
 
     Returns ``(Xs, Y, X, y)``: ``N`` training texts ``(N, n, d)``, their labels, and the new
     text ``(n, d)`` with its label.
     """
-    if N < 1:
-        raise ValueError(f"N must be at least 1, got {N}.")
+    N = check_int("N", N, minimum=1)
+    seed = check_seed(seed)
     D = n * d
     allX = sample_X((N + 1) * n, d, seed=seed, dtype=dtype).reshape(N + 1, n, d)
-    u = gaussian((D,), 1 / math.sqrt(D), seed=seed + 1, dtype=dtype)
-    labels = torch.sign(flat(allX) @ u)
+    w = gaussian((D,), 1 / math.sqrt(D), seed=seed + 1, dtype=dtype)
+    labels = torch.sign(flat(allX) @ w)
     labels[labels == 0] = 1.0
     return allX[:N], labels[:N], allX[N], float(labels[N])
+
+
+def authors_data(N: int, n: int, d: int, *, seed: int, dtype=torch.float64):
+    """``gen.py``'s synthetic data (``--dataset synthetic``): ``N`` training texts with i.i.d.
+    ``N(0, 1)`` entries, **not** rescaled; ``w_⋆ ∈ R^D`` with i.i.d. ``N(0, 1/D)`` entries;
+    labels ``Y = sign⟨flat(X), w_⋆⟩``; the new text ``x = w_⋆ + (I − w_⋆w_⋆ᵀ)g``, ``g`` standard
+    normal (``gen.py`` uses the matrix ``I − w_⋆w_⋆ᵀ``, not a projector: ``‖w_⋆‖ ≠ 1``), with
+    label ``y = sign⟨x, w_⋆⟩`` (``+1`` but with probability about ``e^{−D}``).
+
+    Returns ``(Xs, Y, X, y)`` as :func:`planted_data`. The ``D × D`` matrix is never formed.
+    """
+    N = check_int("N", N, minimum=1)
+    seed = check_seed(seed)
+    D = n * d
+    Xs = gaussian((N, n, d), 1.0, seed=seed, dtype=dtype)
+    w = gaussian((D,), 1 / math.sqrt(D), seed=seed + 1, dtype=dtype)
+    g = gaussian((D,), 1.0, seed=seed + 2, dtype=dtype)
+    x = w + g - w * (w @ g)
+    Y = torch.sign(flat(Xs) @ w)
+    Y[Y == 0] = 1.0
+    y = 1.0 if float(x @ w) >= 0 else -1.0
+    return Xs, Y, x.reshape(n, d), y
 
 
 def rf_blocks(k: int, n: int, d: int, *, seed: int, block_rows: int = 2048,
@@ -245,14 +291,17 @@ def attention_features(Xs: Array, W: Array, kind: str, *, chunk: int = 64) -> to
 
 @dataclass
 class FlipResult:
-    """What :func:`search_flip` found: ``Delta`` (``‖Delta‖ ≤ √d``), the read-out value
-    ``⟨φ(X_i(Δ)), w⟩`` it reaches and the loss ``(value − target)²``; ``start`` is the start
-    that won (0 is the authors' start ``Δ = 0``)."""
+    """What a search found: ``Delta`` (``‖Delta‖ ≤ √d``), the read-out value
+    ``⟨φ(X_i(Δ)), w⟩`` it returns and its loss ``(value − target)²``; ``start`` is the start
+    that won (0 is the authors' start ``Δ = 0``); ``min_loss`` is the smallest loss of any
+    iterate (for :func:`search_flip` the returned one; for :func:`authors_search`, which
+    returns the last iterate, it can be far below ``loss``)."""
 
     Delta: torch.Tensor
     value: float
     loss: float
     start: int
+    min_loss: float = math.nan
 
 
 def flip_target(loss: str, *, theta1: torch.Tensor, phi: torch.Tensor, y: float,
@@ -299,7 +348,43 @@ def search_flip(readout: Callable[[torch.Tensor], torch.Tensor], d: int, target:
     j = int(torch.argmax(neg_loss))
     with torch.no_grad():
         value = float(readout(best_Delta[j:j + 1])[0])
-    return FlipResult(Delta=best_Delta[j], value=value, loss=float(-neg_loss[j]), start=j)
+    loss = float(-neg_loss[j])
+    return FlipResult(Delta=best_Delta[j], value=value, loss=loss, start=j, min_loss=loss)
+
+
+def authors_lr_steps(map: str, n: int) -> tuple[float, int]:
+    """The learning rate and step count of ``gen.py``'s search: random features ``lr = 100``,
+    300 steps; softmax and ReLU attention ``lr = 1``, ``50·n`` steps."""
+    if map not in MAPS:
+        raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
+    return (100.0, 300) if map == "rf" else (1.0, 50 * check_int("n", n, minimum=1))
+
+
+def authors_search(readout: Callable[[torch.Tensor], torch.Tensor], d: int, target: float, *,
+                   lr: float, steps: int, dtype: torch.dtype = torch.float64) -> FlipResult:
+    """The search of the authors' ``gen.py``: one start at ``x₁`` (``Δ = 0``), ``steps`` plain
+    gradient steps ``Δ ← Π(Δ − lr·∇(⟨φ(X_1(Δ)), w⟩ − τ)²)`` with ``Π`` the projection onto the
+    ball ``‖Δ‖ ≤ √d`` centred at ``x₁`` (eq. :eq:`eq-output-loss` / :eq:`eq-align-loss`), and
+    the **last** iterate returned, whatever its loss. ``min_loss`` records the smallest loss
+    along the path (``gen.py`` prints it at every step but keeps the last iterate)."""
+    steps = check_int("steps", steps, minimum=0)
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a positive number, got {lr!r}.")
+    radius = math.sqrt(d)
+    Delta = torch.zeros(1, d, dtype=dtype)
+    min_loss = math.inf
+    for _ in range(steps):
+        Delta.requires_grad_(True)
+        loss = (readout(Delta)[0] - target) ** 2
+        (grad,) = torch.autograd.grad(loss, Delta)
+        min_loss = min(min_loss, float(loss.detach()))
+        with torch.no_grad():
+            Delta = project_ball(Delta.detach() - lr * grad, radius)
+    with torch.no_grad():
+        value = float(readout(Delta)[0])
+    loss = (value - target) ** 2
+    return FlipResult(Delta=Delta[0], value=value, loss=loss, start=0,
+                      min_loss=min(min_loss, loss))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,9 +470,9 @@ def _features(map: str, Xs: torch.Tensor, X: torch.Tensor, *, seed: int, row: in
 
 
 def _check_flip_data(Xs: torch.Tensor, Y: torch.Tensor, X: torch.Tensor, y: float,
-                     Ns: Sequence[int], row: int) -> None:
+                     Ns: list[int], row: int, unit_rows: bool) -> None:
     """Input checks of :func:`flip_runs` (shapes, labels ``±1``, ``N ≤ len(Xs)``, rows of
-    norm ``√d``)."""
+    norm ``√d`` unless ``unit_rows`` is false)."""
     if Xs.ndim != 3:
         raise ValueError(f"Xs must be the training texts as an array (N, n, d), got shape "
                          f"{tuple(Xs.shape)}.")
@@ -399,10 +484,10 @@ def _check_flip_data(Xs: torch.Tensor, Y: torch.Tensor, X: torch.Tensor, y: floa
     if bad or float(y) not in (-1.0, 1.0):
         raise ValueError(f"labels must be ±1 (Y has {bad[:5] or 'only ±1'}, y = {y}); map "
                          "0/1 labels with 2·label − 1.")
-    check_unit_rows(Xs)
-    check_unit_rows(X)
-    Ns = [int(N) for N in Ns]
-    if not Ns or min(Ns) < 1 or max(Ns) > Nmax:
+    if unit_rows:
+        check_unit_rows(Xs)
+        check_unit_rows(X)
+    if max(Ns) > Nmax:
         raise ValueError(f"every N in Ns must be between 1 and len(Xs) = {Nmax}, got {Ns}.")
     if max(Ns) >= n * d:
         raise ValueError(f"N = {max(Ns)} must be below p = n·d = {n * d} for interpolation.")
@@ -410,41 +495,77 @@ def _check_flip_data(Xs: torch.Tensor, Y: torch.Tensor, X: torch.Tensor, y: floa
         raise ValueError(f"row {row} is out of range for texts of n = {n} words.")
 
 
+def _run_search(search: str, model: FlipModel, w: torch.Tensor, tau: float, d: int,
+                opts: dict) -> FlipResult:
+    """One search, on one thread: its tensors are small (``B × n × n`` scores), and on a
+    loaded machine the synchronisation of several threads per step costs more than the
+    arithmetic (measured: 20× slower at ``n = 40, d = 32`` with two threads under load)."""
+    def readout(D):
+        return model.readout(D, w)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        if search == "authors":
+            return authors_search(readout, d, tau, lr=opts["lr"], steps=opts["steps"])
+        return search_flip(readout, d, tau, **opts)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence[int],
               seed: int, losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
-              starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0,
+              search: str = "ours", starts: int = 4, steps: int | None = None,
+              lr: float | None = None, row: int = 0, unit_rows: bool = True,
               block_rows: int = 2048, progress: bool = False) -> dict:
     """The generalization experiment on given data (:prf:ref:`def-flip-problem`): training
-    texts ``Xs`` (``N × n × d``, rows of norm ``√d``), their labels ``Y`` (``±1``), the new
-    text ``X`` (``n × d``) and its label ``y``. Weights of ``map`` are drawn with ``seed`` and
-    the flip search with ``seed + 1``. For every ``N`` in ``Ns`` (the first ``N`` texts) every
+    texts ``Xs`` (``N × n × d``, rows of norm ``√d`` unless ``unit_rows=False``, as in
+    ``gen.py``'s synthetic data), their labels ``Y`` (``±1``), the new text ``X``
+    (``n × d``) and its label ``y``. Weights of ``map`` are drawn with ``seed`` and the flip
+    search with ``seed + 1``. For every ``N`` in ``Ns`` (the first ``N`` texts) every
     training and every loss: ``θ₀``, ``θ₁``, the flip search on word ``row``, and
-    ``t0, t1, D0, D1`` (outputs on ``X`` and ``X_Δ`` with ``θ₀`` and ``θ₁``).
+    ``t0, t1, D0, D1`` (the outputs ``t_0, t_1`` on ``X`` and ``t_0^Δ, t_1^Δ`` on ``X_Δ``,
+    with ``θ₀`` and ``θ₁``; ``gen.py`` records the same four).
+
+    ``search="ours"``: :func:`search_flip` (``starts`` starts, ``steps`` steps, default 300,
+    step size ``lr``, default 0.3, best iterate); ``search="authors"``: :func:`authors_search`
+    with ``gen.py``'s ``lr`` and ``steps`` (:func:`authors_lr_steps`) unless given.
 
     Returns ``{"runs": [...]}``, one dict per ``(N, training, loss)``, with the invariants
-    (``max |Φθ₀ − Y|``, ``‖Δ‖``) and the quantities of :prf:ref:`prop-flip-bound`.
-    The align_ft search does not depend on ``N`` or the training, align_rt not on the
-    training: each is run once and read out under every model it applies to.
+    (``max |Φθ₀ − Y|``, ``‖Δ‖``), the quantities of :prf:ref:`prop-flip-bound` and the two
+    terms of eq. :eq:`eq-flip-identity`: ``base_term = t_0^Δ − t_0`` (bounded by
+    ``rel_change·norm_phi_theta0``, ``norm_phi_theta0 = ‖φ‖·‖θ₀‖``) and
+    ``sens_term = (c − 1)(y − t_0)``; ``loss``/``min_loss`` are the search's final and
+    smallest loss. The align_ft search does not depend on ``N`` or the training, align_rt
+    not on the training: each is run once and read out under every model it applies to.
     """
     if map not in MAPS:
         raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
     bad = [x for x in losses if x not in LOSSES] + [x for x in trainings if x not in TRAININGS]
     if bad:
         raise ValueError(f"unknown losses/trainings {bad}; use {LOSSES} and {TRAININGS}.")
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {SEARCHES}, got {search!r}.")
+    Ns = check_Ns(Ns)
     Xs, X = as_tensor(Xs, dtype=torch.float64), as_tensor(X, dtype=torch.float64)
     Y = as_tensor(Y, dtype=torch.float64).reshape(-1)
-    _check_flip_data(Xs, Y, X, y, Ns, row)
+    _check_flip_data(Xs, Y, X, y, Ns, row, unit_rows)
     y = float(y)
     Nmax = max(Ns)
     n, d = X.shape
     Phi_all, phi, model = _features(map, Xs[:Nmax], X, seed=seed, row=row,
                                     block_rows=block_rows, progress=progress)
-    search = dict(starts=starts, steps=steps, lr=lr, seed=seed + 1)
+    if search == "authors":
+        lr0, steps0 = authors_lr_steps(map, n)
+        opts = dict(lr=lr0 if lr is None else lr, steps=steps0 if steps is None else steps)
+    else:
+        opts = dict(starts=starts, steps=300 if steps is None else steps,
+                    lr=0.3 if lr is None else lr, seed=seed + 1)
+    norm_phi = float(torch.linalg.vector_norm(phi))
     cache: dict = {}
     runs = []
     # The Cholesky factor of a leading block of K is the leading block of K's factor.
     L_all = gram_cholesky(Phi_all)
-    for N in sorted(Ns):
+    for N in sorted(set(Ns)):
         Phi, YN = Phi_all[:N], Y[:N]
         L = L_all[:N, :N]
         theta0 = min_norm_interpolator(Phi, YN, L=L)
@@ -459,60 +580,71 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
                        "align_ft": (loss,)}[loss]
                 if key not in cache:
                     w, tau = flip_target(loss, theta1=theta1, phi=phi, y=y, Pphi=Pphi)
-                    cache[key] = search_flip(lambda D, w=w: model.readout(D, w), d, tau,
-                                             **search)
+                    cache[key] = _run_search(search, model, w, tau, d, opts)
                 res = cache[key]
                 with torch.no_grad():
                     phiD = model.phi_row(res.Delta[None])[0]
                 v = phi / (phi @ phi) if training == "fine_tune" else Pphi / (Pphi @ Pphi)
+                D0, c = float(phiD @ theta0), float(phiD @ v)
                 runs.append(dict(
-                    N=N, training=training, loss=loss, y=y, t0=t0, t1=float(phi @ theta1),
-                    D0=float(phiD @ theta0), D1=float(phiD @ theta1),
+                    N=N, training=training, loss=loss, search=search, y=y, t0=t0,
+                    t1=float(phi @ theta1), D0=D0, D1=float(phiD @ theta1),
                     norm_Delta=float(torch.linalg.vector_norm(res.Delta)),
-                    interp_err=interp_err, c=float(phiD @ v),
-                    rel_change=float(torch.linalg.vector_norm(phiD - phi)
-                                     / torch.linalg.vector_norm(phi)),
-                    S_bound=model.change_bound / float(torch.linalg.vector_norm(phi)),
-                    rho=float(torch.linalg.vector_norm(phi) * torch.linalg.vector_norm(v)),
-                    start=res.start))
+                    interp_err=interp_err, c=c,
+                    rel_change=float(torch.linalg.vector_norm(phiD - phi)) / norm_phi,
+                    S_bound=model.change_bound / norm_phi,
+                    rho=norm_phi * float(torch.linalg.vector_norm(v)),
+                    norm_phi_theta0=norm_phi * float(torch.linalg.vector_norm(theta0)),
+                    base_term=D0 - t0, sens_term=(c - 1) * (y - t0),
+                    search_loss=res.loss, min_loss=res.min_loss, start=res.start))
     return {"runs": runs}
 
 
 def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
                losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
-               starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0,
+               search: str = "ours", data: str = "planted", starts: int = 4,
+               steps: int | None = None, lr: float | None = None, row: int = 0,
                block_rows: int = 2048, progress: bool = False) -> dict:
     """One grid point for :func:`wsutils.sweep.run_grid` on synthetic data: ``max(Ns) + 1``
-    texts from :func:`planted_data` (seed ``seed``), then :func:`flip_runs` with weights seed
-    ``seed + 2`` (search seed ``seed + 3``)."""
+    texts from :func:`planted_data` (``data="planted"``, rows of norm ``√d``) or
+    :func:`authors_data` (``data="authors"``, ``gen.py``'s), drawn with seed ``seed``, then
+    :func:`flip_runs` with weights seed ``seed + 3`` (search seed ``seed + 4``) and
+    ``search``. The same ``seed`` gives the same texts for every map and both searches."""
     if map not in MAPS:
         raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
+    if data not in DATA:
+        raise ValueError(f"data must be one of {DATA}, got {data!r}.")
+    Ns = check_Ns(Ns)
     Nmax = max(Ns)
     if Nmax >= n * d:
         raise ValueError(f"N = {Nmax} must be below p = n·d = {n * d} for interpolation.")
-    Xs, Y, X, y = planted_data(Nmax, n, d, seed=seed)
-    return flip_runs(map, Xs, Y, X, y, Ns=Ns, seed=seed + 2, losses=losses,
-                     trainings=trainings, starts=starts, steps=steps, lr=lr, row=row,
-                     block_rows=block_rows, progress=progress)
+    make = planted_data if data == "planted" else authors_data
+    Xs, Y, X, y = make(Nmax, n, d, seed=seed)
+    return flip_runs(map, Xs, Y, X, y, Ns=Ns, seed=seed + 3, losses=losses,
+                     trainings=trainings, search=search, starts=starts, steps=steps, lr=lr,
+                     row=row, unit_rows=data == "planted", block_rows=block_rows,
+                     progress=progress)
 
 
 def flip_grid(*, d: int, Ns: Sequence[int], seeds: Sequence[int],
               configs: Sequence[tuple[str, int]] = (("rf", 40), ("raf", 40), ("raf", 120),
                                                     ("relu", 120)),
               **search) -> list[dict]:
-    """The points of the generalization experiment (brief §4): one per ``(map, n, seed)``;
-    the authors' grid is ``d = 768``, ``Ns = (1100, 1200, 1300)`` and the default
-    ``configs``. ``search`` passes ``starts``, ``steps``, ``lr`` to :func:`flip_point`."""
+    """The points of the generalization experiment: one per ``(map, n, seed)``; the grid of
+    the authors' ``gen.py`` is ``d = 768``, ``Ns = (1100, 1200, 1300)`` and the default
+    ``configs``. ``search`` passes ``search``, ``data``, ``starts``, ``steps``, ``lr``,
+    ``losses``, ``trainings`` to :func:`flip_point`."""
+    Ns = check_Ns(Ns)
     return [dict(map=m, n=n, d=d, Ns=list(Ns), seed=s, **search)
             for (m, n) in configs for s in seeds]
 
 
 def flip_table(records: Sequence[dict]) -> list[dict]:
     """Flatten :func:`wsutils.sweep.run_grid` records of :func:`flip_point` into one row per
-    run, with ``map``, ``n``, ``d``, ``seed`` and the run's own fields."""
+    run, with ``map``, ``n``, ``d``, ``seed``, ``data`` and the run's own fields."""
     rows = []
     for rec in records:
         for run in rec["runs"]:
             rows.append({"map": rec["map"], "n": rec["n"], "d": rec["d"], "seed": rec["seed"],
-                         **run})
+                         "data": rec.get("data", "planted"), **run})
     return rows

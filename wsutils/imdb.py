@@ -1,6 +1,6 @@
-"""The experiments on real text of the authors' scripts (the book's chapter ``imdb``): texts
-``X`` built from IMDb reviews embedded by a BERT model, and one grid point of the
-word-sensitivity sweep on them.
+"""The paper's experiments on real text (chapter ``imdb``; the authors' ``utils_data.py`` and
+``gen.py --dataset imdb``): texts ``X`` built from IMDb reviews embedded
+by a BERT model, and one grid point of the word-sensitivity sweep on them.
 
 :func:`review_matrix` builds ``X`` from one review; :func:`sensitivity_point` is the module-level
 per-point function for :func:`wsutils.sweep.run_grid`: its parameters are JSON values (the
@@ -22,7 +22,7 @@ from . import config
 from .attention import attention_word_sensitivity
 from .data import load_imdb, select_reviews
 from .embeddings import embed, load_model, sample_matrix, word_rows
-from .generalization import LOSSES, TRAININGS, flip_runs
+from .generalization import LOSSES, TRAININGS, check_Ns, flip_runs
 from .maps import raf, relu_attention
 from .weights import sample_W, sample_X
 
@@ -149,6 +149,7 @@ def flip_point_imdb(*, map: str, n: int, d: int, Ns: list[int], seed: int, revie
     seed ``seed`` (search seed ``seed + 1``). Returns ``{"runs": [...], "review": id of the new
     text, "y": its label}``.
     """
+    Ns = check_Ns(Ns)
     Nmax = max(Ns)
     if not Nmax <= held_out < reviews:
         raise ValueError(f"held_out must be a position in the selection after the {Nmax} "
