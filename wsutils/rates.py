@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 __all__ = ["OMEGA_MAX", "rf_upper_limit", "rf_lower_typical", "rf_finite_width_factor",
-           "ols_slope", "rf_slope_window", "drf_limit_expansion"]
+           "ols_slope", "rf_slope_window", "drf_limit_expansion", "kappa_isotropic"]
 
 #: The largest ``ω`` of the model ``S ∝ (1 + ω·√(d/k))/√n`` (the lower certificate's factor).
 OMEGA_MAX = math.sqrt(2.0)
@@ -108,3 +108,13 @@ def drf_limit_expansion(n, L):
     if L < 0:
         raise ValueError(f"L must be ≥ 0, got {L}.")
     return 1 - L / (3 * math.pi * np.sqrt(n))
+
+
+def kappa_isotropic(n, d):
+    """``1 + √(n/d)``: the typical ``κ = ‖X‖_op/√d`` of a text with i.i.d. isotropic rows of norm
+    ``√d`` (``‖X‖_op ≈ √n + √d``; chapter ``attention``, the condition on ``X``). Where the
+    softmax bound scales like ``1/κ``, the model ``S ∝ 1/κ`` predicts the log–log slope
+    ``ols_slope(n, 1/kappa_isotropic(n, d))``: about ``−0.35`` for ``n`` a few times ``d``,
+    tending to ``−1/2`` only as ``n/d → ∞``. A typical value, not a bound."""
+    n, d = _positive("n", n), _positive("d", d)
+    return 1 + np.sqrt(n / d)
