@@ -18,7 +18,7 @@ factor of the form ``1 + ω·√(d/k)``:
 
 At ``k = D = nd`` the factor is ``1 + ω/√n``, which decays with ``n`` and steepens a fitted
 log–log slope. The **model** used for every slope check of random features is
-``S = A·(1 + ω·√(d/k))/√n`` with an unknown constant ``A`` and an unknown ``ω ∈ [0, √2]``
+``S = a_0·(1 + ω·√(d/k))/√n`` with an unknown constant ``a_0`` and an unknown ``ω ∈ [0, √2]``
 (the range spanned by the two certificates' factors and the linearised change).
 :func:`rf_slope_window` turns it into the interval of slopes it allows on a given grid.
 """
@@ -85,7 +85,7 @@ def ols_slope(x, y, groups=None) -> float:
 
 def rf_slope_window(n, d, k, groups=None) -> tuple[float, float]:
     """The interval of least-squares log–log slopes of ``S`` on ``n`` that the model
-    ``S = A·(1 + ω√(d/k))/√n``, ``ω ∈ [0, √2]`` (module docstring) allows on the grid
+    ``S = a_0·(1 + ω√(d/k))/√n``, ``ω ∈ [0, √2]`` (module docstring) allows on the grid
     ``(n, d, k)`` (arrays of equal length, one entry per point; ``groups`` as in
     :func:`ols_slope`).
 
