@@ -15,7 +15,7 @@ import pytest
 
 import sweep_points
 from sweep_points import rf_sensitivity, slow_rf_sensitivity
-from wsutils.sweep import point_key, run_grid
+from wsutils.sweep import StoreWarning, point_key, run_grid
 
 CALLS = []
 
@@ -64,7 +64,8 @@ def test_store_is_reused_and_corrupt_files_recomputed(tmp_path):
     assert sorted(CALLS) == [0, 1, 2, 3]
     CALLS.clear()
     (tmp_path / f"{point_key(square, {'x': 2})}.json").write_text("{not json")
-    second = run_grid(square, grid, store=tmp_path, progress=False)
+    with pytest.warns(StoreWarning, match="does not parse"):
+        second = run_grid(square, grid, store=tmp_path, progress=False)
     assert CALLS == [2] and second == first
 
 

@@ -8,11 +8,13 @@ user's choice into a :class:`torch.device`, ``"auto"`` meaning CUDA when present
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 
 import torch
 
-__all__ = ["describe_device", "pick_device", "small_work_threads"]
+__all__ = ["DoesNotFit", "available_memory", "check_fits", "describe_device", "pick_device",
+           "small_work_threads"]
 
 
 def pick_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -42,6 +44,66 @@ def pick_device(device: str | torch.device | None = "auto") -> torch.device:
     elif dev.type != "cpu":
         raise ValueError(f"device={device!r}: wsutils runs on 'cpu' or 'cuda' devices only.")
     return dev
+
+
+def _device_arg(device) -> torch.device | None:
+    """``None`` stays ``None`` (the caller's default); anything else goes through
+    :func:`pick_device`, so ``device="cuda"`` without a GPU is a ValueError that says what to
+    pass instead of torch's ``AssertionError``."""
+    return None if device is None else pick_device(device)
+
+
+class DoesNotFit(ValueError, MemoryError):
+    """A computation refused before allocating because it needs more memory than is available
+    (both a ValueError, the project's error for bad input, and a MemoryError)."""
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.3g} GiB"
+
+
+def available_memory(device=None) -> int | None:
+    """Bytes that can be allocated now on ``device`` (``None``: the CPU): for CUDA the free
+    memory ``torch.cuda.mem_get_info`` reports; for the CPU ``psutil``'s ``available`` if
+    installed, else ``MemAvailable`` of ``/proc/meminfo`` (free memory plus reclaimable
+    cache), else free pages times page size (``os.sysconf``). ``None`` if none is readable."""
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev)[0])
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        return int(psutil.virtual_memory().available)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+#: Below this many bytes :func:`check_fits` does not look at the memory (it is cheap, not free).
+SMALL_BYTES = 64 * 2**20
+
+
+def check_fits(nbytes: int, what: str, device=None, *, hint: str = "") -> None:
+    """Refuse, before allocating, a computation that needs ``nbytes`` bytes on ``device``
+    (``None``: the CPU) when fewer are available (:func:`available_memory`): a
+    :class:`DoesNotFit` naming ``what``, the memory it needs and the memory available."""
+    if nbytes < SMALL_BYTES:
+        return
+    free = available_memory(device)
+    if free is not None and nbytes > free:
+        where = "the CPU" if device is None or torch.device(device).type == "cpu" else str(device)
+        raise DoesNotFit(f"{what} needs about {_gib(nbytes)} of memory, but {where} has "
+                         f"{_gib(free)} available; {hint or 'use smaller sizes'}.")
 
 
 def describe_device(device: str | torch.device | None = "auto") -> str:

@@ -177,13 +177,16 @@ def rf_blocks(k: int, n: int, d: int, *, seed: int, block_rows: int = 2048,
               dtype: torch.dtype = torch.float32) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield ``(start, V_b)``: the row blocks of the RF weights ``V ∈ R^{k×D}``, entries
     ``N(0, 1/D)`` (eq. :eq:`eq-rf`), block ``b`` drawn from :func:`rf_block_seed`.
-    Only one block is alive at a time."""
+    Only one block is alive at a time. The normals are float32 whatever ``dtype`` (for
+    speed; :func:`wsutils.weights.gaussian` with ``draw=torch.float32``), so ``V`` is a
+    function of the seed alone."""
     if k < 1 or block_rows < 1:
         raise ValueError(f"need k ≥ 1 and block_rows ≥ 1, got k={k}, block_rows={block_rows}.")
     D = n * d
     for b, start in enumerate(range(0, k, block_rows)):
         rows = min(block_rows, k - start)
-        yield start, gaussian((rows, D), 1 / math.sqrt(D), seed=rf_block_seed(seed, b), dtype=dtype)
+        yield start, gaussian((rows, D), 1 / math.sqrt(D), seed=rf_block_seed(seed, b),
+                              dtype=dtype, draw=torch.float32)
 
 
 def sample_V_blocked(k: int, n: int, d: int, *, seed: int, block_rows: int = 2048,

@@ -16,6 +16,11 @@ exact in law for ``V`` with i.i.d. ``N(0, 1/D)`` entries (:prf:ref:`prop-rf-row-
     The normals are drawn in single precision (Gaussians rounded to 24 bits) and the map is
     computed in double.
 
+In both modes the weights are a function of the seed alone (``reduced``: float64 normals;
+``blocks``: float32 normals from the block's own seed), whatever the dtype or device of ``X``,
+and every reported number (value, bounds, ``Δ``) is computed in float64 from ``X`` converted to
+float64 (a float16 or float32 text gives exactly the numbers of its float64 copy).
+
 The bounds are functions of the drawn ``(V flat(X), V_i)``:
 :func:`rf_certified_upper` (:prf:ref:`lem-rf-deterministic`),
 :func:`rf_certified_lower` (:prf:ref:`thm-rf-lower`), and the high-probability constant of
@@ -33,9 +38,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ._tensor import Array, as_tensor
-from .checks import check_text
+from .checks import check_int, check_seed, check_text
 from .maps import flat
-from .device import small_work_threads
+from .device import _device_arg, check_fits, small_work_threads
 from .sensitivity import SensitivityResult, _rows, project_ball, search_setup, sphere_starts
 
 __all__ = [
@@ -66,8 +71,11 @@ class RFSensitivityResult(SensitivityResult):
 
 
 def rf_block_seed(seed: int, block: int) -> int:
-    """The seed of column block ``block`` of ``V`` in ``blocks`` mode (from ``SeedSequence``)."""
-    return int(np.random.SeedSequence([int(seed), int(block)]).generate_state(1)[0])
+    """The seed of column block ``block`` of ``V`` in ``blocks`` mode (from ``SeedSequence``).
+    ``seed`` is checked by :func:`wsutils.checks.check_seed` (in ``[0, 2**63)``)."""
+    seed = check_seed(seed)
+    block = check_int("block", block, minimum=0)
+    return int(np.random.SeedSequence([seed, block]).generate_state(1)[0])
 
 
 def rf_weight_block(k: int, n: int, d: int, block: int, *, seed: int, device=None,
@@ -77,11 +85,15 @@ def rf_weight_block(k: int, n: int, d: int, block: int, *, seed: int, device=Non
 
     The weights are single-precision numbers (normals drawn and scaled in float32, six times
     faster than double on CPU; every block is drawn twice per search, see the module
-    docstring), returned in ``dtype`` (float64: their exact values). The estimator keeps them
-    in float32 and does every product that enters a reported number in float64
-    (``_mm64``)."""
+    docstring), returned in ``dtype`` (float64: their exact values). They are a function of
+    ``(seed, block)`` alone: the normals are float32 whatever ``dtype``, so every ``dtype``
+    gives the same numbers (exactly, for float32 and float64). The estimator keeps them in
+    float32 and does every product that enters a reported number in float64 (``_mm64``)."""
+    k, n, d = (check_int(name, v, minimum=1) for name, v in (("k", k), ("n", n), ("d", d)))
+    block = check_int("block", block)
     if not 0 <= block < n:
         raise ValueError(f"block {block} is out of range for a text of n = {n} words.")
+    check_fits(k * d * (4 + dtype.itemsize), f"a {k} × {d} weight block", hint="use a smaller k")
     g = torch.Generator().manual_seed(rf_block_seed(seed, block))
     out = torch.randn(k, d, generator=g, dtype=torch.float32).mul_(1 / math.sqrt(n * d))
     return out.to(device=device, dtype=dtype)
@@ -104,9 +116,11 @@ def _mm64(A: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
 
 
 def rf_preactivation(X: Array, k: int, *, seed: int, device=None) -> torch.Tensor:
-    """``V flat(X) = Σ_j V_j x_j`` for the ``blocks``-mode ``V``, streamed block by block."""
-    Xt = as_tensor(X, device=device)
+    """``V flat(X) = Σ_j V_j x_j`` for the ``blocks``-mode ``V``, streamed block by block
+    (computed in float64, returned in ``X``'s dtype)."""
+    Xt = as_tensor(X, device=_device_arg(device))
     n, d = check_text(Xt)
+    k = check_int("k", k, minimum=1)
     u = torch.zeros(k, dtype=torch.float64, device=Xt.device)
     for j in range(n):
         u += _mm64(rf_weight_block(k, n, d, j, seed=seed, device=Xt.device,
@@ -117,14 +131,21 @@ def rf_preactivation(X: Array, k: int, *, seed: int, device=None) -> torch.Tenso
 def rf_row_law(X: Array, k: int, row: int, *, seed: int, device=None):
     """One draw of ``(V flat(X), V_i)`` for ``i = row`` from the law of
     :prf:ref:`prop-rf-row-law`: ``V_i`` with i.i.d. ``N(0, 1/D)`` entries and
-    ``V flat(X) = V_i x_i + σ z``, ``σ = ‖flat(X_{−i})‖/√D``. Returns ``(u, V_i)``."""
-    Xt = as_tensor(X, device=device)
+    ``V flat(X) = V_i x_i + σ z``, ``σ = ‖flat(X_{−i})‖/√D``. Returns ``(u, V_i)`` in float64.
+
+    ``V_i`` and ``z`` are float64 normals from ``seed`` alone, whatever ``X``'s dtype or device;
+    ``X`` is converted to float64 first."""
+    Xt = as_tensor(X, device=_device_arg(device)).to(torch.float64)
     n, d = check_text(Xt)
+    k = check_int("k", k, minimum=1)
+    row = check_int("row", row)
     _rows(row, n)
+    seed = check_seed(seed)
     D = n * d
-    g = torch.Generator().manual_seed(int(seed))
-    Vi = (torch.randn(k, d, generator=g, dtype=Xt.dtype) / math.sqrt(D)).to(Xt.device)
-    z = torch.randn(k, generator=g, dtype=Xt.dtype).to(Xt.device)
+    check_fits(k * d * 8, f"a {k} × {d} weight block", hint="use a smaller k")
+    g = torch.Generator().manual_seed(seed)
+    Vi = (torch.randn(k, d, generator=g, dtype=torch.float64) / math.sqrt(D)).to(Xt.device)
+    z = torch.randn(k, generator=g, dtype=torch.float64).to(Xt.device)
     rest = float(torch.linalg.vector_norm(flat(Xt)) ** 2 - torch.linalg.vector_norm(Xt[row]) ** 2)
     sigma = math.sqrt(max(rest, 0.0) / D)
     return Vi @ Xt[row] + sigma * z, Vi
@@ -294,7 +315,7 @@ def rf_word_sensitivity(
     check_norms: bool = True,
     device=None,
     progress: bool = False,
-    search_dtype: torch.dtype | None = torch.float32,
+    search_dtype: torch.dtype | str | None = torch.float32,
 ) -> RFSensitivityResult:
     """Estimate ``S_RF(X)`` (:prf:ref:`def-word-sensitivity`) for ``φ_RF = ReLU(V flat(X))``,
     ``V ∈ R^{k×D}`` i.i.d. ``N(0, 1/D)`` drawn from ``seed``, without ever forming ``V``.
@@ -307,33 +328,114 @@ def rf_word_sensitivity(
 
     For each row, the search starts from the explicit ``±Δ`` of :prf:ref:`thm-rf-lower`, the
     authors' ``0.1·ξ`` and ``starts − 1`` random points of the sphere ``‖Δ‖ = √d``, takes
-    ``steps`` projected gradient steps (moving to the sphere along the gradient) and keeps the best iterate. The result
-    carries the certified bounds ``lower ≤ value ≤ upper``. Memory ``O(k·d)``.
-    ``search_dtype``: the precision of the ascent iterations (float32 by default, see
-    ``_ascend``; ``None`` keeps ``V_i``'s own precision). Bounds and values are float64 either
-    way.
+    ``steps`` projected gradient steps (moving to the sphere along the gradient) and keeps the
+    best iterate. The result carries the certified bounds ``lower ≤ value ≤ upper``. Memory
+    ``O(k·d)``. ``search_dtype``: the precision of the ascent iterations (``torch.float32``
+    or ``"float32"`` by default, see ``_ascend``; ``torch.float64``/``"float64"``; ``None``
+    keeps ``V_i``'s own precision). Bounds and values are float64 either way.
+
+    Refused before any work: ``k``, ``starts``, ``steps``,
+    ``rows`` or ``seed`` that are not integers (``2.7`` is not truncated) or out of range
+    (seeds in ``[0, 2**63)``); a boolean row mask; complex input; a ``device`` that is not
+    there; sizes whose weights and work arrays need more memory than is available (the
+    message gives the estimate). ``X`` may require grad: the estimator is not differentiable
+    and works on a detached float64 copy.
     """
-    if int(k) < 1:
-        raise ValueError(f"k (the number of random features) must be positive, got {k}.")
-    Xt, row_list, _ = search_setup(X, rows=rows, starts=starts, steps=steps,
-                                   check_norms=check_norms, device=device)
+    k = check_int("k (the number of random features)", k, minimum=1)
+    starts = check_int("starts", starts, minimum=1)
+    steps = check_int("steps", steps, minimum=0)
+    seed = check_seed(seed)
+    rows = _check_rows(rows)
+    work = _search_dtype(search_dtype)
+    if mode not in ("auto", "reduced", "blocks"):
+        raise ValueError(f"mode must be 'auto', 'reduced' or 'blocks', got {mode!r}.")
+    Xt, row_list, _ = search_setup(_float64_text(X, device), rows=rows, starts=starts,
+                                   steps=steps, check_norms=check_norms)
     d = Xt.shape[1]
     if mode == "auto":
         mode = "reduced" if len(row_list) == 1 else "blocks"
-    if mode not in ("reduced", "blocks"):
-        raise ValueError(f"mode must be 'auto', 'reduced' or 'blocks', got {mode!r}.")
     if mode == "reduced" and len(row_list) != 1:
         raise ValueError("mode='reduced' samples one row's law; pass a single row, or use "
                          "mode='blocks' for several rows under one joint V.")
-    k = int(k)
+    _check_rf_memory(k, d, starts, mode, work, Xt.device)
     with small_work_threads(k * d):
         return _rf_word_sensitivity(Xt, k, row_list, mode, seed=seed, starts=starts,
-                                    steps=steps, progress=progress, search_dtype=search_dtype)
+                                    steps=steps, progress=progress, search_dtype=work)
+
+
+_SEARCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _search_dtype(value) -> torch.dtype | None:
+    """``search_dtype`` as a torch dtype (or ``None``); a string such as ``"float32"`` is read
+    as the dtype it names, anything else is a ValueError listing what is allowed."""
+    if value is None or value in _SEARCH_DTYPES.values():
+        return value
+    if isinstance(value, str):
+        name = value.strip().lower().removeprefix("torch.")
+        if name in _SEARCH_DTYPES:
+            return _SEARCH_DTYPES[name]
+    raise ValueError(f"search_dtype must be torch.float32, torch.float64, 'float32', 'float64' "
+                     f"or None (V_i's own precision), got {value!r}.")
+
+
+def _check_rows(rows):
+    """``rows`` as ``None``, an int or a list of ints; a boolean mask, ``1.9`` or a string is a
+    TypeError (nothing is truncated or read as an index)."""
+    if rows is None:
+        return None
+    if isinstance(rows, (str, bytes)):
+        raise TypeError(f"rows must be a row index, a list of row indices or None, got {rows!r}.")
+    if np.ndim(rows) == 0:
+        return check_int("rows", rows.item() if isinstance(rows, torch.Tensor) else rows)
+    items = rows.tolist() if isinstance(rows, (np.ndarray, torch.Tensor)) else list(rows)
+    if any(isinstance(r, (bool, np.bool_)) for r in items):
+        raise TypeError("rows is a boolean mask; pass the row indices instead, e.g. "
+                        "np.flatnonzero(mask).tolist().")
+    return [check_int(f"rows[{i}]", r) for i, r in enumerate(items)]
+
+
+def _float64_text(X, device) -> torch.Tensor:
+    """``X`` as a detached float64 tensor on ``device`` (``None``: where it is); complex input
+    is a TypeError (its imaginary part would be dropped)."""
+    if isinstance(X, torch.Tensor):
+        if X.is_complex():
+            raise TypeError(f"X is complex ({X.dtype}); word sensitivity is defined for real "
+                            "texts: pass X.real if that is what you mean.")
+        X = X.detach()
+    else:
+        arr = np.asarray(X)
+        if np.iscomplexobj(arr):
+            raise TypeError(f"X is complex ({arr.dtype}); word sensitivity is defined for real "
+                            "texts: pass X.real if that is what you mean.")
+        if arr.dtype.kind not in "fiub":
+            raise TypeError(f"X must be a real numeric array, got dtype {arr.dtype}.")
+        X = arr
+    return as_tensor(X, dtype=torch.float64, device=_device_arg(device))
+
+
+def _rf_bytes(k: int, d: int, starts: int, mode: str, work: torch.dtype | None) -> int:
+    """Peak bytes of one row's search: ``V_i`` (float64 in ``reduced`` mode, float32 in
+    ``blocks``), its copy in the search precision if that differs, and about eight ``k × B``
+    float64 work arrays (``B = starts + 2`` candidate perturbations)."""
+    vi = torch.float64 if mode == "reduced" else torch.float32
+    copy = 0 if work is None or work == vi else work.itemsize
+    return k * d * (vi.itemsize + copy) + 8 * k * (starts + 2) * 8 + 4 * d * d * 8
+
+
+def _check_rf_memory(k, d, starts, mode, work, device) -> None:
+    need = _rf_bytes(k, d, starts, mode, work)
+    hint = "use a smaller k (the width) or fewer starts"
+    if device.type == "cpu":
+        check_fits(need, f"rf_word_sensitivity with k = {k}, d = {d}", hint=hint)
+    else:   # the weights are drawn on the CPU, then moved
+        check_fits(k * d * 8, f"drawing a {k} × {d} weight block", hint=hint)
+        check_fits(need, f"rf_word_sensitivity with k = {k}, d = {d}", device, hint=hint)
 
 
 def _rf_word_sensitivity(Xt, k, row_list, mode, *, seed, starts, steps, progress, search_dtype):
     n, d = Xt.shape
-    g = torch.Generator().manual_seed(int(seed) + 1)
+    g = torch.Generator().manual_seed(seed + 1)
     if mode == "reduced":
         u, Vi = rf_row_law(Xt, k, row_list[0], seed=seed, device=Xt.device)
     else:
@@ -342,7 +444,7 @@ def _rf_word_sensitivity(Xt, k, row_list, mode, *, seed, starts, steps, progress
     if not phi_norm > 0:
         raise ValueError("‖φ_RF(X)‖ = 0 for this draw: the relative change is undefined.")
     per_row, per_up, per_lo = {}, {}, {}
-    best = (-1.0, row_list[0], torch.zeros(d, dtype=Xt.dtype))
+    best = (-1.0, row_list[0], torch.zeros(d, dtype=torch.float64))
     n_starts = 0
     for r in tqdm(row_list, desc="rf rows", disable=not progress, leave=False):
         if mode == "blocks":
@@ -388,6 +490,8 @@ def rf_point(*, family: str, n: int, d: int, seed: int, rows: str = "first",
     (all threads) it took."""
     import time
 
+    if rows not in ("first", "all"):
+        raise ValueError(f"rows must be 'first' or 'all', got {rows!r}.")
     t0, c0 = time.perf_counter(), time.process_time()
     X = sample_text(family, n, d, seed=seed)
     r = rf_word_sensitivity(X, n * d, rows=0 if rows == "first" else None, seed=seed + 1,

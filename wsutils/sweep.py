@@ -1,18 +1,17 @@
 """One sweep runner for every experiment grid in the book.
 
 ``run_grid(fn, points)`` evaluates ``fn(**point)`` for every point of a grid (a list of dicts
-of JSON-serialisable parameters, seeds included) and returns one record per point, in the
-order of ``points``: the point's parameters merged with the dict ``fn`` returns.
+of plain JSON parameters, seeds included) and returns one record per point, in the order of
+``points``: the point's parameters merged with the dict ``fn`` returns.
 
 - ``executor``: any :class:`concurrent.futures.Executor`. ``None`` runs in this process, one
   point after the other. A ``ProcessPoolExecutor`` runs points in parallel; a Dask
   ``distributed.Client(...).get_executor()`` runs the same grid on a cluster.
 - ``store``: a directory. Each point's record is written there as soon as it finishes (one
   JSON file, written atomically: a temporary file then ``os.replace``), so an interrupted sweep
-  resumes where it stopped and a finished one is read back instead of recomputed. A file that
-  does not parse or does not belong to its point is recomputed, never used. With a store,
-  every record is returned as stored (numpy and torch numbers become plain floats, ints and
-  lists), so a fresh run and a resumed one return identical records.
+  resumes where it stopped and a finished one is read back instead of recomputed. With a
+  store, every record is returned as stored (numpy and torch numbers become plain floats, ints
+  and lists), so a fresh run and a resumed one return identical records.
 - ``progress``: a tqdm bar over the points.
 
 If a point raises, the points not yet started are cancelled, those already running are still
@@ -20,40 +19,183 @@ stored as they finish, and the first error is raised.
 
 ``fn`` must be a module-level function (so that it pickles) and deterministic given its
 parameters: the same seeds give the same numbers, wherever a point runs.
+
+What the store trusts:
+
+- **Keys are unambiguous.** A point's key is a SHA-256 over the canonical JSON (sorted keys,
+  shortest round-trip floats) of its parameters, of ``fn``'s qualified name and of a digest of
+  ``fn``'s source (its code object where no source exists). A parameter that is not a plain
+  JSON value (``None``, bools, ints, floats, strings, lists/tuples, dicts with string keys;
+  numpy scalars count as their Python value) is a :class:`TypeError`: an array's or a
+  callable's text form (``str``) is not a name for it (a large array prints elided, two
+  lambdas print alike). With a store, ``fn`` itself must be named by its qualified name:
+  lambdas, nested functions, ``functools.partial`` objects and bound methods are refused.
+  Two functions with one name but different code get different keys; what ``fn`` calls or
+  reads from globals is *not* in the key: clear the store when that changes.
+- **Records are verified.** Each file holds the full point, ``fn``'s name and a SHA-256 of
+  the canonical JSON of all of it and of the record. A file that does not parse, belongs to
+  another point or whose checksum does not match (edited, truncated, emptied, written by an
+  older ``wsutils``) is **recomputed**, with a :class:`StoreWarning` naming the file and the
+  reason, and the file is overwritten with the fresh record. Recomputing is always correct
+  (``fn`` is deterministic), so a damaged file costs one point's time, never a wrong number.
+  The checksum detects accidents and edits, not forgery: a store is not a security boundary.
+- **Half-written files are removed.** A write killed between the temporary file and
+  ``os.replace`` leaves ``<key>.json.<host>-<pid>.<random>.tmp``; the next run on that store
+  deletes such files whose writer process (on this host) is gone, and any older than a day.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
+import marshal
+import numbers
 import os
+import re
+import socket
+import sys
 import tempfile
+import time
+import warnings
 from concurrent.futures import Executor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+import numpy as np
 from tqdm.auto import tqdm
 
-__all__ = ["point_key", "run_grid"]
+__all__ = ["StoreWarning", "point_key", "run_grid"]
 
 Record = dict[str, Any]
 
+#: The version of the stored file layout; files of another version are recomputed.
+FORMAT = 2
+
+
+class StoreWarning(UserWarning):
+    """A stored record failed verification and is being recomputed."""
+
+
+# --- keys --------------------------------------------------------------------------------------
+
+def _plain_param(value: Any, where: str) -> Any:
+    """``value`` as a plain JSON value, or a TypeError that says what to pass instead."""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, np.ndarray):
+        return int(value)
+    if isinstance(value, float) or isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain_param(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        bad = [k for k in value if not isinstance(k, str)]
+        if bad:
+            raise TypeError(f"sweep parameter {where} has non-string keys {bad!r}; a key of a grid "
+                            "point must be plain JSON: use string keys.")
+        return {k: _plain_param(v, f"{where}[{k!r}]") for k, v in value.items()}
+    kind = type(value).__name__
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        hint = ("pass a list (x.tolist()) for a small array, or the seed and sizes it is "
+                "drawn from (or a file name) and build it inside fn")
+    elif callable(value):
+        hint = "pass its name as a string and look the function up inside fn"
+    else:
+        hint = "pass the numbers or strings it is made from and build it inside fn"
+    raise TypeError(
+        f"sweep parameter {where} is a {kind}, not a plain JSON value (number, string, bool, "
+        f"None, list, dict): its text form is not a unique name, so two different points could "
+        f"share a key; {hint}."
+    )
+
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=True)
+
+
+def _fn_name(fn: Callable) -> str:
+    """``module.qualname`` of ``fn``, refused unless that name designates ``fn`` itself."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    what = "pass a module-level function (def at the top of a module)"
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        raise TypeError(f"a sweep with a store needs fn with a qualified name; got a "
+                        f"{type(fn).__name__} (a functools.partial or callable object has none): "
+                        f"{what} and move fixed arguments into the points.")
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        raise TypeError(f"a sweep with a store cannot name fn = {module}.{qualname}: lambdas and "
+                        f"nested functions share their name with others; {what}.")
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if obj is not fn:
+        raise TypeError(f"{module}.{qualname} does not name fn itself (a bound method, a "
+                        f"replaced or a wrapped function): {what}.")
+    return f"{module}.{qualname}"
+
+
+def _code_digest(fn: Callable) -> str:
+    """SHA-256 of ``fn``'s source text, or of its code object where no source is available,
+    so that two functions with one name but different bodies have different keys."""
+    try:
+        text = inspect.getsource(fn).encode()
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        text = marshal.dumps(code) if code is not None else repr(fn).encode()
+    return hashlib.sha256(text).hexdigest()
+
+
+def _plain_point(point: Mapping[str, Any]) -> dict[str, Any]:
+    bad = [k for k in point if not isinstance(k, str)]
+    if bad:
+        raise TypeError(f"grid point keys must be parameter names (strings), got {bad!r}.")
+    return {k: _plain_param(v, repr(k)) for k, v in point.items()}
+
 
 def point_key(fn: Callable, point: Mapping[str, Any]) -> str:
-    """A stable name for one grid point of ``fn``: its qualified name and its parameters."""
-    blob = json.dumps({"fn": f"{fn.__module__}.{fn.__qualname__}", "point": dict(point)},
-                      sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+    """The store's name for one grid point of ``fn``: a SHA-256 (24 hex digits) over the
+    canonical JSON of ``fn``'s qualified name, its code digest and the point's parameters.
+    A TypeError for a parameter that is not plain JSON or an ``fn`` without a unique name
+    (module docstring)."""
+    blob = {"fn": _fn_name(fn), "code": _code_digest(fn), "point": _plain_point(point)}
+    return hashlib.sha256(_canonical(blob).encode()).hexdigest()[:24]
 
 
-def _load(path: Path, key: str) -> Record | None:
+# --- the stored files --------------------------------------------------------------------------
+
+def _checksum(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(_canonical(body).encode()).hexdigest()
+
+
+def _load(path: Path, key: str, fn_name: str, point: dict) -> tuple[Record | None, str | None]:
+    """``(record, None)`` for a verified file, ``(None, None)`` for none, ``(None, why)`` for a
+    file that fails verification."""
     try:
-        stored = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(stored, dict) or stored.get("key") != key or "record" not in stored:
-        return None
-    return stored["record"]
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, None
+    except OSError as err:
+        return None, f"cannot be read ({err})"
+    try:
+        stored = json.loads(text)
+    except ValueError:
+        return None, "does not parse as JSON (truncated or edited)"
+    if not isinstance(stored, dict) or stored.get("format") != FORMAT:
+        return None, f"is not a format-{FORMAT} sweep record (an older wsutils wrote it?)"
+    body = {k: stored.get(k) for k in ("format", "key", "fn", "point", "record")}
+    if stored.get("sha256") != _checksum(body):
+        return None, "does not match its checksum (edited or corrupted)"
+    if (body["key"], body["fn"], _canonical(body["point"])) != (key, fn_name, _canonical(point)):
+        return None, "belongs to another point"
+    record = body["record"]
+    if not isinstance(record, dict) or any(
+            k not in record or _canonical(record[k]) != _canonical(v) for k, v in point.items()):
+        return None, "holds a record without its point's parameters"
+    return record, None
 
 
 def _plain(value: Any) -> Any:
@@ -71,11 +213,53 @@ def _as_stored(record: Record) -> Record:
     return json.loads(json.dumps(record, default=_plain))
 
 
-def _save(path: Path, key: str, record: Record) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_TMP = re.compile(r"[0-9a-f]{24}\.json\.([0-9a-f]{8})-(\d+)\.[^/]*\.tmp")
+_LEGACY_TMP = re.compile(r"[0-9a-f]{24}\.json[^.]+\.tmp")  # before FORMAT 2: no host, no pid
+_STALE_SECONDS = 86400.0
+
+
+def _alive(pid: int) -> bool:
+    if os.name == "nt":  # no signal 0 there; rely on the age rule
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _remove_stale_tmp(folder: Path) -> list[Path]:
+    """Delete the temporary files of killed writes (module docstring); returns them."""
+    removed = []
+    now = time.time()
+    for tmp in folder.glob("*.tmp"):
+        m = _TMP.fullmatch(tmp.name)
+        try:
+            old = now - tmp.stat().st_mtime > _STALE_SECONDS
+        except FileNotFoundError:
+            continue
+        if m:
+            host, pid = m.group(1), int(m.group(2))
+            dead = host == _HOST and pid != os.getpid() and not _alive(pid)
+            if not (dead or old):
+                continue
+        elif not _LEGACY_TMP.fullmatch(tmp.name):
+            continue  # not a file this module writes
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
+def _save(path: Path, key: str, fn_name: str, point: dict, record: Record) -> None:
+    body = {"format": FORMAT, "key": key, "fn": fn_name, "point": point, "record": record}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{_HOST}-{os.getpid()}.",
+                               suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump({"key": key, "record": record}, f)
+            f.write(_canonical({**body, "sha256": _checksum(body)}))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -83,6 +267,8 @@ def _save(path: Path, key: str, record: Record) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
 
+
+# --- running -----------------------------------------------------------------------------------
 
 def _evaluate(fn: Callable[..., Mapping[str, Any]], point: Mapping[str, Any]) -> Record:
     out = fn(**point)
@@ -129,19 +315,28 @@ def run_grid(
     points = [dict(p) for p in points]
     if not points:
         raise ValueError("the grid is empty: pass at least one point.")
-    keys = [point_key(fn, p) for p in points]
-    if len(set(keys)) != len(keys):
+    plain = [_plain_point(p) for p in points]
+    names = [_canonical(p) for p in plain]
+    if len(set(names)) != len(names):
         raise ValueError("the grid has duplicate points; each point must differ (seeds included).")
     folder = Path(store) if store is not None else None
-    if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
     results: dict[int, Record] = {}
-    todo = []
-    for i, key in enumerate(keys):
-        cached = _load(folder / f"{key}.json", key) if folder is not None else None
-        if cached is not None:
-            results[i] = cached
-        else:
+    todo = list(range(len(points)))
+    if folder is not None:
+        fn_name = _fn_name(fn)
+        keys = [point_key(fn, p) for p in points]
+        folder.mkdir(parents=True, exist_ok=True)
+        _remove_stale_tmp(folder)
+        todo = []
+        for i, key in enumerate(keys):
+            path = folder / f"{key}.json"
+            cached, why = _load(path, key, fn_name, plain[i])
+            if cached is not None:
+                results[i] = cached
+                continue
+            if why is not None:
+                warnings.warn(f"sweep store: {path} {why}; recomputing point {plain[i]} and "
+                              "overwriting the file.", StoreWarning, stacklevel=2)
             todo.append(i)
     bar = tqdm(total=len(points), initial=len(results), desc=desc or fn.__name__,
                disable=not progress, leave=False)
@@ -149,7 +344,7 @@ def run_grid(
     def finish(i: int, record: Record) -> None:
         if folder is not None:
             record = _as_stored(record)
-            _save(folder / f"{keys[i]}.json", keys[i], record)
+            _save(folder / f"{keys[i]}.json", keys[i], fn_name, plain[i], record)
         results[i] = record
         bar.update()
 

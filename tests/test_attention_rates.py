@@ -1,0 +1,120 @@
+"""wsutils.attention_rates (the ReLU-attention propositions, the far-n model) and
+wsutils.authors (the authors' search and its O(n·d) replica)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import wsutils as ws
+from wsutils.attention_rates import (attention_fro2_model, far_slope_prediction, lse_model,
+                                     relu_orthogonal_takeover, relu_upper_bound,
+                                     relu_zeta_estimate, slope_standard_error)
+from wsutils.authors import authors_estimator, authors_map, authors_replica
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny matmuls: one thread avoids thread contention on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _text(n, d, seed):
+    return ws.sample_X(n, d, seed=seed), ws.sample_W(d, seed=seed + 1)
+
+
+def test_orthogonal_takeover_zeroes_the_other_scores():
+    X, W = _text(6, 16, 3)
+    t = relu_orthogonal_takeover(X, W, 2)
+    assert t.dim_K == 16 - 5
+    assert float(torch.linalg.vector_norm(t.Delta)) <= math.sqrt(16)
+    assert t.self_score > 0 and t.max_cross < 1e-10 * t.self_score
+    assert t.self_weight > 1 - 1e-12
+    assert t.change >= t.row_bound * (1 - 1e-9)
+    Xp = X.clone()
+    Xp[2] += t.Delta
+    out = ws.relu_attention(Xp, W)
+    torch.testing.assert_close(out[2], Xp[2], rtol=1e-9, atol=1e-9)   # the row attends to itself
+
+
+def test_orthogonal_takeover_refuses_when_no_room():
+    X, W = _text(20, 8, 1)
+    with pytest.raises(ValueError, match="n − 1"):
+        relu_orthogonal_takeover(X, W, 0)
+
+
+def test_upper_bound_holds_for_random_and_searched_perturbations():
+    n, d = 80, 4
+    X, W = _text(n, d, 5)
+    zeta = relu_zeta_estimate(X, 0, starts=8, steps=400)
+    b = relu_upper_bound(X, W, 0, zeta)
+    g = torch.Generator().manual_seed(0)
+    phi = lambda Z: ws.relu_attention(Z, W)  # noqa: E731
+    for _ in range(20):
+        D = torch.randn(d, generator=g, dtype=torch.float64)
+        D = D / D.norm() * math.sqrt(d) * float(torch.rand(1, generator=g))
+        assert ws.relative_change(phi, X, 0, D) <= b.value
+    best = ws.attention_word_sensitivity(X, W, kind="relu", rows=[0], starts=8, steps=60,
+                                         seed=0).value
+    assert 0 < best <= b.value
+
+
+def test_upper_bound_refuses_bad_zeta():
+    X, W = _text(30, 4, 2)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="zeta"):
+            relu_upper_bound(X, W, 0, bad)
+
+
+def test_far_model_and_slope_error():
+    assert -0.40 < far_slope_prediction((500, 1000, 2000, 4000), 192) < -0.30
+    ns = (100, 200, 400, 800)
+    exact = np.array([[-0.5 * math.log(n)] * 3 for n in ns])
+    assert slope_standard_error(ns, exact) < 1e-12
+    with pytest.raises(ValueError):
+        slope_standard_error(ns, exact[:2])
+    mean, sd = lse_model(101, 3.5)
+    assert mean == pytest.approx(math.log(100) + 1.75) and sd > 0
+    assert attention_fro2_model(1000)[0] == pytest.approx(math.e * (1 - 7.6 / 1000), rel=1e-2)
+
+
+@pytest.mark.parametrize("kind", ["raf", "relu"])
+def test_authors_replica_is_their_search(kind):
+    X, W = _text(8, 12, 7)
+    full = authors_estimator(X, W, seed=3, kind=kind, steps=60)
+    fast = authors_replica(X, W, seed=3, kind=kind, steps=60)
+    np.testing.assert_allclose(full, fast, rtol=1e-9)
+    assert fast.in_ball <= fast.as_run * (1 + 1e-9) or fast.ratio <= 1
+
+
+def test_authors_ball_is_centred_at_the_noisy_start():
+    X, W = _text(10, 16, 11)
+    run = authors_replica(X, W, seed=0)
+    xi = torch.randn(16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert run.ratio <= 1 + 0.1 * float(xi.norm()) / 4 + 1e-12
+
+
+def test_authors_refuses_bad_input():
+    X, W = _text(5, 4, 1)
+    with pytest.raises(ValueError, match="kind"):
+        authors_replica(X, W, seed=0, kind="rf")
+    with pytest.raises(TypeError):
+        authors_replica(X, W, seed=0, steps=True)
+    with pytest.raises(ValueError, match="lr"):
+        authors_replica(X, W, seed=0, lr=-1.0)
+
+
+def test_authors_map_differs_only_by_float32_rounding():
+    X, W = _text(12, 48, 4)
+    for kind, fn in (("raf", ws.raf), ("relu", ws.relu_attention)):
+        theirs, ours = authors_map(X, W, kind=kind), fn(X, W)
+        rel = float(torch.linalg.vector_norm(theirs - ours) / torch.linalg.vector_norm(ours))
+        assert 0 < rel < 1e-6
+    X, W = _text(12, 64, 4)                     # √64 is exact in float32
+    torch.testing.assert_close(authors_map(X, W, kind="raf"), ws.raf(X, W), rtol=1e-15, atol=0)
+    with pytest.raises(ValueError, match="kind"):
+        authors_map(X, W, kind="rf")

@@ -1,0 +1,279 @@
+"""ReLU attention: the orthogonal take-over and the upper bound of the ReLU-attention chapter,
+and the far-``n`` slope that the softmax chapter predicts from ``κ``.
+
+- :func:`relu_orthogonal_takeover` builds the explicit ``Δ`` of :prf:ref:`prop-relu-takeover`:
+  for ``n − 1 < d`` the new word ``x'_i`` is chosen with ``x'_iᵀ W x_k = 0`` for every other
+  word ``k``, so that its row of ReLU scores is zero except on itself and the row attends only
+  to ``x'_i``. The relative change it produces is recomputed with the full map: a certified
+  lower bound on ``S``.
+- :func:`relu_upper_bound` evaluates the deterministic bound of :prf:ref:`prop-relu-low` on
+  ``‖φ(X_i(Δ)) − φ(X)‖_F`` over the whole ball, from ``ζ_i`` (:func:`relu_zeta_estimate`),
+  ``μ_i``, ``‖X_{−i}‖_op``, ``‖X_{−i}W‖_op`` and column ``i`` of the ReLU scores.
+- :func:`kappa_isotropic`, :func:`far_slope_prediction` and :func:`slope_standard_error` state
+  once the model behind the far-``n`` checks of the softmax chapter (:prf:ref:`obs-far`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ._tensor import Array, as_tensor, like
+from .checks import check_int, check_seed, check_shape, check_text, check_unit_rows
+from .maps import attention_scores, relu_attention
+from .sensitivity import project_ball, relative_change
+
+__all__ = [
+    "ReluTakeover", "relu_orthogonal_takeover", "relu_zeta_estimate", "ReluBound",
+    "relu_upper_bound", "relu_takeover_point", "kappa_isotropic", "far_slope_prediction",
+    "slope_standard_error", "lse_model", "attention_fro2_model",
+]
+
+
+def _prepare(X: Array, W: Array, row: int):
+    Xt = as_tensor(X, dtype=torch.float64)
+    n, d = check_text(Xt)
+    if Xt.ndim != 2:
+        raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
+    check_unit_rows(Xt)
+    Wt = as_tensor(W, dtype=torch.float64)
+    check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
+    i = check_int("row", row, minimum=0)
+    if i >= n:
+        raise ValueError(f"row {i} is out of range for a text of n = {n} words.")
+    return Xt, Wt, n, d, i
+
+
+@dataclass
+class ReluTakeover:
+    """The construction of :prf:ref:`prop-relu-takeover` at one row.
+
+    ``Delta`` (``‖Δ‖ ≤ √d``, same kind as ``X``); ``dim_K`` the dimension of
+    ``K_i = {y : yᵀWx_k = 0 for all k ≠ i}``; ``candidate`` which ``y`` was used
+    (``"2c"`` or ``"c+|c|e"``, ``c = P_K x_i``); ``self_score`` ``s'_ii > 0``; ``max_cross`` the largest
+    ``|s'_ik|``, ``k ≠ i`` (zero in exact arithmetic); ``self_weight`` ``a'_ii`` after the
+    change; ``row_bound = ‖x'_i − φ_i‖/‖φ(X)‖_F`` (the bound of the proposition);
+    ``change`` the relative change recomputed with the full map (a certified lower bound on
+    ``S``).
+    """
+
+    Delta: Array
+    dim_K: int
+    candidate: str
+    self_score: float
+    max_cross: float
+    self_weight: float
+    row_bound: float
+    change: float
+
+
+def relu_orthogonal_takeover(X: Array, W: Array, row: int = 0) -> ReluTakeover:
+    """The orthogonal take-over of :prf:ref:`prop-relu-takeover` for ReLU attention
+    (eq. :eq:`eq-relu-attention`) at word ``row``.
+
+    ``K_i`` is the orthogonal complement of ``span{W x_k : k ≠ i}``; its dimension is at least
+    ``d − n + 1``. With ``c = P_K x_i`` and ``e`` a unit top eigenvector of ``(W + Wᵀ)/2``
+    compressed to ``K_i`` (signed so that ``eᵀc ≥ 0``), two points of ``K_i`` with
+    ``‖y − x_i‖ = ‖x_i‖ = √d`` are tried: ``y = 2c`` and ``y = c + ‖c‖e``. The one with a
+    positive self-score ``yᵀWy/√d`` and the larger relative change is returned. Raises ``ValueError`` when ``K_i = {0}`` (typically
+    ``n − 1 ≥ d``) or when neither point has a positive self-score.
+    """
+    Xt, Wt, n, d, i = _prepare(X, W, row)
+    others = torch.cat([Xt[:i], Xt[i + 1:]])
+    B = others @ Wt.T                                  # rows (W x_k)ᵀ, k ≠ i
+    U, sv, Vh = torch.linalg.svd(B, full_matrices=True)
+    tol = max(B.shape) * torch.finfo(B.dtype).eps * (float(sv[0]) if sv.numel() else 0.0)
+    rank = int((sv > tol).sum())
+    N = Vh[rank:].T                                    # orthonormal basis of K_i, d × (d − rank)
+    if N.shape[1] == 0:
+        raise ValueError(f"K_i = {{0}}: span{{W x_k : k ≠ {i}}} is all of R^{d} (n − 1 = {n - 1} "
+                         f"≥ d = {d}); the orthogonal take-over needs n − 1 < d.")
+    xi = Xt[i]
+    c = N @ (N.T @ xi)                                 # P_K x_i
+    M = N.T @ ((Wt + Wt.T) / 2) @ N
+    _, evecs = torch.linalg.eigh(M)
+    e = N @ evecs[:, -1]
+    if float(e @ c) < 0:
+        e = -e
+    y_cap = c + torch.linalg.vector_norm(c) * e
+    phi = lambda Z: relu_attention(Z, Wt)  # noqa: E731
+    best = None
+    for name, y in (("2c", 2 * c), ("c+|c|e", y_cap)):
+        if float(y @ Wt @ y) <= 0:
+            continue
+        Delta = project_ball((y - xi)[None], math.sqrt(d))[0]
+        change = relative_change(phi, Xt, i, Delta)
+        if best is None or change > best[2]:
+            best = (name, Delta, change)
+    if best is None:
+        raise ValueError("neither y = 2c nor y = c + ‖c‖e (c = P_K x_i) has a positive "
+                         "self-score here; the construction does not apply.")
+    name, Delta, change = best
+    Xp = Xt.clone()
+    Xp[i] = Xt[i] + Delta
+    s_row = attention_scores(Xp, Wt)[i]
+    cross = torch.cat([s_row[:i], s_row[i + 1:]])
+    a = torch.relu(s_row)
+    base = relu_attention(Xt, Wt)
+    row_bound = float(torch.linalg.vector_norm(Xp[i] - base[i]) / torch.linalg.vector_norm(base))
+    return ReluTakeover(
+        Delta=like(Delta, X), dim_K=int(N.shape[1]), candidate=name, self_score=float(s_row[i]),
+        max_cross=float(cross.abs().max()) if cross.numel() else 0.0,
+        self_weight=float(a[i] / a.sum()), row_bound=row_bound, change=change)
+
+
+def relu_zeta_estimate(X: Array, row: int = 0, *, starts: int = 8, steps: int = 300,
+                       seed: int = 0) -> float:
+    """An estimate of ``ζ_i = min_{‖v‖=1} Σ_{k≠i} ReLU(x_kᵀv)`` (:prf:ref:`prop-relu-low`).
+
+    Minimised by normalised subgradient steps on the sphere (step ``0.5/√(t+1)``) from
+    ``starts`` points (the first is ``−m/‖m‖``, ``m`` the mean of the other rows; the rest
+    random from ``seed``); returns the smallest value seen.
+    Any value seen is attained, so the result is an upper estimate of ``ζ_i``, not a certified
+    lower bound: a bound evaluated with it can only come out smaller than the proved one.
+    """
+    Xt = as_tensor(X, dtype=torch.float64)
+    n, d = check_text(Xt)
+    i = check_int("row", row, minimum=0)
+    if i >= n:
+        raise ValueError(f"row {i} is out of range for a text of n = {n} words.")
+    starts = check_int("starts", starts, minimum=1)
+    steps = check_int("steps", steps, minimum=1)
+    g = torch.Generator().manual_seed(check_seed(seed))
+    others = torch.cat([Xt[:i], Xt[i + 1:]])
+    v = torch.randn(starts, d, generator=g, dtype=torch.float64)
+    v[0] = -others.mean(dim=0)
+    v = v / torch.linalg.vector_norm(v, dim=1, keepdim=True)
+    best = math.inf
+    for t in range(steps + 1):
+        proj = v @ others.T                                   # (starts, n − 1)
+        best = min(best, float(torch.relu(proj).sum(dim=1).min()))
+        grad = (proj > 0).to(v.dtype) @ others                 # a subgradient, (starts, d)
+        grad = grad - (grad * v).sum(dim=1, keepdim=True) * v  # tangent to the sphere
+        norm = torch.linalg.vector_norm(grad, dim=1, keepdim=True).clamp_min(1e-300)
+        v = v - (0.5 / math.sqrt(t + 1)) * grad / norm
+        v = v / torch.linalg.vector_norm(v, dim=1, keepdim=True)
+    return best
+
+
+@dataclass
+class ReluBound:
+    """The terms of :prf:ref:`prop-relu-low` at one row ``i``: ``tau`` (``τ_i``) bounds the
+    change of row ``i``, ``others`` (``ω_i``) that of all the other rows together, ``value`` is
+    ``√(τ_i² + ω_i²)/‖φ(X)‖_F``; ``zeta`` and ``mu`` are the ``ζ_i``, ``μ_i`` used."""
+
+    tau: float
+    others: float
+    value: float
+    zeta: float
+    mu: float
+
+
+def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
+    """The upper bound of :prf:ref:`prop-relu-low` on ``sup_{‖Δ‖≤√d} ‖φ(X_i(Δ)) − φ(X)‖_F /
+    ‖φ(X)‖_F`` for ReLU attention (eq. :eq:`eq-relu-attention`), given ``ζ_i = zeta``.
+
+    ``τ_i = ‖φ_i‖ + min{2√d, ‖X_{−i}‖²_op/ζ_i + 2√d·min(1, 2√d/ζ_i)}`` and
+    ``ω_i = √d (3‖X_{−i}W‖_op + ‖α‖)/μ_i`` with ``α_j = ReLU(s_ji)``,
+    ``μ_i = min_{j≠i} Σ_{k≠i} ReLU(s_jk)``. With ``zeta`` from :func:`relu_zeta_estimate` (an
+    upper estimate of ``ζ_i``) the value is at most the proved bound.
+    """
+    Xt, Wt, n, d, i = _prepare(X, W, row)
+    if isinstance(zeta, bool) or not (isinstance(zeta, (int, float)) and math.isfinite(zeta)
+                                      and zeta > 0):
+        raise ValueError(f"zeta must be a positive number (ζ_i of the proposition), got {zeta!r}.")
+    if n < 2:
+        raise ValueError("the bound needs n ≥ 2 words (other rows to compete with).")
+    keep = torch.arange(n) != i
+    others = Xt[keep]
+    b = torch.relu(attention_scores(Xt, Wt))
+    Z = b.sum(dim=1)
+    mu = float((Z - b[:, i])[keep].min())           # Σ_{k≠i} b_jk, j ≠ i
+    if not mu > 0:
+        raise ValueError("μ_i = 0: some other row has no positive score outside key i; the "
+                         "bound of the proposition does not apply.")
+    phi = (b / torch.where(Z > 0, Z, torch.ones_like(Z))[:, None]) @ Xt    # eq-relu-attention
+    sqd = math.sqrt(d)
+    X_op = float(torch.linalg.matrix_norm(others, ord=2))
+    tau = float(torch.linalg.vector_norm(phi[i])) + min(
+        2 * sqd, X_op ** 2 / zeta + 2 * sqd * min(1.0, 2 * sqd / zeta))
+    XW_op = float(torch.linalg.matrix_norm(others @ Wt, ord=2))
+    alpha = float(torch.linalg.vector_norm(b[keep, i]))
+    oth = sqd * (3 * XW_op + alpha) / mu
+    value = math.hypot(tau, oth) / float(torch.linalg.vector_norm(phi))
+    return ReluBound(tau=tau, others=oth, value=value, zeta=float(zeta), mu=mu)
+
+
+def kappa_isotropic(n, d):
+    """``κ ≈ 1 + √(n/d)``: ``‖X‖_op/√d`` for ``n`` i.i.d. isotropic rows of norm ``√d``
+    (``‖X‖_op ≈ √n + √d``), the model behind :prf:ref:`obs-far`."""
+    return 1 + np.sqrt(np.asarray(n, dtype=float) / d)
+
+
+def far_slope_prediction(ns: Sequence[int], d: int) -> float:
+    """The log–log slope of ``S ∝ 1/κ`` over ``ns`` at width ``d`` with
+    ``κ = 1 + √(n/d)`` (:func:`kappa_isotropic`), fitted as the chapter fits the data: the model
+    of :prf:ref:`obs-far`. Near ``−0.35`` for ``n/d`` between 2.6 and 21, tending to ``−½``
+    only as ``n/d → ∞``."""
+    ns = np.asarray(ns, dtype=float)
+    return float(np.polyfit(np.log(ns), -np.log(kappa_isotropic(ns, d)), 1)[0])
+
+
+def slope_standard_error(ns: Sequence[int], log_values: np.ndarray) -> float:
+    """Standard error of the least-squares slope of ``log S`` on ``log n`` under the model
+    ``log S(n, s) = a + p log n + ε`` with ``ε`` independent across grid points and seeds.
+
+    ``log_values`` is ``(len(ns), seeds)``; the noise variance is estimated from the residuals
+    of every seed's value around the fitted line (``len(ns)·seeds − 2`` degrees of freedom), and
+    the slope is that of the per-``n`` mean, whose error is ``σ/√(seeds·Σ(log n − mean)²)``.
+    """
+    x = np.log(np.asarray(ns, dtype=float))
+    y = np.asarray(log_values, dtype=float)
+    if y.ndim != 2 or y.shape[0] != x.size or x.size < 3 or y.size < 4:
+        raise ValueError("log_values must be (len(ns), seeds) with at least 3 values of n and "
+                         f"4 values in all, got shape {y.shape} for {x.size} values of n.")
+    p, a = np.polyfit(x, y.mean(axis=1), 1)
+    resid = y - (a + p * x)[:, None]
+    sigma2 = float((resid ** 2).sum()) / (y.size - 2)
+    return math.sqrt(sigma2 / (y.shape[1] * float(((x - x.mean()) ** 2).sum())))
+
+
+def relu_takeover_point(d: int, n: int, seed: int) -> dict:
+    """:func:`relu_orthogonal_takeover` at word 0 of the grid point's text (``X`` from ``seed``,
+    ``W`` from ``seed + 1``, as :func:`wsutils.attention_grid.sensitivity_point` draws them), for
+    :func:`wsutils.sweep.run_grid`. ``change`` is ``0.0`` where the construction does not apply
+    (``n − 1 ≥ d``, or no positive self-score): no certificate, not a value of ``S``."""
+    from .weights import sample_W, sample_X
+
+    torch.set_num_threads(1)
+    X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
+    try:
+        return {"change": relu_orthogonal_takeover(X, W, 0).change}
+    except ValueError:
+        return {"change": 0.0}
+
+
+def lse_model(n: int, sigma2: float) -> tuple[float, float]:
+    """The model of :prf:ref:`conj-raf-high` for the competitors of the row take-over: the
+    ``n − 1`` scores ``s'_ij`` are i.i.d. ``N(0, σ²)``, so ``log Σ_{j≠i} exp s'_ij`` has mean
+    ``≈ log(n − 1) + σ²/2`` and, by the delta method, standard deviation
+    ``≈ √((e^{σ²} − 1)/(n − 1))``. Returns ``(mean, sd)``."""
+    n = check_int("n", n, minimum=2)
+    return math.log(n - 1) + sigma2 / 2, math.sqrt(math.expm1(sigma2) / (n - 1))
+
+
+FRO2_BIAS = 2 * (math.e ** 2 - 1) - 3 * (math.e - 1)
+
+
+def attention_fro2_model(n: int) -> tuple[float, float]:
+    """The model of :prf:ref:`conj-raf-high` for ``‖A‖_F²``: every row of scores i.i.d.
+    ``N(0, 1)``, so ``n‖a_j‖² = n Σ_k e^{2s_jk}/(Σ_k e^{s_jk})² → e``. The delta method gives the
+    mean ``e (1 − c/n)`` with ``c = 2(e² − 1) − 3(e − 1) ≈ 7.6`` (``FRO2_BIAS``), and the
+    average over ``n`` nearly independent rows a standard deviation ``≈ e·√(e⁴ − 1)/n``.
+    Returns ``(mean, sd)``; first order in ``1/n``, for ``n`` of 50 or more."""
+    n = check_int("n", n, minimum=2)
+    return math.e * (1 - FRO2_BIAS / n), math.e * math.sqrt(math.e ** 4 - 1) / n
