@@ -20,10 +20,10 @@ def test_slope_window_contains_the_model_slopes():
     n = np.repeat(np.arange(90, 151, 10), 3).astype(float)
     lo, hi = rates.rf_slope_window(n, 192, n * 192)
     assert hi == -0.5 and lo < -0.5
-    for omega in np.linspace(0, rates.OMEGA_MAX, 7):       # every ω of the model fits inside
-        S = 3.0 * rates.rf_finite_width_factor(192, n * 192, omega) / np.sqrt(n)
+    for a1 in np.linspace(0, rates.A1_MAX, 7):       # every a_1 of the model fits inside
+        S = 3.0 * rates.rf_finite_width_factor(192, n * 192, a1) / np.sqrt(n)
         assert lo - 1e-12 <= rates.ols_slope(n, S) <= hi + 1e-12
-    S = 3.0 * (1 + 2.0 / np.sqrt(n)) / np.sqrt(n)            # ω = 2 is outside the model
+    S = 3.0 * (1 + 2.0 / np.sqrt(n)) / np.sqrt(n)            # a_1 = 2 is outside the model
     assert rates.ols_slope(n, S) < lo
 
 
@@ -49,7 +49,7 @@ def test_drf_expansion_matches_the_corner_value():
 @pytest.mark.parametrize("call", [
     lambda: rates.rf_upper_limit(0, 1, 1),
     lambda: rates.rf_lower_typical(10, -1, 5),
-    lambda: rates.rf_finite_width_factor(1, 1, omega=2.0),
+    lambda: rates.rf_finite_width_factor(1, 1, a1=2.0),
     lambda: rates.ols_slope([1.0], [1.0]),
     lambda: rates.drf_limit_expansion(10, -1),
 ])

@@ -8,17 +8,17 @@ whose level the chapter states.
 
 Random features, ``S_RF`` at width ``k`` on texts of ``n`` words of width ``d``
 (:prf:ref:`thm-rf-upper`, :prf:ref:`thm-rf-lower`). Both certificates carry a finite-width
-factor of the form ``1 + ω·√(d/k)``:
+factor of the form ``1 + a_1·√(d/k)``:
 
 * the upper certificate ``\\overline S_i = √d ‖V_i‖_op/‖ReLU(V flat X)‖`` is, for typical
-  weights, ``√2 (1 + √(d/k))/√n`` (``ω = 1``; :func:`rf_upper_limit`);
+  weights, ``√2 (1 + √(d/k))/√n`` (``a_1 = 1``; :func:`rf_upper_limit`);
 * the lower certificate ``\\underline S_i = √(d/2) ‖(V_i)_J‖_op/‖ReLU(V flat X)‖`` is, for
-  typical weights, ``(1 + √(2d/k))/√(2n)`` (``ω = √2``; :func:`rf_lower_typical`); the
+  typical weights, ``(1 + √(2d/k))/√(2n)`` (``a_1 = √2``; :func:`rf_lower_typical`); the
   linearised change ``max_Δ ‖(V_i Δ)_J‖/‖ReLU(V flat X)‖`` is ``√2`` times it.
 
-At ``k = D = nd`` the factor is ``1 + ω/√n``, which decays with ``n`` and steepens a fitted
+At ``k = D = nd`` the factor is ``1 + a_1/√n``, which decays with ``n`` and steepens a fitted
 log–log slope. The **model** used for every slope check of random features is
-``S = a_0·(1 + ω·√(d/k))/√n`` with an unknown constant ``a_0`` and an unknown ``ω ∈ [0, √2]``
+``S = a_0·(1 + a_1·√(d/k))/√n`` with an unknown constant ``a_0`` and an unknown ``a_1 ∈ [0, √2]``
 (the range spanned by the two certificates' factors and the linearised change).
 :func:`rf_slope_window` turns it into the interval of slopes it allows on a given grid.
 """
@@ -29,11 +29,11 @@ import math
 
 import numpy as np
 
-__all__ = ["OMEGA_MAX", "rf_upper_limit", "rf_lower_typical", "rf_finite_width_factor",
+__all__ = ["A1_MAX", "rf_upper_limit", "rf_lower_typical", "rf_finite_width_factor",
            "ols_slope", "rf_slope_window", "drf_limit_expansion", "kappa_isotropic"]
 
-#: The largest ``ω`` of the model ``S ∝ (1 + ω·√(d/k))/√n`` (the lower certificate's factor).
-OMEGA_MAX = math.sqrt(2.0)
+#: The largest ``a_1`` of the model ``S ∝ (1 + a_1·√(d/k))/√n`` (the lower certificate's factor).
+A1_MAX = math.sqrt(2.0)
 
 
 def _positive(name, value):
@@ -60,14 +60,14 @@ def rf_lower_typical(n, d, k):
     return (1 + np.sqrt(2 * d / k)) / np.sqrt(2 * n)
 
 
-def rf_finite_width_factor(d, k, omega=OMEGA_MAX):
-    """``1 + ω·√(d/k)``, the finite-width factor of the model in the module docstring
-    (``ω = 1``: upper certificate; ``ω = √2``: lower certificate). At ``k = D = nd`` it is
-    ``1 + ω/√n``."""
+def rf_finite_width_factor(d, k, a1=A1_MAX):
+    """``1 + a_1·√(d/k)``, the finite-width factor of the model in the module docstring
+    (``a_1 = 1``: upper certificate; ``a_1 = √2``: lower certificate). At ``k = D = nd`` it is
+    ``1 + a_1/√n``."""
     d, k = _positive("d", d), _positive("k", k)
-    if not 0 <= omega <= OMEGA_MAX:
-        raise ValueError(f"omega must lie in [0, √2] (the model's range), got {omega}.")
-    return 1 + omega * np.sqrt(d / k)
+    if not 0 <= a1 <= A1_MAX:
+        raise ValueError(f"a1 must lie in [0, √2] (the model's range), got {a1}.")
+    return 1 + a1 * np.sqrt(d / k)
 
 
 def ols_slope(x, y, groups=None) -> float:
@@ -85,15 +85,15 @@ def ols_slope(x, y, groups=None) -> float:
 
 def rf_slope_window(n, d, k, groups=None) -> tuple[float, float]:
     """The interval of least-squares log–log slopes of ``S`` on ``n`` that the model
-    ``S = a_0·(1 + ω√(d/k))/√n``, ``ω ∈ [0, √2]`` (module docstring) allows on the grid
+    ``S = a_0·(1 + a_1√(d/k))/√n``, ``a_1 ∈ [0, √2]`` (module docstring) allows on the grid
     ``(n, d, k)`` (arrays of equal length, one entry per point; ``groups`` as in
     :func:`ols_slope`).
 
-    The fitted slope is ``−1/2`` plus the slope of ``log(1 + ω√(d/k))``; the latter is ``0``
-    at ``ω = 0`` and, when ``d/k`` decreases with ``n`` (e.g. ``k = D = nd``), decreases with
-    ``ω`` (a least-squares slope is a weighted mean of the local slopes with non-negative
-    weights, and each local slope of ``log(1 + ω·x)`` is monotone in ``ω`` for ``x`` falling).
-    Returns ``(lo, hi)`` with ``lo`` at ``ω = √2`` and ``hi = −1/2`` at ``ω = 0``."""
+    The fitted slope is ``−1/2`` plus the slope of ``log(1 + a_1√(d/k))``; the latter is ``0``
+    at ``a_1 = 0`` and, when ``d/k`` decreases with ``n`` (e.g. ``k = D = nd``), decreases with
+    ``a_1`` (a least-squares slope is a weighted mean of the local slopes with non-negative
+    weights, and each local slope of ``log(1 + a_1·x)`` is monotone in ``a_1`` for ``x`` falling).
+    Returns ``(lo, hi)`` with ``lo`` at ``a_1 = √2`` and ``hi = −1/2`` at ``a_1 = 0``."""
     n = _positive("n", n).ravel()
     factor = rf_finite_width_factor(np.broadcast_to(d, n.shape), np.broadcast_to(k, n.shape))
     steep = ols_slope(n, factor, groups)
