@@ -1,0 +1,58 @@
+"""wsutils.rates: the models behind the rate tolerances (chapters random-features and
+deep-random-features)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from wsutils import rates
+from wsutils.drf_limit import drf_limit_change
+
+
+def test_rf_typical_values_at_k_equal_D():
+    n, d = 100, 16
+    assert rates.rf_upper_limit(n, d, n * d) == pytest.approx(math.sqrt(2) * 1.1 / 10)
+    assert rates.rf_lower_typical(n, d, n * d) == pytest.approx((1 + math.sqrt(0.02)) / math.sqrt(200))
+
+
+def test_slope_window_contains_the_model_slopes():
+    n = np.repeat(np.arange(90, 151, 10), 3).astype(float)
+    lo, hi = rates.rf_slope_window(n, 192, n * 192)
+    assert hi == -0.5 and lo < -0.5
+    for a1 in np.linspace(0, rates.A1_MAX, 7):       # every a_1 of the model fits inside
+        S = 3.0 * rates.rf_finite_width_factor(192, n * 192, a1) / np.sqrt(n)
+        assert lo - 1e-12 <= rates.ols_slope(n, S) <= hi + 1e-12
+    S = 3.0 * (1 + 2.0 / np.sqrt(n)) / np.sqrt(n)            # a_1 = 2 is outside the model
+    assert rates.ols_slope(n, S) < lo
+
+
+def test_slope_window_is_a_point_at_fixed_width():
+    n = np.array([20.0, 40, 80])
+    assert rates.rf_slope_window(n, 16, 4096) == pytest.approx((-0.5, -0.5))
+
+
+def test_ols_slope_with_groups():
+    n = np.array([10.0, 20, 40, 10, 20, 40])
+    g = np.array([0, 0, 0, 1, 1, 1])
+    S = np.where(g == 0, 1.0, 5.0) * n ** -0.5
+    assert rates.ols_slope(n, S, g) == pytest.approx(-0.5)
+
+
+def test_drf_expansion_matches_the_corner_value():
+    for L in (2, 4, 8):
+        for n in (1e4, 1e6):
+            F = float(drf_limit_change(n, L, 1.0, 1.0)) * math.sqrt(n)
+            assert abs(F - rates.drf_limit_expansion(n, L)) <= L ** 2 / n
+
+
+@pytest.mark.parametrize("call", [
+    lambda: rates.rf_upper_limit(0, 1, 1),
+    lambda: rates.rf_lower_typical(10, -1, 5),
+    lambda: rates.rf_finite_width_factor(1, 1, a1=2.0),
+    lambda: rates.ols_slope([1.0], [1.0]),
+    lambda: rates.drf_limit_expansion(10, -1),
+])
+def test_bad_input_is_refused(call):
+    with pytest.raises(ValueError):
+        call()

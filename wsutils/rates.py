@@ -1,0 +1,120 @@
+"""The models behind the book's tolerances on rates, stated once (chapters ``random-features``
+and ``deep-random-features``; other chapters that check a random-features rate use the same
+functions).
+
+Every function says which statement it implements. A tolerance in a chapter is either a
+certificate computed for the drawn weights, or one of these models plus a statistical interval
+whose level the chapter states.
+
+Random features, ``S_RF`` at width ``k`` on texts of ``n`` words of width ``d``
+(:prf:ref:`thm-rf-upper`, :prf:ref:`thm-rf-lower`). Both certificates carry a finite-width
+factor of the form ``1 + a_1·√(d/k)``:
+
+* the upper certificate ``\\overline S_i = √d ‖V_i‖_op/‖ReLU(V flat X)‖`` is, for typical
+  weights, ``√2 (1 + √(d/k))/√n`` (``a_1 = 1``; :func:`rf_upper_limit`);
+* the lower certificate ``\\underline S_i = √(d/2) ‖(V_i)_J‖_op/‖ReLU(V flat X)‖`` is, for
+  typical weights, ``(1 + √(2d/k))/√(2n)`` (``a_1 = √2``; :func:`rf_lower_typical`); the
+  linearised change ``max_Δ ‖(V_i Δ)_J‖/‖ReLU(V flat X)‖`` is ``√2`` times it.
+
+At ``k = D = nd`` the factor is ``1 + a_1/√n``, which decays with ``n`` and steepens a fitted
+log–log slope. The **model** used for every slope check of random features is
+``S = a_0·(1 + a_1·√(d/k))/√n`` with an unknown constant ``a_0`` and an unknown ``a_1 ∈ [0, √2]``
+(the range spanned by the two certificates' factors and the linearised change).
+:func:`rf_slope_window` turns it into the interval of slopes it allows on a given grid.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["A1_MAX", "rf_upper_limit", "rf_lower_typical", "rf_finite_width_factor",
+           "ols_slope", "rf_slope_window", "drf_limit_expansion", "kappa_isotropic"]
+
+#: The largest ``a_1`` of the model ``S ∝ (1 + a_1·√(d/k))/√n`` (the lower certificate's factor).
+A1_MAX = math.sqrt(2.0)
+
+
+def _positive(name, value):
+    a = np.asarray(value, dtype=np.float64)
+    if not np.all(np.isfinite(a)) or np.any(a <= 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}.")
+    return a
+
+
+def rf_upper_limit(n, d, k):
+    """``√2 (1 + √(d/k))/√n``: the leading term of the high-probability bound
+    ``C(k, d, n, δ)/√n`` of :prf:ref:`thm-rf-upper` as ``k → ∞`` (``n``, ``δ`` fixed), and the
+    typical value of the upper certificate ``\\overline S_i`` (``‖V_i‖_op ≈ (√k + √d)/√D``,
+    ``‖ReLU(V flat X)‖ ≈ √(k/2)``). A typical value, not a bound at finite ``k``."""
+    n, d, k = _positive("n", n), _positive("d", d), _positive("k", k)
+    return math.sqrt(2.0) * (1 + np.sqrt(d / k)) / np.sqrt(n)
+
+
+def rf_lower_typical(n, d, k):
+    """``(1 + √(2d/k))/√(2n)``: the typical value of the lower certificate ``\\underline S_i``
+    of :prf:ref:`thm-rf-lower` (``|J| ≈ k/2`` active units, ``‖(V_i)_J‖_op ≈ (√|J| + √d)/√D``,
+    ``‖ReLU(V flat X)‖ ≈ √(k/2)``). A typical value, not a bound."""
+    n, d, k = _positive("n", n), _positive("d", d), _positive("k", k)
+    return (1 + np.sqrt(2 * d / k)) / np.sqrt(2 * n)
+
+
+def rf_finite_width_factor(d, k, a1=A1_MAX):
+    """``1 + a_1·√(d/k)``, the finite-width factor of the model in the module docstring
+    (``a_1 = 1``: upper certificate; ``a_1 = √2``: lower certificate). At ``k = D = nd`` it is
+    ``1 + a_1/√n``."""
+    d, k = _positive("d", d), _positive("k", k)
+    if not 0 <= a1 <= A1_MAX:
+        raise ValueError(f"a1 must lie in [0, √2] (the model's range), got {a1}.")
+    return 1 + a1 * np.sqrt(d / k)
+
+
+def ols_slope(x, y, groups=None) -> float:
+    """Least-squares slope of ``log y`` on ``log x``, with one intercept per value of
+    ``groups`` (one common intercept if ``None``)."""
+    x = _positive("x", x).ravel()
+    y = _positive("y", y).ravel()
+    if x.shape != y.shape or x.size < 2:
+        raise ValueError(f"x and y need the same length ≥ 2, got {x.size} and {y.size}.")
+    g = np.zeros(x.size) if groups is None else np.asarray(groups).ravel()
+    cols = [np.log(x)] + [(g == v).astype(float) for v in np.unique(g)]
+    coef, *_ = np.linalg.lstsq(np.column_stack(cols), np.log(y), rcond=None)
+    return float(coef[0])
+
+
+def rf_slope_window(n, d, k, groups=None) -> tuple[float, float]:
+    """The interval of least-squares log–log slopes of ``S`` on ``n`` that the model
+    ``S = a_0·(1 + a_1√(d/k))/√n``, ``a_1 ∈ [0, √2]`` (module docstring) allows on the grid
+    ``(n, d, k)`` (arrays of equal length, one entry per point; ``groups`` as in
+    :func:`ols_slope`).
+
+    The fitted slope is ``−1/2`` plus the slope of ``log(1 + a_1√(d/k))``; the latter is ``0``
+    at ``a_1 = 0`` and, when ``d/k`` decreases with ``n`` (e.g. ``k = D = nd``), decreases with
+    ``a_1`` (a least-squares slope is a weighted mean of the local slopes with non-negative
+    weights, and each local slope of ``log(1 + a_1·x)`` is monotone in ``a_1`` for ``x`` falling).
+    Returns ``(lo, hi)`` with ``lo`` at ``a_1 = √2`` and ``hi = −1/2`` at ``a_1 = 0``."""
+    n = _positive("n", n).ravel()
+    factor = rf_finite_width_factor(np.broadcast_to(d, n.shape), np.broadcast_to(k, n.shape))
+    steep = ols_slope(n, factor, groups)
+    return -0.5 + min(steep, 0.0), -0.5 + max(steep, 0.0)
+
+
+def drf_limit_expansion(n, L):
+    """``1 − L/(3π√n)``: the expansion of ``F_L(n; 1, 1)·√n``, the wide-limit relative change
+    of ``L`` He-scaled ReLU layers at ``Δ = x_i`` (:prf:ref:`thm-drf-limit`, part 3), up to
+    ``O_L(1/n)``."""
+    n = _positive("n", n)
+    if L < 0:
+        raise ValueError(f"L must be ≥ 0, got {L}.")
+    return 1 - L / (3 * math.pi * np.sqrt(n))
+
+
+def kappa_isotropic(n, d):
+    """``1 + √(n/d)``: the typical ``κ = ‖X‖_op/√d`` of a text with i.i.d. isotropic rows of norm
+    ``√d`` (``‖X‖_op ≈ √n + √d``; chapter ``attention``, the condition on ``X``). Where the
+    softmax bound scales like ``1/κ``, the model ``S ∝ 1/κ`` predicts the log–log slope
+    ``ols_slope(n, 1/kappa_isotropic(n, d))``: about ``−0.35`` for ``n`` a few times ``d``,
+    tending to ``−1/2`` only as ``n/d → ∞``. A typical value, not a bound."""
+    n, d = _positive("n", n), _positive("d", d)
+    return 1 + np.sqrt(n / d)
