@@ -9,8 +9,8 @@ and the far-``n`` slope that the softmax chapter predicts from ``κ``.
 - :func:`relu_upper_bound` evaluates the deterministic bound of :prf:ref:`prop-relu-low` on
   ``‖φ(X_i(Δ)) − φ(X)‖_F`` over the whole ball, from ``ζ_i`` (:func:`relu_zeta_estimate`),
   ``μ_i``, ``‖X_{−i}‖_op``, ``‖X_{−i}W‖_op`` and column ``i`` of the ReLU scores.
-- :func:`kappa_isotropic`, :func:`far_slope_prediction` and :func:`slope_standard_error` state
-  once the model behind the far-``n`` checks of the softmax chapter (:prf:ref:`obs-far`).
+- :func:`far_slope_prediction` and :func:`slope_standard_error` (with
+  :func:`wsutils.rates.kappa_isotropic`) state once the model behind the far-``n`` checks of the softmax chapter (:prf:ref:`obs-far`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ import numpy as np
 import torch
 
 from ._tensor import Array, as_tensor, like
+from .rates import kappa_isotropic
 from .checks import check_int, check_seed, check_shape, check_text, check_unit_rows
 from .maps import attention_scores, relu_attention
 from .sensitivity import project_ball, relative_change
 
 __all__ = [
     "ReluTakeover", "relu_orthogonal_takeover", "relu_zeta_estimate", "ReluBound",
-    "relu_upper_bound", "relu_takeover_point", "kappa_isotropic", "far_slope_prediction",
+    "relu_upper_bound", "relu_takeover_point", "far_slope_prediction",
     "slope_standard_error", "lse_model", "attention_fro2_model",
 ]
 
@@ -206,12 +207,6 @@ def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
     oth = sqd * (3 * XW_op + alpha) / mu
     value = math.hypot(tau, oth) / float(torch.linalg.vector_norm(phi))
     return ReluBound(tau=tau, others=oth, value=value, zeta=float(zeta), mu=mu)
-
-
-def kappa_isotropic(n, d):
-    """``κ ≈ 1 + √(n/d)``: ``‖X‖_op/√d`` for ``n`` i.i.d. isotropic rows of norm ``√d``
-    (``‖X‖_op ≈ √n + √d``), the model behind :prf:ref:`obs-far`."""
-    return 1 + np.sqrt(np.asarray(n, dtype=float) / d)
 
 
 def far_slope_prediction(ns: Sequence[int], d: int) -> float:
