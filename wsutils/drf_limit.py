@@ -3,9 +3,9 @@ and a finite-width estimator that never forms the ``k × D`` first layer
 (chapter ``deep-random-features``).
 
 He-scaled ReLU layers (:func:`wsutils.weights.sample_Vs`) keep the mean square of a unit
-equal to ``‖x‖²/D`` and map the angle ``θ`` between two inputs by the degree-one arc-cosine
+equal to ``‖x‖²/D`` and map the angle ``ϑ`` between two inputs by the degree-one arc-cosine
 kernel :func:`arccos_map` (:prf:ref:`lem-drf-kernel`). The relative change of the output
-therefore tends to ``√(ρ² + 1 − 2ρ cos θ_L)``, a function of the norm ratio ``ρ`` and the angle
+therefore tends to ``√(ν² + 1 − 2ν cos ϑ_L)``, a function of the norm ratio ``ν`` and the angle
 only (:prf:ref:`thm-drf-limit`), and :func:`drf_limit_sensitivity` maximises it over the ball.
 """
 
@@ -25,7 +25,7 @@ __all__ = ["arccos_map", "drf_limit_change", "drf_limit_sensitivity", "drf_row_l
 
 
 def arccos_map(cos_theta: Array, L: int = 1) -> np.ndarray:
-    """``κ^{∘L}``: ``L`` applications of ``κ(c) = (sin θ + (π − θ) cos θ)/π``, ``θ = arccos c``
+    """``ψ^{∘L}``: ``L`` applications of ``ψ(cos ϑ) = (sin ϑ + (π − ϑ) cos ϑ)/π``, ``ϑ ∈ [0, π]``
     (:prf:ref:`lem-drf-kernel`): the cosine of the angle between two inputs after ``L``
     He-scaled ReLU layers of infinite width."""
     L = check_int("L", L, minimum=0)
@@ -37,8 +37,8 @@ def arccos_map(cos_theta: Array, L: int = 1) -> np.ndarray:
 
 
 def _angle_map(theta: np.ndarray, L: int) -> np.ndarray:
-    """``L`` steps of :func:`arccos_map` on angles, without cancellation near ``θ = 0``:
-    ``1 − κ(cos θ) = 2 sin²(θ/2) − (sin θ − θ cos θ)/π`` and ``θ' = 2 asin(√((1 − κ)/2))``."""
+    """``L`` steps of :func:`arccos_map` on angles, without cancellation near ``ϑ = 0``:
+    ``1 − ψ(cos ϑ) = 2 sin²(ϑ/2) − (sin ϑ − ϑ cos ϑ)/π`` and ``ϑ' = 2 asin(√((1 − ψ)/2))``."""
     for _ in range(L):
         one_minus = 2 * np.sin(theta / 2) ** 2 - (np.sin(theta) - theta * np.cos(theta)) / np.pi
         theta = 2 * np.arcsin(np.sqrt(np.clip(one_minus / 2, 0.0, 1.0)))
@@ -48,9 +48,10 @@ def _angle_map(theta: np.ndarray, L: int) -> np.ndarray:
 def drf_limit_change(n: int, L: int, r: Array, c: Array) -> np.ndarray:
     """The wide-limit relative change (:prf:ref:`thm-drf-limit`) of ``L`` He-scaled ReLU layers
     for a text of ``n`` words with rows of norm ``√d`` and ``‖Δ‖ = r√d``,
-    ``⟨x_i, Δ⟩ = r c d``: ``√(ρ² + 1 − 2ρ κ^{∘L}(cos θ₀))`` with ``ρ² = 1 + (2rc + r²)/n`` and
-    ``cos θ₀ = (1 + rc/n)/ρ``. It does not depend on ``d``. Evaluated in the cancellation-free
-    form ``(ρ − 1)² + 4ρ sin²(θ_L/2)``, ``θ₀ = atan2(r√(1 − c²/n)/√n, 1 + rc/n)``."""
+    ``⟨x_i, Δ⟩ = r η d`` (the argument ``c`` is the book's ``η``):
+    ``√(ν² + 1 − 2ν ψ^{∘L}(cos ϑ₀))`` with ``ν² = 1 + (2rη + r²)/n`` and
+    ``cos ϑ₀ = (1 + rη/n)/ν``. It does not depend on ``d``. Evaluated in the cancellation-free
+    form ``(ν − 1)² + 4ν sin²(ϑ_L/2)``, ``ϑ₀ = atan2(r√(1 − η²/n)/√n, 1 + rη/n)``."""
     r = np.asarray(r, dtype=np.float64)
     c = np.asarray(c, dtype=np.float64)
     rho2_minus_1 = (2 * r * c + r ** 2) / n
@@ -62,9 +63,9 @@ def drf_limit_change(n: int, L: int, r: Array, c: Array) -> np.ndarray:
 
 
 def drf_limit_sensitivity(n: int, L: int, *, grid: int = 401) -> tuple[float, float, float]:
-    """``S_∞(n, L) = max_{0 ≤ r ≤ 1, −1 ≤ c ≤ 1} drf_limit_change(n, L, r, c)``
-    (:prf:ref:`thm-drf-limit`), by a grid over ``(r, c)`` refined three times around the best
-    point. Returns ``(S_∞, r*, c*)``."""
+    """``S_∞(n, L) = max_{0 ≤ r ≤ 1, −1 ≤ η ≤ 1} drf_limit_change(n, L, r, η)``
+    (:prf:ref:`thm-drf-limit`), by a grid over ``(r, η)`` refined three times around the best
+    point. Returns ``(S_∞, r*, η*)``."""
     n, L = check_int("n", n, minimum=1), check_int("L", L, minimum=0)
     grid = check_int("grid", grid, minimum=2)
     r_lo, r_hi, c_lo, c_hi = 0.0, 1.0, -1.0, 1.0

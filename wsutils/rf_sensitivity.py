@@ -54,10 +54,12 @@ __all__ = [
 class RFSensitivityResult(SensitivityResult):
     """:class:`~wsutils.sensitivity.SensitivityResult` plus the certified bounds.
 
-    ``upper`` is ``max_i U_i`` over the searched rows (:func:`rf_certified_upper`), ``lower``
-    is ``max_i L_i`` (:func:`rf_certified_lower`): for the drawn weights,
+    ``upper`` is ``max_i S̄_i`` over the searched rows, the largest upper certificate
+    (:func:`rf_certified_upper`), ``lower`` is ``max_i S̲_i``, the largest lower certificate
+    (:func:`rf_certified_lower`): for the drawn weights,
     ``lower ≤ value ≤ sup_{searched i, ‖Δ‖≤√d} (relative change) ≤ upper``.
-    ``per_row_upper``/``per_row_lower`` hold ``U_i``/``L_i``; ``phi_norm`` is ``‖φ_RF(X)‖``;
+    ``per_row_upper``/``per_row_lower`` hold the upper and lower certificates ``S̄_i``/``S̲_i``
+    (the book's overline and underline S_i); ``phi_norm`` is ``‖φ_RF(X)‖``;
     ``mode`` is ``"reduced"`` or ``"blocks"`` (module docstring); ``k`` the width.
     """
 
@@ -131,7 +133,8 @@ def rf_preactivation(X: Array, k: int, *, seed: int, device=None) -> torch.Tenso
 def rf_row_law(X: Array, k: int, row: int, *, seed: int, device=None):
     """One draw of ``(V flat(X), V_i)`` for ``i = row`` from the law of
     :prf:ref:`prop-rf-row-law`: ``V_i`` with i.i.d. ``N(0, 1/D)`` entries and
-    ``V flat(X) = V_i x_i + σ z``, ``σ = ‖flat(X_{−i})‖/√D``. Returns ``(u, V_i)`` in float64.
+    ``g = V flat(X) = V_i x_i + σ z``, ``σ = ‖flat(X_{−i})‖/√D``. Returns ``(g, V_i)`` in
+    float64 (``g`` is what the functions below take as their argument ``u``).
 
     ``V_i`` and ``z`` are float64 normals from ``seed`` alone, whatever ``X``'s dtype or device;
     ``X`` is converted to float64 first."""
@@ -154,7 +157,7 @@ def rf_row_law(X: Array, k: int, row: int, *, seed: int, device=None):
 def rf_relative_change(u: torch.Tensor, Vi: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
     """``‖ReLU(u + V_i Δ) − ReLU(u)‖ / ‖ReLU(u)‖`` for a batch ``Delta`` (``B × d``) or one
     ``Δ``: the relative change of :prf:ref:`def-word-sensitivity` for ``φ_RF``, with
-    ``u = V flat(X)``. Computed in float64 whatever ``Vi``'s dtype."""
+    ``u`` the pre-activations ``g = V flat(X)``. Computed in float64 whatever ``Vi``'s dtype."""
     single = Delta.ndim == 1
     Dm = Delta.reshape(-1, Vi.shape[1])
     u = u.to(torch.float64)
@@ -211,8 +214,9 @@ def _check_active(u: torch.Tensor) -> torch.Tensor:
 
 
 def rf_certified_upper(u: torch.Tensor, Vi: torch.Tensor) -> float:
-    """``U_i = √d ‖V_i‖_op / ‖ReLU(u)‖`` (:prf:ref:`lem-rf-deterministic`): since ReLU is
-    1-Lipschitz, every ``‖Δ‖ ≤ √d`` gives a relative change at most ``U_i`` for these weights.
+    """The upper certificate ``S̄_i = √d ‖V_i‖_op / ‖ReLU(g)‖`` (:prf:ref:`lem-rf-deterministic`),
+    ``u`` the pre-activations ``g = V flat(X)``: since ReLU is 1-Lipschitz, every ``‖Δ‖ ≤ √d``
+    gives a relative change at most ``S̄_i`` for these weights.
 
     ``‖V_i‖_op`` is the square root of the top eigenvalue of the Gram matrix ``V_iᵀV_i``,
     computed in float64 (a relative rounding error of order ``1e-13``)."""
@@ -224,18 +228,19 @@ def rf_certified_upper(u: torch.Tensor, Vi: torch.Tensor) -> float:
 def rf_certified_lower(u: torch.Tensor, Vi: torch.Tensor) -> tuple[float, torch.Tensor]:
     """The explicit perturbation of :prf:ref:`thm-rf-lower` and the bound it certifies.
 
-    ``J = {j : u_j > 0}`` (active units), ``v`` the top right singular vector of the rows
-    ``J`` of ``V_i``, ``s_J = ‖(V_i)_J‖_op``; of ``Δ = ±√d v`` the sign with the larger
-    ``‖ReLU((V_i Δ)_J)‖`` is returned, with ``L_i = √(d/2)·s_J / ‖ReLU(u)‖``: the relative
-    change at the returned ``Δ`` is at least ``L_i``. Returns ``(L_i, Δ)``."""
+    With ``u`` the pre-activations ``g = V flat(X)``: ``J = {j : g_j > 0}`` (active units),
+    ``v_J`` the top right singular vector of the rows ``J`` of ``V_i``, ``s_J = ‖(V_i)_J‖_op``;
+    of ``Δ = ±√d v_J`` the sign with the larger ``‖ReLU((V_i Δ)_J)‖`` is returned, with the
+    lower certificate ``S̲_i = √(d/2)·s_J / ‖ReLU(g)‖``: the relative change at the returned
+    ``Δ`` is at least ``S̲_i``. Returns ``(S̲_i, Δ)``."""
     _, GJ = _grams(Vi, _check_active(u))
     return _lower_from(GJ, u, Vi)
 
 
 def rf_high_probability_bound(n: int, d: int, k: int, delta: float) -> float:
     """``C(k, d, n, δ)/√n`` of :prf:ref:`thm-rf-upper`: with probability ``≥ 1 − δ`` over ``V``,
-    ``S_RF(X) ≤ (√k + √d + t) / (√n (√(k/2 − 1) − s))`` with
-    ``t = √(2 log(4n/δ))`` and ``s = √(2 log(2/δ))`` (infinite if the denominator is ``≤ 0``)."""
+    ``S_RF(X) ≤ (√k + √d + ε_V) / (√n (√(k/2 − 1) − ε_g))`` with
+    ``ε_V = √(2 log(4n/δ))`` and ``ε_g = √(2 log(2/δ))`` (infinite if the denominator is ``≤ 0``)."""
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}.")
     if min(n, d, k) < 1:
