@@ -102,7 +102,7 @@ def rf_slope_window(n, d, k, groups=None) -> tuple[float, float]:
 
 def drf_limit_expansion(n, L):
     """``1 − L/(3π√n)``: the expansion of ``F_L(n; 1, 1)·√n``, the wide-limit relative change
-    of ``L`` He-scaled ReLU layers at ``Δ = x_i`` (:prf:ref:`thm-drf-limit`, part 3), up to
+    of ``L`` He-scaled ReLU layers at ``Δ = x_i`` (:prf:ref:`thm-drf-limit`, part 2), up to
     ``O_L(1/n)``."""
     n = _positive("n", n)
     if L < 0:
