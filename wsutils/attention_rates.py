@@ -211,7 +211,7 @@ def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
 
 def far_slope_prediction(ns: Sequence[int], d: int) -> float:
     """The log–log slope of ``S ∝ 1/κ`` over ``ns`` at width ``d`` with
-    ``κ = 1 + √(n/d)`` (:func:`kappa_isotropic`), fitted as the chapter fits the data: the model
+    ``κ = 1 + √(n/d)`` (:func:`wsutils.rates.kappa_isotropic`), fitted as the chapter fits the data: the model
     of :prf:ref:`obs-far`. Near ``−0.35`` for ``n/d`` between 2.6 and 21, tending to ``−½``
     only as ``n/d → ∞``."""
     ns = np.asarray(ns, dtype=float)

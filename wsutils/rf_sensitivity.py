@@ -74,7 +74,7 @@ class RFSensitivityResult(SensitivityResult):
 
 def rf_block_seed(seed: int, block: int) -> int:
     """The seed of column block ``block`` of ``V`` in ``blocks`` mode (from ``SeedSequence``).
-    ``seed`` is checked by :func:`wsutils.checks.check_seed` (in ``[0, 2**63)``)."""
+    ``seed`` is checked by ``wsutils.checks.check_seed`` (in ``[0, 2**63)``)."""
     seed = check_seed(seed)
     block = check_int("block", block, minimum=0)
     return int(np.random.SeedSequence([seed, block]).generate_state(1)[0])

@@ -9,7 +9,7 @@ the final rounding: ``sample_W(d, seed=s, dtype=torch.float32)`` is
 ``sample_W(d, seed=s).float()`` exactly.
 
 Refused: sizes that are not positive integers (``2.7`` is a
-TypeError, not ``2``), seeds outside ``[0, 2**63)`` (:func:`wsutils.checks.check_seed`: ``−1``
+TypeError, not ``2``), seeds outside ``[0, 2**63)`` (``wsutils.checks.check_seed``: ``−1``
 would be a second name for ``2**64 − 1``), a CUDA device on a machine without one
 (:func:`wsutils.device.pick_device`), and sizes whose draw needs more memory than is available
 (:func:`wsutils.device.check_fits`, checked before anything is allocated).
