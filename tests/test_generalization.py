@@ -259,3 +259,16 @@ def test_flip_runs_records_both_terms_of_the_identity_under_both_searches():
             np.testing.assert_allclose(r["D1"] - r["y"], r["base_term"] + r["sens_term"],
                                        atol=1e-10)
             assert abs(r["base_term"]) <= r["rel_change"] * r["norm_phi_theta0"] * (1 + 1e-9)
+
+
+def test_search_flip_refuses_an_init_it_would_split():
+    """An ``init`` of ``2d`` entries used to become two starts (``reshape(-1, d)``); like the
+    estimators' ``init`` it must be one perturbation of length ``d`` or an ``m × d`` array."""
+    d = 4
+    readout = lambda D: D.sum(dim=-1)  # noqa: E731 - a linear read-out is enough here
+    with pytest.raises(ValueError, match="init must be one perturbation"):
+        G.search_flip(readout, d, -1.0, steps=2, init=torch.ones(2 * d, dtype=torch.float64))
+    with pytest.raises(TypeError, match="steps must be an integer"):
+        G.search_flip(readout, d, -1.0, steps=2.5)
+    res = G.search_flip(readout, d, -1.0, steps=2, init=torch.ones(2, d, dtype=torch.float64))
+    assert float(torch.linalg.vector_norm(res.Delta)) <= math.sqrt(d)

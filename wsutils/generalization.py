@@ -40,7 +40,7 @@ from ._tensor import Array, as_tensor, like
 from .checks import check_finite, check_int, check_seed, check_shape, check_unit_rows
 from .maps import flat, raf, relu_attention
 from .rf_sensitivity import rf_block_seed
-from .sensitivity import cosine_ascent, perturb, project_ball
+from .sensitivity import cosine_ascent, init_starts, perturb, project_ball
 from .weights import gaussian, sample_W, sample_X
 
 __all__ = [
@@ -333,15 +333,16 @@ def search_flip(readout: Callable[[torch.Tensor], torch.Tensor], d: int, target:
     ``lr·√d``·(cosine decay) along the normalised negative gradient and projects back. The best
     iterate over all steps and starts is kept.
     """
-    if starts < 1 or steps < 0:
-        raise ValueError(f"need starts ≥ 1 and steps ≥ 0, got starts={starts}, steps={steps}.")
+    d = check_int("d", d, minimum=1)
+    starts = check_int("starts", starts, minimum=1)
+    steps = check_int("steps", steps, minimum=0)
     radius = math.sqrt(d)
-    g = torch.Generator().manual_seed(int(seed))
+    g = torch.Generator().manual_seed(check_seed(seed))
     Delta = torch.randn(starts, d, generator=g, dtype=dtype)
     Delta *= radius / torch.linalg.vector_norm(Delta, dim=-1, keepdim=True)
     Delta[0] = 0.0
     if init is not None:
-        Delta = torch.cat([Delta, as_tensor(init, dtype=dtype).reshape(-1, d)])
+        Delta = torch.cat([Delta, init_starts(init, d, dtype=dtype)])
     Delta = project_ball(Delta.to(device), radius)
     neg_loss, best_Delta = cosine_ascent(lambda D: -(readout(D) - target) ** 2, Delta, radius,
                                          steps=steps, lr=lr)

@@ -275,17 +275,22 @@ def search_setup(X: Array, *, rows, starts: int, steps: int, init: Array | None 
     Xt = Xt.to(search_dtype(Xt.dtype))
     check_int("starts", starts, minimum=1)
     check_int("steps", steps, minimum=0)
-    extra = None
-    if init is not None:
-        extra = as_tensor(init, dtype=Xt.dtype, device=Xt.device, name="init")
-        if extra.ndim == 1:
-            extra = extra[None]
-        if extra.ndim != 2 or extra.shape[1] != d:
-            raise ValueError(f"init must be one perturbation of length d = {d} or an m × d "
-                             f"array of them, got shape {tuple(extra.shape)}.")
-        check_finite("init", extra)
-        extra = project_ball(extra, math.sqrt(d))
+    extra = None if init is None else init_starts(init, d, dtype=Xt.dtype, device=Xt.device)
     return Xt, _rows(rows, n), extra
+
+
+def init_starts(init: Array, d: int, *, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """Extra starts of a search: ``init`` is one perturbation of length ``d`` or an ``m × d``
+    array of them (anything else, e.g. ``2d`` entries in one vector, is a ValueError, never
+    split into several starts), finite, returned ``m × d`` and projected onto the ball."""
+    extra = as_tensor(init, dtype=dtype, device=device, name="init")
+    if extra.ndim == 1:
+        extra = extra[None]
+    if extra.ndim != 2 or extra.shape[1] != d:
+        raise ValueError(f"init must be one perturbation of length d = {d} or an m × d "
+                         f"array of them, got shape {tuple(extra.shape)}.")
+    check_finite("init", extra)
+    return project_ball(extra, math.sqrt(d))
 
 
 def _batched(phi: Map, batched: bool) -> Map:
