@@ -402,22 +402,11 @@ def _check_rows(rows):
 
 
 def _float64_text(X, device) -> torch.Tensor:
-    """``X`` as a detached float64 tensor on ``device`` (``None``: where it is); complex input
-    is a TypeError (its imaginary part would be dropped)."""
+    """``X`` as a detached float64 tensor on ``device`` (``None``: where it is); complex or
+    non-numeric input is a TypeError (``wsutils._tensor.as_tensor``)."""
     if isinstance(X, torch.Tensor):
-        if X.is_complex():
-            raise TypeError(f"X is complex ({X.dtype}); word sensitivity is defined for real "
-                            "texts: pass X.real if that is what you mean.")
         X = X.detach()
-    else:
-        arr = np.asarray(X)
-        if np.iscomplexobj(arr):
-            raise TypeError(f"X is complex ({arr.dtype}); word sensitivity is defined for real "
-                            "texts: pass X.real if that is what you mean.")
-        if arr.dtype.kind not in "fiub":
-            raise TypeError(f"X must be a real numeric array, got dtype {arr.dtype}.")
-        X = arr
-    return as_tensor(X, dtype=torch.float64, device=_device_arg(device))
+    return as_tensor(X, dtype=torch.float64, device=_device_arg(device), name="X")
 
 
 def _rf_bytes(k: int, d: int, starts: int, mode: str, work: torch.dtype | None) -> int:
