@@ -88,6 +88,7 @@ def _local_format(path: Path) -> str:
 
 
 def _sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in 4 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):

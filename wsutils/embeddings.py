@@ -42,6 +42,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import _hub, config
+from .data import _sha256
 
 __all__ = ["Encoder", "default_cache_dir", "embed", "load_model", "random_model",
            "sample_matrix", "word_rows"]
@@ -86,11 +87,7 @@ def default_cache_dir() -> Path:
 
 @functools.lru_cache(maxsize=16)
 def _file_hash(path: str, size: int, mtime: float) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+    return _sha256(Path(path))  # size and mtime only key the memo
 
 
 def _dir_identity(path: Path) -> str:
