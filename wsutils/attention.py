@@ -29,7 +29,8 @@ import torch
 
 from ._tensor import Array, as_tensor, like
 from .checks import check_int, check_seed, check_shape, check_text, check_unit_rows
-from .maps import _pow2_above, _raf, _relu_attention, attention_scores
+from .maps import (Normalisation, _general_attention, _pow2_above, _raf, _sparsemax_threshold,
+                   attention_scores, normalise_scores)
 from .sensitivity import (SensitivityResult, _ascend, _changes64, _rows, certify, check_lr,
                           project_ball, search_setup, search_dtype)
 
@@ -69,10 +70,22 @@ def _one_row(row, n: int) -> int:
     return rows[0]
 
 
-def _kernel(kind: str):
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS} (softmax or ReLU attention), got {kind!r}.")
-    return _raf if kind == "raf" else _relu_attention
+def _normalisation(kind) -> Normalisation:
+    """``kind``: ``"raf"`` (softmax, eq. :eq:`eq-raf`), ``"relu"`` (eq. :eq:`eq-relu-attention`)
+    or a :class:`wsutils.maps.Normalisation` (eq. :eq:`eq-general-attention`)."""
+    if isinstance(kind, Normalisation):
+        return kind
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS} (softmax or ReLU attention) or a "
+                         f"wsutils.maps.Normalisation (any other normalisation), got {kind!r}.")
+    return Normalisation("softmax" if kind == "raf" else "relu")
+
+
+def _kernel(kind):
+    """The map ``(X, W) ↦ φ(X)`` of ``kind`` (trusted input); for ``"raf"`` and ``"relu"`` it
+    returns the very floats of :func:`wsutils.maps.raf` and :func:`wsutils.maps.relu_attention`."""
+    norm = _normalisation(kind)
+    return lambda X, W: _general_attention(X, W, norm)
 
 
 def _top_eigvec(W: torch.Tensor) -> tuple[float, torch.Tensor]:
@@ -201,6 +214,42 @@ def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
                                bound=bound, exact=exact)
 
 
+def _entmax_threshold(z: torch.Tensor, alpha: float, iters: int = 100) -> torch.Tensor:
+    """A lower bound (to one bisection step, ``2^{−iters}``) of ``τ`` with
+    ``Σ_k [(α−1)z_k − τ]_+^{1/(α−1)} = 1`` along the last axis, keepdim (``−inf`` entries
+    allowed). ``τ`` lies in ``[m − 1, m − n^{1−α}]``, ``m = (α−1)·max z``."""
+    zz = (alpha - 1) * z
+    m = zz.amax(dim=-1, keepdim=True)
+    lo, hi = m - 1, m - float(z.shape[-1]) ** (1 - alpha)
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        mass = torch.clamp(zz - mid, min=0).pow(1 / (alpha - 1)).sum(dim=-1, keepdim=True)
+        lo, hi = torch.where(mass >= 1, mid, lo), torch.where(mass >= 1, hi, mid)
+    return lo
+
+
+def _support_floor(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
+    """Per row ``j`` a value ``f_j`` (keepdim) such that after *any* change of one entry ``i``
+    of the row, no key ``k ≠ i`` with ``s_jk ≤ f_j`` carries weight (sparsemax, entmax,
+    hardmax of the already scaled scores ``s``).
+
+    The threshold ``τ`` of sparsemax/entmax is non-decreasing in every entry and symmetric, so
+    changing entry ``i`` (at worst removing it) leaves it at least the threshold of the row with
+    its *largest* entry removed: ``f_j`` is that threshold (in score units). For hardmax the new
+    maximum is at least the second largest entry, which is ``f_j``. A one-word row has only its
+    own key: ``f = s − 1``."""
+    n = s.shape[-1]
+    if n == 1:
+        return s - 1
+    top = s.argmax(dim=-1, keepdim=True)
+    rest = s.scatter(-1, top, -math.inf)                  # the row without its largest entry
+    if norm.name == "hardmax":
+        return rest.amax(dim=-1, keepdim=True)
+    if norm.name == "sparsemax":
+        return _sparsemax_threshold(rest)
+    return _entmax_threshold(rest, norm.alpha) / (norm.alpha - 1)
+
+
 class _FastObjective:
     """``Δ ↦ ‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` for a batch of (row, Δ) pairs in ``O(n·d)`` each.
 
@@ -230,20 +279,38 @@ class _FastObjective:
     No ``(B, n, d)`` array is ever formed.
     """
 
-    def __init__(self, X: torch.Tensor, W: torch.Tensor, kind: str):
-        self.X, self.kind = X, kind
+    def __init__(self, X: torch.Tensor, W: torch.Tensor, kind):
+        norm = _normalisation(kind)
+        self.X = X
         self.n, self.d = n, d = X.shape
         self.sqd = math.sqrt(d)
-        # rownorm(ReLU(c·s)) = rownorm(ReLU(s)): a power-of-two rescaling of W (exact) keeps
-        # ReLU scores finite for any finite W
-        self.W = W / _pow2_above(W) if kind == "relu" else W
+        # the factor c_n of the scores is folded into W once (c_n = 1 is skipped: the softmax
+        # and ReLU paths then run exactly as before); every mode below sees z = c_n·s
+        c = norm.scale(n)
+        if norm.name == "relu":
+            # rownorm(ReLU(c·s)) = rownorm(ReLU(s)): a power-of-two rescaling of W (exact)
+            # keeps ReLU scores finite for any finite W
+            self.kind, self.W = "relu", W / _pow2_above(W)
+        else:
+            self.W = W if c == 1.0 else W * c
+            self.kind = {"softmax": "raf", "scalable": "raf", "sigmoid": "sigmoid"}.get(
+                norm.name, "compact")
+        # the normalisation of the already scaled scores (row i is recomputed with it)
+        self.inner = (Normalisation("sigmoid", bias=norm.sigmoid_bias(n)) if norm.name == "sigmoid"
+                      else Normalisation(norm.name, alpha=norm.alpha) if norm.name == "entmax"
+                      else Normalisation("softmax" if norm.name == "scalable" else norm.name))
+        kind = self.kind
         W = self.W
         with torch.no_grad():
             s = attention_scores(X, W)
             if not bool(torch.isfinite(s).all()):
-                raise ValueError(f"the attention scores XWXᵀ/√d overflow {X.dtype}: pass "
+                raise ValueError(f"the attention scores c·XWXᵀ/√d overflow {X.dtype}: pass "
                                  "float64 input or a smaller W.")
             self.s = s
+            self.xsq = (X ** 2).sum(-1)                       # ‖x_i‖²
+            if kind in ("sigmoid", "compact"):
+                getattr(self, "_init_" + kind)(s)
+                return
             idx = torch.arange(n, device=X.device)
             kstar = (s if kind == "raf" else torch.relu(s)).argmax(dim=1)
             top = (idx, kstar)                                # entries (j, k*_j): O(n) edits
@@ -279,7 +346,6 @@ class _FastObjective:
             # ratio Z_j/R_ji (≤ 2 off the largest key) and V2[j, i] = ‖m_ji − x_i‖²
             self.ratio = Z / R.clamp_min(torch.finfo(R.dtype).tiny)   # 0 where Z = 0
             self.ratio[top] = 0
-            self.xsq = (X ** 2).sum(-1)                       # ‖x_i‖²
             # ‖φ_j − x_i‖² by expansion (one GEMM): its absolute error ≈ 2u·d is harmless
             # here, since off the largest key it is multiplied by (Z/R)² ≤ 4 and g² ≤ 1
             M = ((self.Phi ** 2).sum(-1)[:, None] - 2 * self.Phi @ X.T
@@ -289,9 +355,71 @@ class _FastObjective:
             # m̄_j − x_k* is formed directly (n vectors)
             self.V2[top] = ((self.Mbar - X[kstar]) ** 2).sum(-1)
 
+    def _init_sigmoid(self, s: torch.Tensor) -> None:
+        self.Phi = normalise_scores(s, self.inner) @ self.X
+        self.base_norm = float(torch.linalg.vector_norm(self.Phi))
+
+    def _init_compact(self, s: torch.Tensor) -> None:
+        """Sparsemax, entmax, hardmax: per row ``j`` the keys that can carry weight after any
+        change of one score, ``C_j = {k : z_jk > f_j}`` (see the class docstring), the
+        ``K = max_j |C_j|`` largest scores of each row, padded below ``f_j``."""
+        X, n, name = self.X, self.n, self.inner.name
+        f = _support_floor(s, self.inner)                 # (n, 1)
+        tol = 64 * torch.finfo(s.dtype).eps * (1 + s.abs().amax(dim=1, keepdim=True))
+        count = (s > f - tol).sum(dim=1)                  # ≥ 1: the top key is in C_j
+        K = int(count.max())
+        zC, Cidx = torch.topk(s, K, dim=1)                # each C_j: its row's |C_j| largest
+        self.valid = torch.arange(K, device=X.device)[None] < count[:, None]
+        unit = (self.inner.alpha - 1) if name == "entmax" else 1.0
+        self.pad = f - 1 / unit                           # below every possible threshold
+        self.zC = torch.where(self.valid, zC, self.pad)
+        self.Cidx = Cidx
+        self.pC = normalise_scores(self.zC, self.inner)   # old weights on C_j (exact zeros off)
+        XC = X[Cidx]                                      # (n, K, d)
+        self.GC = XC @ XC.transpose(1, 2)                 # Gram of each C_j, (n, K, K)
+        self.Phi = normalise_scores(s, self.inner) @ X
+        self.base_norm = float(torch.linalg.vector_norm(self.Phi))
+
+    def _gather(self, t: torch.Tensor) -> torch.Tensor:
+        """``t[b, C_j]`` for a ``(B, n)`` tensor: ``(B, n, K)``."""
+        B = t.shape[0]
+        return t.gather(1, self.Cidx.reshape(1, -1).expand(B, -1)).reshape(B, *self.Cidx.shape)
+
+    def _others_sigmoid(self, row_idx, Delta, col, xD, dd):
+        """Rows ``j ≠ i`` of sigmoid attention: only ``p_ji`` changes,
+        ``φ'_j − φ_j = (p'_ji − p_ji)x_i + p'_ji Δ``."""
+        b = self.inner.bias
+        a_new, a_old = col + b, self.s[:, row_idx].T + b
+        g = torch.sigmoid(a_new) * torch.sigmoid(-a_old) - torch.sigmoid(a_old) * torch.sigmoid(-a_new)
+        w = torch.sigmoid(a_new)
+        xsq = self.xsq[row_idx][:, None]
+        return g ** 2 * xsq + 2 * g * w * xD + w ** 2 * dd
+
+    def _others_compact(self, row_idx, Delta, col, xD, dd):
+        """Rows ``j ≠ i`` of sparsemax, entmax, hardmax: the row's weights on ``C_j ∪ {i}``
+        recomputed (exact: no other key can enter), and the squared norm of
+        ``Σ_k c_k x_k + p'_ji Δ`` (``c = p' − p``) as a quadratic form in the Gram matrices."""
+        K = self.Cidx.shape[1]
+        inC = (self.Cidx[None] == row_idx[:, None, None]) & self.valid[None]   # (B, n, K)
+        hasI = inC.any(-1)                                                      # (B, n)
+        zN = torch.where(inC, col[..., None], self.zC[None])
+        last = torch.where(hasI, self.pad[:, 0][None], col)
+        pN = normalise_scores(torch.cat([zN, last[..., None]], dim=-1), self.inner)
+        cC = pN[..., :K] - self.pC[None]                  # change of the weights on C_j
+        cL = torch.where(hasI, torch.zeros_like(col), pN[..., K])   # key i outside C_j
+        wI = torch.where(hasI, (pN[..., :K] * inC).sum(-1), pN[..., K])   # new weight of i
+        Gi = self._gather(self.X[row_idx] @ self.X.T)     # ⟨x_k, x_i⟩, k ∈ C_j
+        Di = self._gather(Delta @ self.X.T)               # ⟨x_k, Δ⟩
+        xsq = self.xsq[row_idx][:, None]
+        quad = torch.einsum("bnk,nkl,bnl->bn", cC, self.GC, cC)
+        return (quad + 2 * cL * (cC * Gi).sum(-1) + cL ** 2 * xsq
+                + 2 * wI * ((cC * Di).sum(-1) + cL * xD) + wI ** 2 * dd)
+
     def _normalise(self, t: torch.Tensor) -> torch.Tensor:
         if self.kind == "raf":
             return torch.softmax(t, dim=-1)
+        if self.kind in ("sigmoid", "compact"):
+            return normalise_scores(t, self.inner)
         a = torch.relu(t)
         mass = a.sum(dim=-1, keepdim=True)
         return a / torch.where(mass > 0, mass, torch.ones_like(mass))
@@ -301,13 +429,16 @@ class _FastObjective:
         xi = X[row_idx]                                   # (B, d)
         xp = xi + Delta                                   # x'_i
         col = (xp @ W.T) @ X.T / self.sqd                 # s'_ji = x_j W x'_i/√d, (B, n)
+        xD = (xi * Delta).sum(-1, keepdim=True)
+        dd = (Delta ** 2).sum(-1, keepdim=True)
+        if self.kind in ("sigmoid", "compact"):
+            sq = getattr(self, "_others_" + self.kind)(row_idx, Delta, col, xD, dd)
+            return self._finish(sq, row_idx, Delta, xp)
         top = self.top[:, row_idx].T                      # is i row j's largest key? (B, n)
         # ⟨m_ji − x_i, Δ⟩
-        xD = (xi * Delta).sum(-1, keepdim=True)
         cross = torch.where(top, Delta @ self.Mbar.T - xD,
                             self.ratio[:, row_idx].T * (Delta @ Phi.T - xD))
         V2 = self.V2[:, row_idx].T
-        dd = (Delta ** 2).sum(-1, keepdim=True)
         if self.kind == "raf":
             logR = self.logR[:, row_idx].T
             a = logR - col                                # ρ' = σ(a)
@@ -330,6 +461,11 @@ class _FastObjective:
             xsq = self.xsq[row_idx][:, None]
             sq_zero = (p - q) ** 2 * xsq + 2 * (p - q) * p * xD + p * dd
             sq = torch.where(pos, sq_pos, sq_zero)
+        return self._finish(sq, row_idx, Delta, xp)
+
+    def _finish(self, sq, row_idx, Delta, xp):
+        """Row ``i`` from its ``n`` new scores; the relative change from the squared rows."""
+        X, W, Phi = self.X, self.W, self.Phi
         sq = sq.clamp_min(0)
         # row i: its n new scores
         t = (xp @ W) @ X.T / self.sqd                     # s'_{i k}, k ≠ i
@@ -339,7 +475,7 @@ class _FastObjective:
         wi = (wrow * onehot).sum(-1, keepdim=True)
         new_i = wrow @ X + wi * Delta
         diff_i = new_i - Phi[row_idx]
-        sq = sq * (1 - onehot) + onehot * (diff_i ** 2).sum(-1, keepdim=True)
+        sq = torch.where(onehot > 0, (diff_i ** 2).sum(-1, keepdim=True), sq)
         return torch.sqrt(sq.sum(-1)) / self.base_norm
 
 

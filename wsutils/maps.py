@@ -13,7 +13,13 @@ map                     formula                                 label in the boo
 :func:`drf`             ``ReLU(V_L ··· ReLU(V_1 flat(X)))``     :eq:`eq-drf`
 :func:`raf`             ``softmax(X W Xᵀ/√d) X ∈ R^{n×d}``      :eq:`eq-raf`
 :func:`relu_attention`  ``N(ReLU(X W Xᵀ/√d)) X``                :eq:`eq-relu-attention`
+:func:`attention`       ``norm(β·X W Xᵀ/√d) X``, a named norm   :eq:`eq-general-attention`
 ======================  ======================================  ==========================
+
+:func:`attention` is the one attention map with a named row normalisation (softmax with an
+inverse temperature ``β``, scalable softmax, sparsemax, α-entmax, sigmoid, ReLU, hardmax;
+:class:`Normalisation`, chapter *normalisation*); :func:`raf` and :func:`relu_attention` are
+its two cases that the paper names, and equal it to the last bit.
 
 ``flat`` is row-major: ``flat(X) = (x_1, …, x_n)``, so column block ``i`` of ``V`` (columns
 ``i·d … (i+1)·d − 1``) multiplies word ``i``.
@@ -22,14 +28,18 @@ map                     formula                                 label in the boo
 from __future__ import annotations
 
 import math
+import numbers
+from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from ._tensor import Array, as_tensor, like, row_norms
 from .checks import check_finite, check_shape, check_text
 
-__all__ = ["flat", "rf", "drf", "raf", "relu_attention", "attention_scores", "normalize_rows"]
+__all__ = ["flat", "rf", "drf", "raf", "relu_attention", "attention_scores", "normalize_rows",
+           "NORMALISATIONS", "Normalisation", "normalise_scores", "sparsemax", "attention"]
 
 
 def flat(X: torch.Tensor) -> torch.Tensor:
@@ -182,3 +192,188 @@ def normalize_rows(X: Array) -> Array:
     if bool((norms == 0).any()):
         raise ValueError("X has an all-zero row, which cannot be rescaled to norm √d; drop it first.")
     return like(Xt * (math.sqrt(d) / norms), X)
+
+
+# ----------------------------------------------------------------------------------------------
+# The general attention map: one score matrix, a named row normalisation (chapter normalisation)
+
+#: The row normalisations of :func:`attention` (eq. :eq:`eq-general-attention`).
+NORMALISATIONS = ("softmax", "scalable", "sparsemax", "entmax", "sigmoid", "relu", "hardmax")
+
+
+def _positive(name: str, value) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}.")
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value}.")
+    return value
+
+
+@dataclass(frozen=True)
+class Normalisation:
+    """A row normalisation of the scores ``s = X W Xᵀ/√d`` (eq. :eq:`eq-general-attention`).
+
+    ``name`` is one of :data:`NORMALISATIONS`; every normalisation sees ``z = c_n·s`` with
+    ``c_n = β`` (``β`` the inverse temperature, default 1), times ``s·log n`` for ``"scalable"``
+    (Nakanishi's scalable softmax, ``s`` default 1; ``n`` the row length):
+
+    - ``"softmax"``, ``"scalable"``: ``softmax(z)``;
+    - ``"sparsemax"``: the Euclidean projection of ``z`` onto the simplex (:func:`sparsemax`);
+    - ``"entmax"``: α-entmax, ``[(α−1)z − τ]_+^{1/(α−1)}`` summing to one (``alpha`` > 1, default
+      1.5; the ``entmax`` package's bisection); α = 2 is sparsemax, α → 1 softmax;
+    - ``"sigmoid"``: ``σ(z + b)`` entrywise (rows do not sum to one), ``b = bias``, default
+      ``−log n``;
+    - ``"relu"``: ``rownorm(ReLU(z))``, the paper's ReLU attention (``β`` has no effect);
+    - ``"hardmax"``: uniform on the row's largest entries (the ``β → ∞`` limit of softmax;
+      ``β`` has no effect).
+
+    ``s`` is accepted only for ``"scalable"``, ``alpha`` only for ``"entmax"``, ``bias`` only
+    for ``"sigmoid"``: anything else is a ValueError, never silently ignored.
+    """
+
+    name: str = "softmax"
+    beta: float = 1.0
+    s: float | None = None
+    alpha: float | None = None
+    bias: float | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or self.name not in NORMALISATIONS:
+            raise ValueError(f"normalisation must be one of {NORMALISATIONS}, got {self.name!r}.")
+        object.__setattr__(self, "beta", _positive("beta", self.beta))
+        for key, owner in (("s", "scalable"), ("alpha", "entmax"), ("bias", "sigmoid")):
+            if getattr(self, key) is not None and self.name != owner:
+                raise ValueError(f"{key} applies only to normalisation={owner!r}, not "
+                                 f"{self.name!r}; leave it unset.")
+        if self.name == "scalable":
+            object.__setattr__(self, "s", _positive("s", 1.0 if self.s is None else self.s))
+        if self.name == "entmax":
+            a = 1.5 if self.alpha is None else self.alpha
+            if isinstance(a, (bool, np.bool_)) or not isinstance(a, numbers.Real):
+                raise TypeError(f"alpha must be a real number > 1, got {a!r}.")
+            if not (math.isfinite(float(a)) and float(a) > 1):
+                raise ValueError(f"alpha must be a finite number > 1 (α = 1 is softmax: use "
+                                 f"normalisation='softmax'), got {a}.")
+            object.__setattr__(self, "alpha", float(a))
+        if self.name == "sigmoid" and self.bias is not None:
+            b = self.bias
+            if isinstance(b, (bool, np.bool_)) or not isinstance(b, numbers.Real) \
+                    or not math.isfinite(float(b)):
+                raise ValueError(f"bias must be a finite real number, got {b!r}.")
+            object.__setattr__(self, "bias", float(b))
+
+    def scale(self, n: int) -> float:
+        """The factor ``c_n`` multiplying the scores in a row of length ``n``."""
+        c = self.beta
+        if self.name == "scalable":
+            c = c * self.s * math.log(n)
+        return c
+
+    def sigmoid_bias(self, n: int) -> float:
+        """``b``: ``bias`` if given, else ``−log n`` (sigmoid attention only)."""
+        return -math.log(n) if self.bias is None else self.bias
+
+    @property
+    def row_stochastic(self) -> bool:
+        """Whether every row of weights sums to one (all but ``"sigmoid"``; a ReLU row with no
+        positive score is zero)."""
+        return self.name != "sigmoid"
+
+
+def _sparsemax_threshold(z: torch.Tensor) -> torch.Tensor:
+    """``τ`` with ``Σ_k [z_k − τ]_+ = 1`` along the last axis (sort-based, exact up to
+    rounding), keepdim. Computed from ``z − max z`` (translation invariance)."""
+    top = z.amax(dim=-1, keepdim=True).detach()
+    zs, _ = torch.sort(z - top, dim=-1, descending=True)
+    k = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype, device=z.device)
+    css = zs.cumsum(dim=-1)
+    # the support is {1, …, K}: the largest k with 1 + k·z_(k) > Σ_{l ≤ k} z_(l) (k = 1 always)
+    K = (1 + k * zs > css).sum(dim=-1, keepdim=True)
+    return (css.gather(-1, K - 1) - 1) / K.to(z.dtype) + top
+
+
+def sparsemax(z: torch.Tensor) -> torch.Tensor:
+    """Sparsemax along the last axis (Martins & Astudillo 2016): the Euclidean projection of
+    ``z`` onto the probability simplex, ``[z − τ]_+`` with ``τ`` from a sort (torch,
+    differentiable almost everywhere, batched, unchecked)."""
+    return torch.clamp(z - _sparsemax_threshold(z), min=0)
+
+
+def _hardmax(z: torch.Tensor) -> torch.Tensor:
+    """Uniform weights on the largest entries of each row (the ``β → ∞`` limit of softmax)."""
+    mask = (z == z.amax(dim=-1, keepdim=True)).to(z.dtype)
+    return mask / mask.sum(dim=-1, keepdim=True)
+
+
+def _rownorm_relu(z: torch.Tensor) -> torch.Tensor:
+    a = torch.relu(z)
+    mass = a.sum(dim=-1, keepdim=True)
+    return a / torch.where(mass > 0, mass, torch.ones_like(mass))
+
+
+def normalise_scores(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
+    """The attention weights ``norm(c_n·s)`` of eq. :eq:`eq-general-attention` for a score
+    tensor ``(..., n_q, n)`` (torch, differentiable, unchecked); ``n`` is the last axis."""
+    n = s.shape[-1]
+    c = norm.scale(n)
+    z = s if c == 1.0 else s * c
+    name = norm.name
+    if name in ("softmax", "scalable"):
+        return torch.softmax(z, dim=-1)
+    if name == "sparsemax":
+        return sparsemax(z)
+    if name == "entmax":
+        try:
+            from entmax import entmax_bisect
+        except ImportError as e:      # an optional dependency (pyproject extra "entmax")
+            raise ImportError("normalisation='entmax' needs the entmax package: "
+                              "pip install 'entmax>=1.3' (or make env).") from e
+        return entmax_bisect(z, alpha=norm.alpha, dim=-1)
+    if name == "sigmoid":
+        return torch.sigmoid(z + norm.sigmoid_bias(n))
+    if name == "hardmax":
+        return _hardmax(z)
+    return _rownorm_relu(z)
+
+
+def _general_attention(X: torch.Tensor, W: torch.Tensor, norm: Normalisation) -> torch.Tensor:
+    """``norm(c_n·X W Xᵀ/√d) X`` (trusted input). ReLU attention is :func:`_relu_attention`
+    (``rownorm(ReLU(c·s))`` does not depend on ``c > 0``); softmax with ``β = 1`` performs the
+    very operations of :func:`_raf`, so both are equal to the last bit."""
+    if norm.name == "relu":
+        return _relu_attention(X, W)
+    cd = _compute_dtype(X.dtype)
+    Xc, Wc = X.to(cd), W.to(cd)
+    s = attention_scores(Xc, Wc)
+    c = norm.scale(s.shape[-1])
+    if not bool(torch.isfinite(s).all()) or not math.isfinite(c * float(s.detach().abs().amax())):
+        raise ValueError(f"the attention scores c·XWXᵀ/√d overflow {cd}: pass float64 input "
+                         "or a smaller W (or β).")
+    return (normalise_scores(s, norm) @ Xc).to(X.dtype)
+
+
+def attention(X: Array, W: Array, *, normalisation: str | Normalisation = "softmax",
+              beta: float = 1.0, s: float | None = None, alpha: float | None = None,
+              bias: float | None = None, dtype: torch.dtype | None = None) -> Array:
+    """Attention with a named row normalisation, ``φ(X) = norm(c_n·X W Xᵀ/√d) X``
+    (eq. :eq:`eq-general-attention`; the normalisations and their parameters are those of
+    :class:`Normalisation`: ``beta`` the inverse temperature, ``s`` scalable softmax's factor,
+    ``alpha`` entmax's α, ``bias`` sigmoid attention's bias, default ``−log n``).
+
+    ``normalisation`` is a name from :data:`NORMALISATIONS` or a :class:`Normalisation` (then
+    ``beta``, ``s``, ``alpha``, ``bias`` must be left at their defaults). ``"softmax"`` with
+    ``β = 1`` is :func:`raf` and ``"relu"`` is :func:`relu_attention`, to the last bit. Same
+    input conventions as :func:`raf`; returns ``n × d``.
+    """
+    norm = _as_normalisation(normalisation, beta=beta, s=s, alpha=alpha, bias=bias)
+    return _attention(X, W, dtype, lambda Xt, Wt: _general_attention(Xt, Wt, norm))
+
+
+def _as_normalisation(normalisation, *, beta=1.0, s=None, alpha=None, bias=None) -> Normalisation:
+    if isinstance(normalisation, Normalisation):
+        if not (isinstance(beta, numbers.Real) and beta == 1.0) or (s, alpha, bias) != (None,) * 3:
+            raise ValueError("normalisation is a Normalisation already: set beta, s, alpha and "
+                             "bias in it, not beside it.")
+        return normalisation
+    return Normalisation(normalisation, beta=beta, s=s, alpha=alpha, bias=bias)

@@ -1,0 +1,225 @@
+"""The general attention map (every normalisation against a direct formula), sparsemax and
+entmax, and the fast estimator for every row-wise normalisation (chapter normalisation)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import wsutils as ws
+from wsutils import attention as at
+from wsutils.maps import NORMALISATIONS, Normalisation, attention, sparsemax
+
+CASES = [Normalisation("softmax"), Normalisation("softmax", beta=3.0),
+         Normalisation("scalable", s=0.7), Normalisation("sparsemax"),
+         Normalisation("sparsemax", beta=2.0), Normalisation("entmax", alpha=1.5),
+         Normalisation("entmax", alpha=1.2), Normalisation("sigmoid"),
+         Normalisation("sigmoid", bias=0.5), Normalisation("relu"), Normalisation("hardmax")]
+
+
+def _text(n, d, seed=0):
+    return ws.sample_X(n, d, seed=seed), ws.sample_W(d, seed=seed + 1)
+
+
+def _sparsemax_direct(z):
+    """Sparsemax of one vector by its definition: the Euclidean projection onto the simplex,
+    by trying every support size (Martins & Astudillo 2016, Algorithm 1)."""
+    zs = np.sort(z)[::-1]
+    for k in range(len(z), 0, -1):
+        tau = (zs[:k].sum() - 1) / k
+        if zs[k - 1] > tau:
+            return np.maximum(z - tau, 0)
+    raise AssertionError
+
+
+def _direct(norm, s):
+    """The weights of every normalisation from its textbook formula, row by row (numpy)."""
+    n = s.shape[-1]
+    z = norm.scale(n) * s
+    out = np.zeros_like(z)
+    for j, row in enumerate(z):
+        if norm.name in ("softmax", "scalable"):
+            e = np.exp(row - row.max())
+            out[j] = e / e.sum()
+        elif norm.name == "sparsemax":
+            out[j] = _sparsemax_direct(row)
+        elif norm.name == "entmax":
+            a = norm.alpha                    # τ by a long bisection in extended precision
+            lo, hi = (a - 1) * row.max() - 1, (a - 1) * row.max()
+            for _ in range(200):
+                mid = (lo + hi) / 2
+                mass = (np.maximum((a - 1) * row - mid, 0) ** (1 / (a - 1))).sum()
+                lo, hi = (mid, hi) if mass >= 1 else (lo, mid)
+            out[j] = np.maximum((a - 1) * row - lo, 0) ** (1 / (a - 1))
+        elif norm.name == "sigmoid":
+            out[j] = 1 / (1 + np.exp(-(row + norm.sigmoid_bias(n))))
+        elif norm.name == "relu":
+            r = np.maximum(row, 0)
+            out[j] = r / r.sum() if r.sum() > 0 else r
+        else:
+            m = row == row.max()
+            out[j] = m / m.sum()
+    return out
+
+
+@pytest.mark.parametrize("norm", CASES, ids=repr)
+def test_every_normalisation_against_its_formula(norm):
+    X, W = _text(11, 6, 3)
+    s = (X @ W @ X.T / math.sqrt(6)).numpy()
+    want = _direct(norm, s) @ X.numpy()
+    got = attention(X.numpy(), W.numpy(), normalisation=norm)
+    assert isinstance(got, np.ndarray) and got.shape == (11, 6)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("norm", CASES, ids=repr)
+def test_rows_sum_to_one_where_they_should(norm):
+    X, W = _text(13, 5, 4)
+    A = ws.maps.normalise_scores(ws.maps.attention_scores(X, W), norm)
+    assert bool((A >= 0).all())
+    if norm.row_stochastic:
+        np.testing.assert_allclose(A.sum(-1).numpy(), 1.0, rtol=1e-12)
+    else:
+        assert bool((A.sum(-1) > 0).all())
+
+
+def test_raf_and_relu_attention_are_the_general_map_to_the_last_bit():
+    for seed in range(3):
+        X, W = _text(17, 9, seed)
+        for dt in (torch.float64, torch.float32):
+            Xd, Wd = X.to(dt), W.to(dt)
+            assert torch.equal(attention(Xd, Wd), ws.raf(Xd, Wd))
+            assert torch.equal(attention(Xd, Wd, normalisation="relu"),
+                               ws.relu_attention(Xd, Wd))
+            # β > 0 leaves rownorm(ReLU(β·s)) unchanged
+            assert torch.equal(attention(Xd, Wd, normalisation="relu", beta=3.0),
+                               ws.relu_attention(Xd, Wd))
+
+
+def test_sparsemax_matches_the_package_and_is_sparse():
+    from entmax import sparsemax as pkg_sparsemax
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(50, 40, generator=g, dtype=torch.float64) * 3
+    p = sparsemax(z)
+    torch.testing.assert_close(p, pkg_sparsemax(z, dim=-1), rtol=1e-12, atol=1e-14)
+    assert bool(((p == 0).sum(-1) > 0).all())            # every row has zero weights
+
+
+def test_sparsemax_one_hot_exactly_when_the_gap_exceeds_one():
+    # a gap of 1 + 2⁻¹⁰ (representable) between the top score and the rest: exactly one-hot,
+    # whatever n; a gap of 1 − 2⁻¹⁰: the second key has weight 2⁻¹¹
+    for n in (2, 10, 1000):
+        z = torch.zeros(n, dtype=torch.float64)
+        z[3 % n] = 1 + 2.0 ** -10
+        assert torch.equal(sparsemax(z), torch.nn.functional.one_hot(
+            torch.tensor(3 % n), n).to(torch.float64))
+    z = torch.tensor([1 - 2.0 ** -10, 0.0, -5.0], dtype=torch.float64)
+    assert sparsemax(z).tolist() == [1 - 2.0 ** -11, 2.0 ** -11, 0.0]
+
+
+def test_entmax_limits_and_sparsity():
+    X, W = _text(9, 4, 6)
+    sp = attention(X, W, normalisation="sparsemax")
+    e2 = attention(X, W, normalisation="entmax", alpha=2.0)
+    torch.testing.assert_close(e2, sp, rtol=1e-9, atol=1e-12)             # α = 2: sparsemax
+    e1 = attention(X, W, normalisation="entmax", alpha=1 + 1e-4)
+    torch.testing.assert_close(e1, ws.raf(X, W), rtol=0, atol=5e-3)      # α → 1: softmax
+    A = ws.maps.normalise_scores(ws.maps.attention_scores(X, W) * 4,
+                                 Normalisation("entmax", alpha=1.5))
+    assert bool(((A == 0).sum(-1) > 0).any())
+
+
+def test_hardmax_is_the_large_beta_limit_of_softmax():
+    X, W = _text(12, 7, 8)
+    hard = attention(X, W, normalisation="hardmax")
+    top2 = torch.topk(ws.maps.attention_scores(X, W), 2, dim=-1).values
+    gap = float((top2[:, 0] - top2[:, 1]).min())         # the smallest top-two gap of a row
+    for t in (5.0, 20.0):
+        soft = attention(X, W, beta=t / gap)
+        # ‖softmax(βz) − e_top‖₁ ≤ 2(n − 1)e^{−β·gap}, and every row of X has norm √d
+        bound = 2 * 11 * math.exp(-t) * math.sqrt(7)
+        assert 0 < float((soft - hard).abs().max()) <= bound
+    # ties: uniform on the tied maxima, as the limit is
+    z = torch.tensor([[1.0, 3.0, 3.0, 0.0]], dtype=torch.float64)
+    assert ws.maps._hardmax(z).tolist() == [[0.0, 0.5, 0.5, 0.0]]
+
+
+def test_scalable_is_softmax_at_beta_s_log_n():
+    X, W = _text(20, 5, 2)
+    torch.testing.assert_close(attention(X, W, normalisation="scalable", s=0.5),
+                               attention(X, W, beta=0.5 * math.log(20)), rtol=1e-13, atol=0)
+
+
+def test_bad_arguments_are_refused():
+    X, W = _text(5, 3)
+    with pytest.raises(ValueError, match="normalisation must be one of"):
+        attention(X, W, normalisation="softmx")
+    with pytest.raises(ValueError, match="s applies only"):
+        attention(X, W, s=2.0)
+    with pytest.raises(ValueError, match="alpha applies only"):
+        attention(X, W, normalisation="sparsemax", alpha=1.5)
+    with pytest.raises(ValueError, match="bias applies only"):
+        attention(X, W, normalisation="softmax", bias=0.0)
+    with pytest.raises(ValueError, match="alpha must be a finite number > 1"):
+        attention(X, W, normalisation="entmax", alpha=1.0)
+    with pytest.raises(ValueError, match="beta must be a finite number > 0"):
+        attention(X, W, beta=0.0)
+    with pytest.raises(TypeError, match="beta must be a real number"):
+        attention(X, W, beta=True)
+    with pytest.raises(ValueError, match="not beside it"):
+        attention(X, W, normalisation=Normalisation("softmax"), beta=2.0)
+    with pytest.raises(ValueError, match="d × d"):
+        attention(X, W[:2], normalisation="sparsemax")
+    with pytest.raises(ValueError, match="overflow"):
+        attention(X, W * 1e200, beta=1e200)
+    assert set(NORMALISATIONS) == {c.name for c in CASES}
+
+
+@pytest.mark.parametrize("norm", CASES, ids=repr)
+def test_fast_objective_equals_full_map(norm):
+    n, d = 12, 5
+    X, W = _text(n, d, 3)
+    obj = at._FastObjective(X, W, norm)
+    g = torch.Generator().manual_seed(0)
+    rows = torch.tensor([0, 4, 11, 4, 7])
+    Delta = torch.randn(5, d, generator=g, dtype=torch.float64) * 1.5
+    Delta[3] = at.row_takeover(X, W, 4)                  # a take-over: the large-change regime
+    fast = obj(rows, Delta)
+    for b in range(5):
+        full = ws.relative_change(lambda Z: attention(Z, W, normalisation=norm), X,
+                                  int(rows[b]), Delta[b])
+        np.testing.assert_allclose(float(fast[b]), full, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("norm", [Normalisation("sparsemax"), Normalisation("entmax"),
+                                  Normalisation("scalable"), Normalisation("sigmoid"),
+                                  Normalisation("hardmax")], ids=repr)
+def test_fast_estimator_agrees_with_generic(norm):
+    X, W = _text(10, 6, 5)
+    phi = lambda Z: attention(Z, W, normalisation=norm)          # noqa: E731
+    gen = ws.word_sensitivity(phi, X, steps=20, starts=3, seed=7)
+    fast = at.attention_word_sensitivity(X, W, kind=norm, steps=20, starts=3, seed=7)
+    assert gen.row == fast.row
+    for r in gen.per_row:
+        np.testing.assert_allclose(fast.per_row[r], gen.per_row[r], rtol=1e-6)
+    np.testing.assert_allclose(ws.relative_change(phi, X, fast.row, fast.Delta), fast.value,
+                               rtol=1e-12)
+    assert np.linalg.norm(fast.Delta) <= math.sqrt(6)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e3, 1e6])
+def test_fast_objective_stable_at_every_score_scale(scale):
+    """Large scores: one key takes (almost) every row; the compact sparsemax update and the
+    softmax update still equal the full map."""
+    X, W = _text(9, 4, 11)
+    for norm in (Normalisation("sparsemax", beta=scale), Normalisation("softmax", beta=scale),
+                 Normalisation("hardmax"), Normalisation("sigmoid", beta=scale)):
+        obj = at._FastObjective(X, W, norm)
+        Delta = at.takeover_candidates(X, W, 2)
+        fast = obj(torch.full((Delta.shape[0],), 2), Delta)
+        for b in range(Delta.shape[0]):
+            full = ws.relative_change(lambda Z: attention(Z, W, normalisation=norm), X, 2,
+                                      Delta[b])
+            np.testing.assert_allclose(float(fast[b]), full, rtol=1e-8, atol=1e-10)
