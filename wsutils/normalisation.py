@@ -1,0 +1,115 @@
+"""The normalisation chapter's objects: the normalisations it compares, the margin each needs
+for a take-over (:prf:ref:`prop-norm-margin`), and the per-point function of its grids.
+
+- :data:`CHAPTER` names the seven normalisations of the chapter (a
+  :class:`wsutils.maps.Normalisation` each, at the parameters the chapter uses).
+- :func:`required_margin` is the score margin that :prf:ref:`prop-norm-margin` proves
+  sufficient for a self-weight ``≥ 1 − ε`` (exact one-hot for sparsemax, entmax, hardmax).
+- :func:`row_margin` measures, after the row take-over (:prf:ref:`def-takeover`), the margin
+  of the perturbed word in its own row and the self-weight it gets.
+- :func:`normalisation_point` is ``S`` of one normalisation at one text: the fast estimator
+  (:func:`wsutils.attention.attention_word_sensitivity`) and the certified lower bound
+  (:func:`wsutils.attention.certified_lower_bound`), for :func:`wsutils.sweep.run_grid`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from .attention import (_row_takeover, attention_word_sensitivity, certified_lower_bound)
+from .checks import check_int
+from .maps import Normalisation, _general_attention, attention_scores, normalise_scores
+from .weights import sample_W, sample_X
+
+__all__ = ["CHAPTER", "required_margin", "row_margin", "normalisation_point"]
+
+#: The normalisations of the chapter, by the label its tables and figures use.
+CHAPTER = {
+    "softmax": Normalisation("softmax"),
+    "scalable": Normalisation("scalable", s=1.0),
+    "sparsemax": Normalisation("sparsemax"),
+    "entmax": Normalisation("entmax", alpha=1.5),
+    "sigmoid": Normalisation("sigmoid"),
+    "relu": Normalisation("relu"),
+    "hardmax": Normalisation("hardmax"),
+}
+
+
+def _norm(name) -> Normalisation:
+    if isinstance(name, Normalisation):
+        return name
+    if name not in CHAPTER:
+        raise ValueError(f"name must be one of {tuple(CHAPTER)} or a Normalisation, got {name!r}.")
+    return CHAPTER[name]
+
+
+def required_margin(name, n: int, eps: float = 0.0) -> float:
+    """The margin ``m = s_ii − max_{k≠i} s_ik`` (unscaled scores) that
+    :prf:ref:`prop-norm-margin` proves sufficient for a self-weight ``a_ii ≥ 1 − ε``:
+
+    - softmax (``β``): ``(log(n−1) + log((1−ε)/ε))/β`` (``ε > 0``; tight when the other scores tie);
+    - scalable softmax: the same with ``β·s·log n`` in place of ``β``;
+    - sparsemax: ``1/β``, and then ``a_i = e_i`` exactly (any ``ε ≥ 0``); entmax:
+      ``1/((α−1)β)``; hardmax: any ``m > 0`` (returns 0, to be exceeded strictly).
+
+    Sigmoid and ReLU attention have no margin condition (their self-weight depends on the other
+    scores' sizes, not only on the gap): a ValueError."""
+    norm = _norm(name)
+    n = check_int("n", n, minimum=2)
+    if norm.name in ("softmax", "scalable"):
+        if not 0 < eps < 1:
+            raise ValueError(f"eps must be in (0, 1) for {norm.name}, got {eps}.")
+        return (math.log(n - 1) + math.log((1 - eps) / eps)) / norm.scale(n)
+    if norm.name == "sparsemax":
+        return 1 / norm.beta
+    if norm.name == "entmax":
+        return 1 / ((norm.alpha - 1) * norm.beta)
+    if norm.name == "hardmax":
+        return 0.0
+    raise ValueError(f"{norm.name} attention has no margin condition (see the chapter).")
+
+
+def row_margin(X, W, row: int, name) -> dict:
+    """After the row take-over of word ``row``: its self-score ``s'_ii``, the margin
+    ``m = s'_ii − max_{k≠i} s'_ik`` in its own row (unscaled scores), the largest other score,
+    its self-weight ``a'_ii`` under ``name`` and the largest weight of another key
+    ``others_weight`` (``0.0`` exactly when the row is one-hot). ``X``, ``W``: float64 tensors
+    of a text and its weights (trusted)."""
+    norm = _norm(name)
+    i = row
+    Delta = _row_takeover(X, W, i)
+    Xp = X.clone()
+    Xp[i] += Delta
+    s = attention_scores(Xp, W)[i]
+    others = torch.cat([s[:i], s[i + 1:]])
+    a = normalise_scores(s[None], norm)[0]
+    return {"self_score": float(s[i]), "max_other": float(others.max()),
+            "margin": float(s[i] - others.max()), "self_weight": float(a[i]),
+            "others_weight": float(torch.cat([a[:i], a[i + 1:]]).max())}
+
+
+def normalisation_point(name: str, d: int, n: int, seed: int, rows: int = 1, starts: int = 2,
+                        steps: int = 40) -> dict:
+    """``S`` of attention with normalisation ``name`` (:data:`CHAPTER`) at one synthetic text
+    (``X = sample_X(n, d, seed)``, ``W = sample_W(d, seed + 1)``, as in the attention
+    chapters): the estimate ``S`` (fast estimator over the first ``rows`` words, random starts
+    plus the take-over constructions), the certified lower bound ``certified`` (the best
+    construction alone), ``phi_rel = ‖φ(X)‖_F/√(n·d)``, the row take-over's margin and
+    self-weight at word 0 (:func:`row_margin`), and the seconds the estimator took."""
+    torch.set_num_threads(1)
+    norm = _norm(name)
+    X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
+    searched = list(range(min(rows, n)))
+    t0 = time.perf_counter()
+    res = attention_word_sensitivity(X, W, kind=norm, rows=searched, starts=starts,
+                                     steps=steps, seed=seed, takeovers=True)
+    elapsed = time.perf_counter() - t0
+    cert = max(certified_lower_bound(X, W, r, kind=norm) for r in searched)
+    phi = _general_attention(X, W, norm)
+    out = {"S": res.value, "certified": cert, "seconds": elapsed,
+           "phi_rel": float(torch.linalg.vector_norm(phi)) / math.sqrt(n * d)}
+    out.update(row_margin(X, W, 0, norm))
+    return out
