@@ -14,6 +14,10 @@
   other output row is a two-point mixture of cached quantities (``_FastObjective``),
   evaluated without cancellation for every score scale.
 
+``kind`` is ``"raf"`` (softmax), ``"relu"`` or, for every other row normalisation of the
+normalisation chapter (eq. :eq:`eq-general-attention`), a :class:`wsutils.maps.Normalisation`:
+the constructions, the certified bound and the fast estimator take any of them.
+
 Every ``Δ`` returned lies in the ball exactly (:func:`wsutils.sensitivity.project_ball`) and
 every certified value is computed in float64 whatever the input's dtype.
 """
@@ -151,10 +155,12 @@ def takeover_candidates(X: Array, W: Array, row: int,
     return like(_takeover_candidates(Xt, Wt, _one_row(row, n), blends), X)
 
 
-def certified_lower_bound(X: Array, W: Array, row: int, *, kind: str = "raf") -> float:
+def certified_lower_bound(X: Array, W: Array, row: int, *,
+                          kind: str | Normalisation = "raf") -> float:
     """``max_Δ ‖φ(X_row(Δ)) − φ(X)‖/‖φ(X)‖`` over :func:`takeover_candidates`: an explicit
     ``Δ`` in the ball, hence a certified lower bound on ``S_φ(X)`` (:prf:ref:`def-word-sensitivity`).
-    ``kind`` is ``"raf"`` (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`).
+    ``kind`` is ``"raf"`` (eq. :eq:`eq-raf`), ``"relu"`` (eq. :eq:`eq-relu-attention`) or a
+    :class:`wsutils.maps.Normalisation` (eq. :eq:`eq-general-attention`).
     Everything is computed in float64, whatever the dtype of ``X`` and ``W``."""
     fn = _kernel(kind)
     Xt, Wt, n, d = _prepare(X, W)
@@ -277,6 +283,22 @@ class _FastObjective:
     (then ``R_ji ≥`` that weight ``≥ E_ji``, so ``Z_j/R_ji ≤ 2``); for the largest key it is
     stored as its own vector (``n × d``). Row ``i`` itself is recomputed from its ``n`` new scores.
     No ``(B, n, d)`` array is ever formed.
+
+    The other normalisations of eq. :eq:`eq-general-attention` (``kind`` a
+    :class:`wsutils.maps.Normalisation`; the factor ``c_n`` is folded into ``W`` once):
+
+    - softmax with ``β ≠ 1`` and scalable softmax: the softmax update above, on ``c_n·s``;
+    - sigmoid: weights are entrywise, so only ``p_ji`` changes in row ``j``:
+      ``φ'_j − φ_j = (p'_ji − p_ji)x_i + p'_ji Δ``, with ``p'_ji − p_ji`` written as
+      ``σ(a')σ(−a) − σ(a)σ(−a')`` (no cancellation beyond the genuine one);
+    - sparsemax, entmax, hardmax: their threshold is non-decreasing in every score, so after
+      any change of one score ``i`` of row ``j`` no key ``k ≠ i`` below ``f_j`` (the threshold
+      of the row without its largest entry; for hardmax its second largest entry) carries
+      weight (``_support_floor``). Each row keeps its ``K`` largest keys (``K = max_j
+      |{k : s_jk > f_j}|``, a handful for isotropic texts), their weights and Gram matrix; a
+      step recomputes row ``j``'s weights on those keys and key ``i`` (exact: the same
+      threshold as the full row) and the squared change as a quadratic form, ``O(n·K·(K + d))``.
+      Its absolute rounding error is of order ``u·d·‖p' − p‖₁²`` per row.
     """
 
     def __init__(self, X: torch.Tensor, W: torch.Tensor, kind):
@@ -483,7 +505,7 @@ def attention_word_sensitivity(
     X: Array,
     W: Array,
     *,
-    kind: str = "raf",
+    kind: str | Normalisation = "raf",
     rows: int | Sequence[int] | None = None,
     starts: int = 8,
     steps: int = 200,
@@ -495,8 +517,10 @@ def attention_word_sensitivity(
     device=None,
     progress: bool = False,
 ) -> SensitivityResult:
-    """Estimate ``S(X)`` for softmax (``kind="raf"``, eq. :eq:`eq-raf`) or ReLU attention
-    (``kind="relu"``, eq. :eq:`eq-relu-attention`) with weights ``W``.
+    """Estimate ``S(X)`` for softmax (``kind="raf"``, eq. :eq:`eq-raf`), ReLU attention
+    (``kind="relu"``, eq. :eq:`eq-relu-attention`) or any normalisation of
+    eq. :eq:`eq-general-attention` (``kind`` a :class:`wsutils.maps.Normalisation`) with
+    weights ``W``.
 
     The search is exactly that of :func:`wsutils.sensitivity.word_sensitivity` (same starts
     from ``seed``, same steps, best iterate kept, every requested row searched, ``init`` extra
