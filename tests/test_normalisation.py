@@ -223,3 +223,38 @@ def test_fast_objective_stable_at_every_score_scale(scale):
             full = ws.relative_change(lambda Z: attention(Z, W, normalisation=norm), X, 2,
                                       Delta[b])
             np.testing.assert_allclose(float(fast[b]), full, rtol=1e-8, atol=1e-10)
+
+
+def test_required_margin_is_the_propositions():
+    from wsutils.normalisation import required_margin
+
+    eps = 0.01
+    for n in (2, 10, 1000):
+        m = required_margin("softmax", n, eps)
+        # softmax with the other n − 1 scores tied at −m: self-weight exactly 1 − ε
+        z = torch.full((n,), -m, dtype=torch.float64)
+        z[0] = 0.0
+        np.testing.assert_allclose(float(torch.softmax(z, 0)[0]), 1 - eps, rtol=1e-12)
+        ms = required_margin("scalable", n, eps)
+        np.testing.assert_allclose(ms * math.log(n), m, rtol=1e-12)
+    assert required_margin("sparsemax", 5) == 1.0
+    assert required_margin(Normalisation("entmax", alpha=1.25, beta=2.0), 5) == 2.0
+    assert required_margin("hardmax", 5) == 0.0
+    with pytest.raises(ValueError, match="no margin condition"):
+        required_margin("relu", 5)
+    with pytest.raises(ValueError, match="eps"):
+        required_margin("softmax", 5, 0.0)
+
+
+def test_row_margin_and_phase_point():
+    from wsutils.normalisation import phase_point, row_margin
+
+    X, W = _text(30, 16, 9)
+    r = row_margin(X, W, 0, "sparsemax")
+    Xp = X.clone()
+    Xp[0] += at.row_takeover(X, W, 0)
+    s = (Xp @ W @ Xp.T / 4.0)[0]
+    np.testing.assert_allclose(r["margin"], float(s[0] - s[1:].max()), rtol=1e-12)
+    assert (r["others_weight"] == 0.0) == (r["margin"] > 1)
+    p = phase_point(16, 30, 9)
+    assert p["margin"] == r["margin"] and p["a_sparsemax"] == r["self_weight"]

@@ -24,7 +24,8 @@ from .checks import check_int
 from .maps import Normalisation, _general_attention, attention_scores, normalise_scores
 from .weights import sample_W, sample_X
 
-__all__ = ["CHAPTER", "required_margin", "row_margin", "normalisation_point"]
+__all__ = ["CHAPTER", "PHASE", "required_margin", "row_margin", "normalisation_point",
+           "phase_point"]
 
 #: The normalisations of the chapter, by the label its tables and figures use.
 CHAPTER = {
@@ -36,6 +37,10 @@ CHAPTER = {
     "relu": Normalisation("relu"),
     "hardmax": Normalisation("hardmax"),
 }
+
+
+#: The normalisations of the chapter's phase diagram.
+PHASE = ("softmax", "scalable", "sparsemax")
 
 
 def _norm(name) -> Normalisation:
@@ -83,7 +88,7 @@ def row_margin(X, W, row: int, name) -> dict:
     Delta = _row_takeover(X, W, i)
     Xp = X.clone()
     Xp[i] += Delta
-    s = attention_scores(Xp, W)[i]
+    s = (Xp[i] @ W) @ Xp.T / math.sqrt(X.shape[1])    # row i of the new scores only
     others = torch.cat([s[:i], s[i + 1:]])
     a = normalise_scores(s[None], norm)[0]
     return {"self_score": float(s[i]), "max_other": float(others.max()),
@@ -112,4 +117,19 @@ def normalisation_point(name: str, d: int, n: int, seed: int, rows: int = 1, sta
     out = {"S": res.value, "certified": cert, "seconds": elapsed,
            "phi_rel": float(torch.linalg.vector_norm(phi)) / math.sqrt(n * d)}
     out.update(row_margin(X, W, 0, norm))
+    return out
+
+
+def phase_point(d: int, n: int, seed: int) -> dict:
+    """The row take-over of word 0 at one text (``X``, ``W`` drawn as in
+    :func:`normalisation_point`): its margin ``m`` (:prf:ref:`prop-norm-margin`) and the
+    self-weight it reaches under each normalisation of :data:`PHASE`
+    (``a_softmax``, ``a_scalable``, ``a_sparsemax``), for the chapter's phase diagram."""
+    torch.set_num_threads(1)
+    X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
+    out = {}
+    for name in PHASE:
+        r = row_margin(X, W, 0, name)
+        out["margin"] = r["margin"]
+        out[f"a_{name}"] = r["self_weight"]
     return out
