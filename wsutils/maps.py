@@ -221,7 +221,8 @@ class Normalisation:
     - ``"softmax"``, ``"scalable"``: ``softmax(z)``;
     - ``"sparsemax"``: the Euclidean projection of ``z`` onto the simplex (:func:`sparsemax`);
     - ``"entmax"``: α-entmax, ``[(α−1)z − τ]_+^{1/(α−1)}`` summing to one (``alpha`` > 1, default
-      1.5; the ``entmax`` package's bisection); α = 2 is sparsemax, α → 1 softmax;
+      1.5; the ``entmax`` package: its exact sort-based ``entmax15`` for α = 1.5, its bisection
+      otherwise); α = 2 is sparsemax, α → 1 softmax;
     - ``"sigmoid"``: ``σ(z + b)`` entrywise (rows do not sum to one), ``b = bias``, default
       ``−log n``;
     - ``"relu"``: ``rownorm(ReLU(z))``, the paper's ReLU attention (``β`` has no effect);
@@ -334,10 +335,12 @@ def normalise_scores(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
         return sparsemax(z)
     if name == "entmax":
         try:
-            from entmax import entmax_bisect
+            from entmax import entmax15, entmax_bisect
         except ImportError as e:      # an optional dependency (pyproject extra "entmax")
             raise ImportError("normalisation='entmax' needs the entmax package: "
                               "pip install 'entmax>=1.3' (or make env).") from e
+        if norm.alpha == 1.5:         # exact, sort-based (on the k largest, k doubled as needed)
+            return entmax15(z, dim=-1, k=min(n, 64))
         return entmax_bisect(z, alpha=norm.alpha, dim=-1)
     if name == "sigmoid":
         return torch.sigmoid(z + norm.sigmoid_bias(n))
