@@ -6,6 +6,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import wsutils as ws
 from wsutils import attention as at
@@ -258,3 +260,23 @@ def test_row_margin_and_phase_point():
     assert (r["others_weight"] == 0.0) == (r["margin"] > 1)
     p = phase_point(16, 30, 9)
     assert p["margin"] == r["margin"] and p["a_sparsemax"] == r["self_weight"]
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 14), d=st.integers(1, 6), seed=st.integers(0, 10**5),
+       log_beta=st.floats(-2, 3), name=st.sampled_from(["sparsemax", "entmax", "hardmax"]))
+def test_compact_update_exact_for_random_texts(n, d, seed, log_beta, name):
+    """The keys outside C_j never carry weight after a one-word change: the compact update
+    equals the full map for random sizes, score scales and perturbations (random and take-over)."""
+    X, W = _text(n, d, seed)
+    norm = Normalisation(name, beta=10.0 ** log_beta)
+    obj = at._FastObjective(X, W, norm)
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randint(0, n, (4,), generator=g)
+    Delta = ws.sensitivity.project_ball(torch.randn(4, d, generator=g, dtype=torch.float64) * 2, math.sqrt(d))
+    Delta[0] = at.row_takeover(X, W, int(rows[0]))
+    fast = obj(rows, Delta)
+    for b in range(4):
+        full = ws.relative_change(lambda Z: attention(Z, W, normalisation=norm), X,
+                                  int(rows[b]), Delta[b])
+        np.testing.assert_allclose(float(fast[b]), full, rtol=1e-8, atol=1e-10)
