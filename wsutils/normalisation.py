@@ -8,8 +8,10 @@ for a take-over (:prf:ref:`prop-norm-margin`), and the per-point function of its
 - :func:`row_margin` measures, after the row take-over (:prf:ref:`def-takeover`), the margin
   of the perturbed word in its own row and the self-weight it gets.
 - :func:`normalisation_point` is ``S`` of one normalisation at one text: the fast estimator
-  (:func:`wsutils.attention.attention_word_sensitivity`) and the certified lower bound
-  (:func:`wsutils.attention.certified_lower_bound`), for :func:`wsutils.sweep.run_grid`.
+  (:func:`wsutils.attention.attention_word_sensitivity`) and a certified lower bound (the row
+  and the key take-over through the full map), for :func:`wsutils.sweep.run_grid`;
+  :func:`phase_point` is the row take-over's self-weight under :data:`PHASE`, for the phase
+  diagram.
 """
 
 from __future__ import annotations
