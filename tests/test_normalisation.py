@@ -279,4 +279,7 @@ def test_compact_update_exact_for_random_texts(n, d, seed, log_beta, name):
     for b in range(4):
         full = ws.relative_change(lambda Z: attention(Z, W, normalisation=norm), X,
                                   int(rows[b]), Delta[b])
-        np.testing.assert_allclose(float(fast[b]), full, rtol=1e-8, atol=1e-10)
+        # the squared change is a sum of expanded terms, exact to u·M² (M ≤ 3√d per row, u
+        # the unit roundoff): a change that vanishes in exact arithmetic comes out as at most
+        # about √(u·n)·3√d/‖φ(X)‖_F ≈ 1e-7 here, through the square root
+        np.testing.assert_allclose(float(fast[b]), full, rtol=1e-8, atol=1e-7)

@@ -298,7 +298,10 @@ class _FastObjective:
       |{k : s_jk > f_j}|``, a handful for isotropic texts), their weights and Gram matrix; a
       step recomputes row ``j``'s weights on those keys and key ``i`` (exact: the same
       threshold as the full row) and the squared change as a quadratic form, ``O(n·K·(K + d))``.
-      Its absolute rounding error is of order ``u·d·‖p' − p‖₁²`` per row.
+      The squared change is a sum of expanded terms: its absolute rounding error is of order
+      ``u·(‖p' − p‖₁√d + p'_ji‖Δ‖)²`` per row, so a change that vanishes in exact arithmetic
+      can come out of the square root at about ``√u`` times that size (harmless for the
+      search, which looks for large changes; every reported value is recomputed with the map).
     """
 
     def __init__(self, X: torch.Tensor, W: torch.Tensor, kind):
