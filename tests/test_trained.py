@@ -192,3 +192,18 @@ def test_bad_input(enc):
         tr.head_weights(enc, 1.5, 0)
     with pytest.raises(TypeError, match="Encoder"):
         tr.head_weights(3, 1, 0)
+
+
+def test_pair_changes(enc):
+    from wsutils import text_attention as ta
+    texts = ["i love her much. the movie was good and the plot great! "
+             "this actor is very bad. it is a film of the review."] * 3
+    pairs = ta.one_word_pairs(texts, enc.tokenizer, count=3, seed=0, min_words=4)
+    out = tr.pair_changes(enc, pairs)
+    assert out["heads"].shape == (3, enc.heads) and out["layers"].shape == (3, enc.layers)
+    for k, p in enumerate(pairs):
+        want = tr.substitution_changes(enc, p.ids, p.j, [p.ids_changed[p.j]])[0]
+        np.testing.assert_allclose(out["layers"][k], want, rtol=1e-4)
+        res = tr.vocabulary_changes(enc, p.ids, p.j, tokens=[p.ids_changed[p.j]])
+        np.testing.assert_allclose(out["heads"][k], res.values[:, 0], rtol=1e-4)
+        assert out["dist"][k] == pytest.approx(res.dist[0], rel=1e-4)

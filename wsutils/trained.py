@@ -51,7 +51,7 @@ from .sensitivity import (SensitivityResult, _ascend, _changes64, certify, check
 __all__ = ["Head", "head_weights", "random_head", "layer_inputs", "head_map", "block_map",
            "layer_map", "stack_map", "own_norm_problem", "own_norm_word_sensitivity",
            "head_word_sensitivity", "vocabulary_changes", "VocabularyChanges",
-           "substitution_changes"]
+           "substitution_changes", "pair_changes"]
 
 Map = Callable[[torch.Tensor], torch.Tensor]
 
@@ -201,9 +201,11 @@ class _ModuleMap:
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         mods = self._for(X.dtype)
+        single = X.ndim == 2                      # one text: the modules want a batch
+        X = X[None] if single else X
         for m in mods:
             X = self.pick(m(X))
-        return X
+        return X[0] if single else X
 
 
 def _first(out):
@@ -476,3 +478,40 @@ def substitution_changes(enc, input_ids, position: int, tokens, *, batch: int = 
             num = torch.linalg.vector_norm((Hs - H).flatten(2), dim=-1)
             out.append((num / torch.linalg.vector_norm(H.flatten(2), dim=-1)).T)
     return torch.cat(out).cpu().numpy()
+
+
+def pair_changes(enc, pairs, *, device=None) -> dict[str, np.ndarray]:
+    """The real change of the model on one-word-different sentence pairs
+    (:class:`wsutils.text_attention.Pair`, e.g. :func:`wsutils.text_attention.one_word_pairs`):
+    for each pair, ``heads`` ``(P, heads)``: the relative change of every head of layer 1
+    (:func:`head_map` on the embedding output); ``layers`` ``(P, L)``: the relative change of
+    the hidden states of every layer (all positions); ``dist`` ``(P,)``:
+    ``‖x'_j − x_j‖/‖x_j‖`` for the changed row ``j`` of the embedding output (``≤ 1``: inside
+    the own-norm ball of :prf:ref:`def-own-norm-ws`). Batched by sentence length."""
+    enc = _encoder(enc)
+    heads = [head_map(head_weights(enc, 1, h)) for h in range(enc.heads)]
+    P = len(pairs)
+    out = {"heads": np.empty((P, enc.heads)), "layers": np.empty((P, enc.layers)),
+           "dist": np.empty(P)}
+    by_len: dict[int, list[int]] = {}
+    for k, p in enumerate(pairs):
+        by_len.setdefault(len(p.ids), []).append(k)
+    for ks in by_len.values():
+        a = torch.tensor([pairs[k].ids for k in ks], device=enc.device)
+        b = torch.tensor([pairs[k].ids_changed for k in ks], device=enc.device)
+        with torch.no_grad():
+            ha = torch.stack(enc.model(input_ids=a, output_hidden_states=True).hidden_states)
+            hb = torch.stack(enc.model(input_ids=b, output_hidden_states=True).hidden_states)
+        ha, hb = ha.double(), hb.double()
+        rel = (torch.linalg.vector_norm((hb - ha).flatten(2), dim=-1)
+               / torch.linalg.vector_norm(ha.flatten(2), dim=-1))          # (L + 1, B)
+        out["layers"][ks] = rel[1:].T.cpu().numpy()
+        for h, phi in enumerate(heads):
+            ya, yb = phi(ha[0]), phi(hb[0])
+            out["heads"][ks, h] = (torch.linalg.vector_norm((yb - ya).flatten(1), dim=-1)
+                                   / torch.linalg.vector_norm(ya.flatten(1), dim=-1)).cpu().numpy()
+        j = torch.tensor([pairs[k].j for k in ks], device=enc.device)
+        r = torch.arange(len(ks), device=enc.device)
+        out["dist"][ks] = (torch.linalg.vector_norm(hb[0, r, j] - ha[0, r, j], dim=-1)
+                           / torch.linalg.vector_norm(ha[0, r, j], dim=-1)).cpu().numpy()
+    return out
