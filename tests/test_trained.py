@@ -207,3 +207,19 @@ def test_pair_changes(enc):
         res = tr.vocabulary_changes(enc, p.ids, p.j, tokens=[p.ids_changed[p.j]])
         np.testing.assert_allclose(out["heads"][k], res.values[:, 0], rtol=1e-4)
         assert out["dist"][k] == pytest.approx(res.dist[0], rel=1e-4)
+
+
+def test_heads_batch_matches_single_head_values(enc, H):
+    heads = [tr.head_weights(enc, 2, h) for h in range(enc.heads)]
+    X = H[1, 1].astype(np.float64)
+    vals = tr.heads_word_sensitivity(heads, X, rows=[2, 5], starts=2, steps=10, seed=1)
+    assert vals.shape == (enc.heads,)
+    # one head in the batch: the very search of head_word_sensitivity
+    for h in (0, 3):
+        one = tr.heads_word_sensitivity([heads[h]], X, rows=[2, 5], starts=2, steps=10, seed=1,
+                                        dtype=torch.float64)
+        single = tr.head_word_sensitivity(heads[h], X, rows=[2, 5], starts=2, steps=10, seed=1,
+                                          dtype=torch.float64)
+        assert one[0] == pytest.approx(single.value, rel=1e-8)
+    grid = tr.head_grid(enc, H[:, 0], [1, 3], steps=3)
+    assert grid.shape == (enc.layers, enc.heads) and (grid > 0).all()

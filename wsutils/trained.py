@@ -51,7 +51,8 @@ from .sensitivity import (SensitivityResult, _ascend, _changes64, certify, check
 __all__ = ["Head", "head_weights", "random_head", "layer_inputs", "head_map", "block_map",
            "layer_map", "stack_map", "own_norm_problem", "own_norm_word_sensitivity",
            "head_word_sensitivity", "vocabulary_changes", "VocabularyChanges",
-           "substitution_changes", "pair_changes"]
+           "substitution_changes", "pair_changes", "head_grid",
+           "heads_word_sensitivity"]
 
 Map = Callable[[torch.Tensor], torch.Tensor]
 
@@ -514,4 +515,87 @@ def pair_changes(enc, pairs, *, device=None) -> dict[str, np.ndarray]:
         r = torch.arange(len(ks), device=enc.device)
         out["dist"][ks] = (torch.linalg.vector_norm(hb[0, r, j] - ha[0, r, j], dim=-1)
                            / torch.linalg.vector_norm(ha[0, r, j], dim=-1)).cpu().numpy()
+    return out
+
+
+class _HeadsObjective:
+    """:class:`_HeadObjective` for several heads at once: search index ``k`` is head
+    ``k // n``, row ``k % n`` (one batch for all the heads of a layer)."""
+
+    def __init__(self, heads: Sequence[Head], X: torch.Tensor, r: torch.Tensor):
+        self.n = X.shape[0]
+        self.r = r.to(X.dtype)[:, 0]
+        stack = lambda name: torch.stack([getattr(h, name) for h in heads]).to(X)
+        self.WQ, self.WK, self.WV = stack("W_Q"), stack("W_K"), stack("W_V")   # (H, d, dh)
+        self.scale = 1 / math.sqrt(heads[0].d_h)
+        with torch.no_grad():
+            self.Q = X @ self.WQ + stack("b_Q")[:, None]                       # (H, n, dh)
+            self.K = X @ self.WK + stack("b_K")[:, None]
+            self.V = X @ self.WV + stack("b_V")[:, None]
+            self.base = torch.softmax(self.Q @ self.K.transpose(-1, -2) * self.scale, -1) @ self.V
+            self.base_norm = torch.linalg.vector_norm(self.base.flatten(1), dim=1)  # (H,)
+
+    def __call__(self, idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
+        h, i = idx // self.n, idx % self.n
+        D = (Delta * self.r[i][:, None])[:, None]                             # (B, 1, d)
+        one = torch.nn.functional.one_hot(i, self.n).to(Delta.dtype)[:, :, None]
+        Q = self.Q[h] + one * (D @ self.WQ[h])
+        K = self.K[h] + one * (D @ self.WK[h])
+        V = self.V[h] + one * (D @ self.WV[h])
+        out = torch.softmax(Q @ K.transpose(-1, -2) * self.scale, -1) @ V
+        diff = (out - self.base[h]).flatten(1)
+        return torch.linalg.vector_norm(diff, dim=1) / self.base_norm[h]
+
+
+def heads_word_sensitivity(heads: Sequence[Head], X: Array, *, rows=None, starts: int = 2,
+                           steps: int = 20, seed: int = 0, lr: float = 0.5,
+                           dtype: torch.dtype = torch.float32,
+                           max_batch_elements: int = 2**23, device=None) -> np.ndarray:
+    """``S^own`` (:prf:ref:`def-own-norm-ws`) of several heads at the same ``X``, one value
+    per head: the search of :func:`head_word_sensitivity` (same starts, steps and step sizes)
+    for all the heads in one batch (so its random starts differ from separate calls), every
+    value recomputed with :func:`head_map` in float64 at the best ``Δ`` of each head."""
+    heads = list(heads)
+    if not heads:
+        raise ValueError("heads is empty: pass at least one Head.")
+    Z, _, r = own_norm_problem(head_map(heads[0]), X, device=device)
+    n = Z.shape[0]
+    Zs, row_list, _ = search_setup(Z.to(dtype), rows=rows, starts=starts, steps=steps,
+                                   check_norms=False, device=device)
+    seed, lr = check_seed(seed), check_lr(lr)
+    obj = _HeadsObjective(heads, Zs * r.to(Zs), r.to(Zs))
+    dummy = Zs.expand(len(heads), -1, -1).reshape(len(heads) * n, -1)       # index h·n + i
+    idx = [h * n + i for h in range(len(heads)) for i in row_list]
+    found = _ascend(lambda chunk: obj, dummy, idx, starts=starts, steps=steps, seed=seed,
+                    extra=None, lr=lr, max_batch_elements=max_batch_elements, progress=False)
+    out = np.empty(len(heads))
+    for h, head in enumerate(heads):
+        _, phi_Z, _ = own_norm_problem(head_map(head), X, device=device)
+        res = certify(phi_Z, Zs, {i: found[h * n + i] for i in row_list}, starts=starts,
+                      steps=steps, seed=seed, max_batch_elements=max_batch_elements)
+        out[h] = res.value
+    return out
+
+
+def head_grid(enc, inputs, rows, *, control: bool = False, starts: int = 2, steps: int = 20,
+              seed: int = 0, device=None) -> np.ndarray:
+    """``S^own`` (:prf:ref:`def-own-norm-ws`) of every head of every layer, ``(L, heads)``:
+    ``inputs`` is ``(L + 1, n, d)`` (one text, :func:`layer_inputs`); the heads of layer
+    ``ℓ`` are searched at ``inputs[ℓ − 1]`` over ``rows`` by :func:`heads_word_sensitivity`
+    (seed :func:`wsutils.seeds.point_seed` ``(seed, ℓ)``). ``control=True`` searches
+    :func:`random_head` of each head instead (seed ``point_seed("random head", seed, ℓ, h)``)."""
+    from .seeds import point_seed
+
+    enc = _encoder(enc)
+    out = np.empty((enc.layers, enc.heads))
+    for layer in range(1, enc.layers + 1):
+        X = np.asarray(inputs[layer - 1], dtype=np.float64)
+        heads = [head_weights(enc, layer, h) for h in range(enc.heads)]
+        if control:
+            heads = [random_head(hd, seed=point_seed("random head", seed, layer, hd.head))
+                     for hd in heads]
+        out[layer - 1] = heads_word_sensitivity(heads, X, rows=rows, starts=starts,
+                                                steps=steps, seed=point_seed("heads", seed,
+                                                                             layer),
+                                                device=device)
     return out
