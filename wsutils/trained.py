@@ -18,11 +18,21 @@ one-word substitutions (the book's chapter ``trained-attention``).
   (:prf:ref:`def-word-sensitivity`), so that every estimator of ``wsutils`` applies;
   :func:`own_norm_word_sensitivity` runs :func:`~wsutils.sensitivity.word_sensitivity` on it
   and :func:`head_word_sensitivity` runs the same search for one head with a rank-one update
-  of ``Q, K, V`` (``O(n²·d_h)`` per start and step instead of ``O(n·d·d_h)``).
+  of ``Q, K, V`` (``O(n²·d_h)`` per start and step instead of ``O(n·d·d_h)``);
+  :func:`heads_word_sensitivity` searches several heads in one batch and :func:`head_grid`
+  every head of every layer. The fast estimator of :mod:`wsutils.attention` does not apply:
+  a head is not of the form ``softmax(X W Xᵀ/√d) X`` (separate ``W_V``, biases, and the
+  rescaled coordinates of :func:`own_norm_problem`).
 - :func:`vocabulary_changes`: the realisable word sensitivity of the first layer's heads
   (:prf:ref:`def-realisable-ws`): replace token ``i`` by **every** token of the vocabulary
   through the model's own embedding layer, batched; :func:`substitution_changes`: the relative
-  change of the hidden states of every layer for a list of substitutions (full forward passes).
+  change of the hidden states of every layer for a list of substitutions (full forward passes);
+  :func:`pair_changes`: the same for one-word-different sentence pairs (the figure-1 chapter's).
+
+Threads. The searches run many small batched products; on a shared machine one torch thread
+(``torch.set_num_threads(1)``) was about 20 times faster than two in one measurement on a
+loaded two-core machine; the chapter
+sets it.
 
 Biases. BERT's projections have biases: ``q = x W_Q + b_Q``, ``k = x W_K + b_K``,
 ``v = x W_V + b_V``. The maps here keep all of them, so that they equal what the model
@@ -442,7 +452,7 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
         t = torch.einsum("bhd,hnd->bhn", q, K) * sc
         t[..., i] = (q * k).sum(-1) * sc
         a = torch.softmax(t, -1)
-        out_i = torch.einsum("bhn,hnd->bhd", a, Vv) + a[..., i:i + 1] * dv                                # (B, H, dh)
+        out_i = torch.einsum("bhn,hnd->bhd", a, Vv) + a[..., i:i + 1] * dv     # (B, H, dh)
         sq = sq + ((out_i - base[None, :, i]) ** 2).sum(-1)
         vals.append(torch.sqrt(sq) / base_norm)
         dists.append(torch.linalg.vector_norm(rows - X[i], dim=-1) / xi_norm)
@@ -453,13 +463,14 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
                              seconds=time.perf_counter() - t0, peak_bytes=int(peak))
 
 
-def substitution_changes(enc, input_ids, position: int, tokens, *, batch: int = 64,
-                         device=None) -> np.ndarray:
+def substitution_changes(enc, input_ids, position: int, tokens, *,
+                         batch: int = 64) -> np.ndarray:
     """For each token ``v`` of ``tokens``: the text ``input_ids`` with token ``position``
     replaced by ``v``, run through the whole model (its own embeddings and layers, float32);
     returns ``(len(tokens), L)`` float64, entry ``[v, ℓ − 1]`` the relative change
     ``‖H_ℓ' − H_ℓ‖/‖H_ℓ‖`` of the hidden states of layer ``ℓ`` (all positions).
-    For ``ℓ ≥ 2`` every row of the layer's input changes, so these are full forward passes."""
+    For ``ℓ ≥ 2`` every row of the layer's input changes, so these are full forward passes,
+    on the model's device (:func:`wsutils.embeddings.load_model` ``device=``)."""
     enc = _encoder(enc)
     ids = torch.as_tensor(input_ids, dtype=torch.long).flatten().to(enc.device)
     position = check_int("position", position, minimum=0)
@@ -481,14 +492,15 @@ def substitution_changes(enc, input_ids, position: int, tokens, *, batch: int = 
     return torch.cat(out).cpu().numpy()
 
 
-def pair_changes(enc, pairs, *, device=None) -> dict[str, np.ndarray]:
+def pair_changes(enc, pairs) -> dict[str, np.ndarray]:
     """The real change of the model on one-word-different sentence pairs
     (:class:`wsutils.text_attention.Pair`, e.g. :func:`wsutils.text_attention.one_word_pairs`):
     for each pair, ``heads`` ``(P, heads)``: the relative change of every head of layer 1
     (:func:`head_map` on the embedding output); ``layers`` ``(P, L)``: the relative change of
     the hidden states of every layer (all positions); ``dist`` ``(P,)``:
     ``‖x'_j − x_j‖/‖x_j‖`` for the changed row ``j`` of the embedding output (``≤ 1``: inside
-    the own-norm ball of :prf:ref:`def-own-norm-ws`). Batched by sentence length."""
+    the own-norm ball of :prf:ref:`def-own-norm-ws`). Batched by sentence length; runs on the
+    model's device."""
     enc = _encoder(enc)
     heads = [head_map(head_weights(enc, 1, h)) for h in range(enc.heads)]
     P = len(pairs)
