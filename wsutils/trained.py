@@ -286,8 +286,11 @@ def own_norm_word_sensitivity(phi: Map, X: Array, *, rows=None, starts: int = 4,
                               **kwargs) -> SensitivityResult:
     """``S^own_φ(X)`` (:prf:ref:`def-own-norm-ws`) by
     :func:`wsutils.sensitivity.word_sensitivity` on :func:`own_norm_problem`: searched in
-    ``dtype``, every value recomputed in float64. ``Delta``/``per_row_Delta`` are returned in
-    the coordinates of ``X`` (``‖Δ‖ ≤ ‖x_i‖`` up to the rounding of one multiplication)."""
+    ``dtype``, every value recomputed in float64 (at ``X`` as ``word_sensitivity`` sees it:
+    ``Z`` rounded to ``dtype``, a relative change of ``X`` below ``6e-8`` in float32; pass
+    ``dtype=torch.float64`` to evaluate at ``X`` itself). ``Delta``/``per_row_Delta`` are
+    returned in the coordinates of ``X`` (``‖Δ‖ ≤ ‖x_i‖`` up to the rounding of one
+    multiplication)."""
     Z, phi_Z, r = own_norm_problem(phi, X, device=device)
     res = word_sensitivity(phi_Z, Z.to(dtype), rows=rows, starts=starts, steps=steps, seed=seed,
                            lr=lr, check_norms=False, device=device, **kwargs)
@@ -338,8 +341,8 @@ def head_word_sensitivity(head: Head, X: Array, *, rows=None, starts: int = 4,
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and head.")
     found = _ascend(lambda chunk: obj, Zs, row_list, starts=starts, steps=steps, seed=seed,
                     extra=None, lr=lr, max_batch_elements=max_batch_elements, progress=False)
-    res = certify(phi_Z, Zs, found, starts=starts, steps=steps, seed=seed,
-                  max_batch_elements=max_batch_elements)
+    res = certify(phi_Z, Z.to(Zs.device), found, starts=starts, steps=steps, seed=seed,
+                  max_batch_elements=max_batch_elements)       # at X itself, in float64
     return _to_x(res, r)
 
 
@@ -583,8 +586,9 @@ def heads_word_sensitivity(heads: Sequence[Head], X: Array, *, rows=None, starts
     out = np.empty(len(heads))
     for h, head in enumerate(heads):
         _, phi_Z, _ = own_norm_problem(head_map(head), X, device=device)
-        res = certify(phi_Z, Zs, {i: found[h * n + i] for i in row_list}, starts=starts,
-                      steps=steps, seed=seed, max_batch_elements=max_batch_elements)
+        res = certify(phi_Z, Z.to(Zs.device), {i: found[h * n + i] for i in row_list},
+                      starts=starts, steps=steps, seed=seed,
+                      max_batch_elements=max_batch_elements)
         out[h] = res.value
     return out
 
