@@ -22,8 +22,18 @@ WORDS = ("i love her much smile the movie was good bad film great awful plot act
 TEXTS = ["i love her smile and the movie was very good", "the plot is bad and the actor awful"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny batched products: one torch thread (two that wait on a shared machine were ~20×
+    slower in our runs); restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
-def enc(tmp_path_factory):
+def enc(tmp_path_factory, one_thread):
     """A 2-layer random BERT (hidden 32, 4 heads of width 8), biases made non-zero."""
     path = tmp_path_factory.mktemp("tiny-bert-trained")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing", "."]
