@@ -55,7 +55,7 @@ import torch
 from ._tensor import Array, as_tensor
 from .checks import check_int, check_seed
 from .embeddings import Encoder, embed, load_model
-from .sensitivity import (SensitivityResult, _ascend, _changes64, certify, check_lr,
+from .sensitivity import (SensitivityResult, _ascend, certify, check_lr,
                           search_setup, word_sensitivity)
 
 __all__ = ["Head", "head_weights", "random_head", "layer_inputs", "head_map", "block_map",
