@@ -1,0 +1,234 @@
+"""wsutils.trained on a tiny random BERT saved and reloaded through the real transformers path
+(as tests/test_text.py builds it): the maps equal the model's own modules on real hidden
+states, the rescaling to the own-norm ball, the fast head estimator against the generic one,
+and the vocabulary search against full forward passes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from wsutils import embeddings as em  # noqa: E402
+from wsutils import trained as tr  # noqa: E402
+from wsutils.sensitivity import relative_change  # noqa: E402
+
+WORDS = ("i love her much smile the movie was good bad film great awful plot actor "
+         "and it a of to is this not very positive negative review").split()
+TEXTS = ["i love her smile and the movie was very good", "the plot is bad and the actor awful"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny batched products: one torch thread (two that wait on a shared machine were ~20×
+    slower in our runs); restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def enc(tmp_path_factory, one_thread):
+    """A 2-layer random BERT (hidden 32, 4 heads of width 8), biases made non-zero."""
+    path = tmp_path_factory.mktemp("tiny-bert-trained")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing", "."]
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = transformers.BertTokenizerFast.from_pretrained(str(path))
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=64,
+                                  max_position_embeddings=64, initializer_range=0.2)
+    model = transformers.BertModel(cfg)
+    with torch.no_grad():  # the library initialises biases to zero; a trained model's are not
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+    model.save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return em.load_model(str(path))
+
+
+@pytest.fixture(scope="module")
+def H(enc, tmp_path_factory):
+    return tr.layer_inputs(enc, TEXTS, 8, cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+def test_layer_inputs_are_the_models_hidden_states(enc, H):
+    assert H.shape == (enc.layers + 1, 2, 8, enc.hidden)
+    batch = enc.tokenizer(TEXTS, truncation=True, max_length=8, return_tensors="pt")
+    with torch.no_grad():
+        hs = enc.model(**batch, output_hidden_states=True).hidden_states
+    np.testing.assert_allclose(H, torch.stack(hs).numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="fewer than"):
+        tr.layer_inputs(enc, ["i love her"], 8, cache_dir=False)
+
+
+@pytest.mark.parametrize("layer", [1, 2])
+def test_head_map_is_the_models_attention(enc, H, layer):
+    X = torch.as_tensor(H[layer - 1])
+    with torch.no_grad():
+        ctx, _ = enc.model.encoder.layer[layer - 1].attention.self(X)
+    dh = enc.hidden // enc.heads
+    for h in range(enc.heads):
+        head = tr.head_weights(enc, layer, h)
+        assert float(head.b_Q.abs().max()) > 0      # the fixture's biases are in the map
+        out = tr.head_map(head)(X.double())
+        np.testing.assert_allclose(out.numpy(), ctx[..., h * dh:(h + 1) * dh].double().numpy(),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_key_bias_cancels_and_value_bias_shifts(enc, H):
+    head = tr.head_weights(enc, 1, 0)
+    X = torch.as_tensor(H[0, 0]).double()
+    out = tr.head_map(head)(X)
+    moved = tr.Head(**{**head.__dict__, "b_K": head.b_K + 3.0})
+    torch.testing.assert_close(tr.head_map(moved)(X), out, rtol=1e-12, atol=1e-12)
+    shifted = tr.Head(**{**head.__dict__, "b_V": head.b_V + 1.0})
+    torch.testing.assert_close(tr.head_map(shifted)(X), out + 1.0, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layer", [1, 2])
+def test_block_layer_and_stack_maps(enc, H, layer):
+    X = torch.as_tensor(H[layer - 1])
+    with torch.no_grad():
+        block = enc.model.encoder.layer[layer - 1].attention(X)[0]
+        np.testing.assert_allclose(tr.block_map(enc, layer)(X).numpy(), block.numpy(),
+                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(tr.layer_map(enc, layer)(X).numpy(), H[layer],
+                                   rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(tr.stack_map(enc, layer)(torch.as_tensor(H[0])).numpy(),
+                                   H[layer], rtol=1e-4, atol=1e-4)
+        # the float64 copy computes the same map
+        y64 = tr.layer_map(enc, layer)(X.double())
+    assert y64.dtype == torch.float64
+    np.testing.assert_allclose(y64.numpy(), H[layer], rtol=1e-4, atol=1e-4)
+
+
+def test_own_norm_problem(enc, H):
+    phi = tr.head_map(tr.head_weights(enc, 1, 1))
+    X = H[0, 0].astype(np.float64)
+    Z, phi_Z, r = tr.own_norm_problem(phi, X)
+    d = X.shape[1]
+    np.testing.assert_allclose(torch.linalg.vector_norm(Z, dim=1).numpy(), math.sqrt(d),
+                               rtol=1e-12)
+    torch.testing.assert_close(phi_Z(Z), phi(torch.as_tensor(X)), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="zero"):
+        tr.own_norm_problem(phi, np.zeros((3, d)))
+
+
+def test_fast_head_estimator_matches_generic(enc, H):
+    head = tr.head_weights(enc, 2, 3)
+    X = H[1, 0].astype(np.float64)
+    kw = dict(rows=[1, 4], starts=3, steps=15, seed=5, dtype=torch.float64)
+    fast = tr.head_word_sensitivity(head, X, **kw)
+    slow = tr.own_norm_word_sensitivity(tr.head_map(head), X, **kw)
+    assert fast.row == slow.row
+    for r in (1, 4):
+        assert fast.per_row[r] == pytest.approx(slow.per_row[r], rel=1e-8)
+    # the Δ is in X's coordinates, within the own-norm ball, and attains the value
+    D = fast.Delta
+    assert np.linalg.norm(D) <= np.linalg.norm(X[fast.row]) * (1 + 1e-12)
+    v = relative_change(tr.head_map(head), X, fast.row, D)
+    assert v == pytest.approx(fast.value, rel=1e-9)
+
+
+def test_random_head_norms(enc):
+    head = tr.head_weights(enc, 1, 2)
+    rnd = tr.random_head(head, seed=3)
+    assert rnd.qk_norm() == pytest.approx(head.qk_norm(), rel=1e-12)
+    assert float(torch.linalg.matrix_norm(rnd.W_V)) == pytest.approx(
+        float(torch.linalg.matrix_norm(head.W_V)), rel=1e-12)
+    assert float(rnd.b_Q.abs().max()) == 0
+    assert not torch.equal(rnd.W_Q, tr.random_head(head, seed=4).W_Q)
+
+
+def test_vocabulary_changes_equal_full_forward(enc):
+    ids = enc.tokenizer(TEXTS[0], truncation=True, max_length=8)["input_ids"]
+    pos = 3
+    res = tr.vocabulary_changes(enc, ids, pos, batch=7)
+    V = enc.model.config.vocab_size
+    assert res.values.shape == (enc.heads, V - 1) and ids[pos] not in res.tokens
+    with torch.no_grad():
+        X = enc.model.embeddings(input_ids=torch.tensor([ids])).double()[0]
+    for b in range(0, V - 1, 5):
+        changed = list(ids)
+        changed[pos] = int(res.tokens[b])
+        with torch.no_grad():
+            Xc = enc.model.embeddings(input_ids=torch.tensor([changed])).double()[0]
+        # the embedding output is per position: only row pos changes
+        np.testing.assert_array_equal(np.delete(Xc.numpy(), pos, 0), np.delete(X.numpy(), pos, 0))
+        for h in range(enc.heads):
+            phi = tr.head_map(tr.head_weights(enc, 1, h))
+            want = float(torch.linalg.vector_norm(phi(Xc) - phi(X))
+                         / torch.linalg.vector_norm(phi(X)))
+            assert res.values[h, b] == pytest.approx(want, rel=1e-6, abs=1e-9)
+        dist = float(torch.linalg.vector_norm(Xc[pos] - X[pos]) / torch.linalg.vector_norm(X[pos]))
+        assert res.dist[b] == pytest.approx(dist, rel=1e-5)
+    with pytest.raises(ValueError, match="position"):
+        tr.vocabulary_changes(enc, ids, len(ids))
+
+
+def test_substitution_changes(enc):
+    ids = enc.tokenizer(TEXTS[1], truncation=True, max_length=8)["input_ids"]
+    toks = [5, 9, 12]
+    out = tr.substitution_changes(enc, ids, 2, toks, batch=2)
+    assert out.shape == (3, enc.layers)
+    for b, t in enumerate(toks):
+        changed = list(ids)
+        changed[2] = t
+        with torch.no_grad():
+            h0 = enc.model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+            h1 = enc.model(input_ids=torch.tensor([changed]),
+                           output_hidden_states=True).hidden_states
+        for layer in range(1, enc.layers + 1):
+            want = float((h1[layer] - h0[layer]).norm() / h0[layer].norm())
+            assert out[b, layer - 1] == pytest.approx(want, rel=1e-4)
+
+
+def test_bad_input(enc):
+    with pytest.raises(ValueError, match="layer"):
+        tr.head_weights(enc, 0, 0)
+    with pytest.raises(ValueError, match="layer"):
+        tr.block_map(enc, enc.layers + 1)
+    with pytest.raises(ValueError, match="head"):
+        tr.head_weights(enc, 1, enc.heads)
+    with pytest.raises(TypeError):
+        tr.head_weights(enc, 1.5, 0)
+    with pytest.raises(TypeError, match="Encoder"):
+        tr.head_weights(3, 1, 0)
+
+
+def test_pair_changes(enc):
+    from wsutils import text_attention as ta
+    texts = ["i love her much. the movie was good and the plot great! "
+             "this actor is very bad. it is a film of the review."] * 3
+    pairs = ta.one_word_pairs(texts, enc.tokenizer, count=3, seed=0, min_words=4)
+    out = tr.pair_changes(enc, pairs)
+    assert out["heads"].shape == (3, enc.heads) and out["layers"].shape == (3, enc.layers)
+    for k, p in enumerate(pairs):
+        want = tr.substitution_changes(enc, p.ids, p.j, [p.ids_changed[p.j]])[0]
+        np.testing.assert_allclose(out["layers"][k], want, rtol=1e-4)
+        res = tr.vocabulary_changes(enc, p.ids, p.j, tokens=[p.ids_changed[p.j]])
+        np.testing.assert_allclose(out["heads"][k], res.values[:, 0], rtol=1e-4)
+        assert out["dist"][k] == pytest.approx(res.dist[0], rel=1e-4)
+
+
+def test_heads_batch_matches_single_head_values(enc, H):
+    heads = [tr.head_weights(enc, 2, h) for h in range(enc.heads)]
+    X = H[1, 1].astype(np.float64)
+    vals = tr.heads_word_sensitivity(heads, X, rows=[2, 5], starts=2, steps=10, seed=1)
+    assert vals.shape == (enc.heads,)
+    # one head in the batch: the very search of head_word_sensitivity
+    for h in (0, 3):
+        one = tr.heads_word_sensitivity([heads[h]], X, rows=[2, 5], starts=2, steps=10, seed=1,
+                                        dtype=torch.float64)
+        single = tr.head_word_sensitivity(heads[h], X, rows=[2, 5], starts=2, steps=10, seed=1,
+                                          dtype=torch.float64)
+        assert one[0] == pytest.approx(single.value, rel=1e-8)
+    grid = tr.head_grid(enc, H[:, 0], [1, 3], steps=3)
+    assert grid.shape == (enc.layers, enc.heads) and (grid > 0).all()
