@@ -380,7 +380,8 @@ class VocabularyChanges:
     when token ``i`` becomes vocabulary token ``v``; ``dist``: ``(V,)``, ``‖e_v − x_i‖/‖x_i‖``
     (``≤ 1``: the substitution lies in the own-norm ball); ``tokens``: the candidate token
     ids (``V`` of them); ``original``: the token at ``i``; ``seconds`` and ``peak_bytes``: the
-    wall time and the largest batch of intermediate arrays (bytes)."""
+    wall time and the size of one batch's float64 intermediate arrays (bytes, counted from
+    their shapes: an estimate, not a measurement)."""
 
     position: int
     original: int
@@ -485,7 +486,9 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
         sq = sq + ((out_i - base[None, :, i]) ** 2).sum(-1)
         vals.append(torch.sqrt(sq) / base_norm)
         dists.append(torch.linalg.vector_norm(rows - X[i], dim=-1) / xi_norm)
-        peak = max(peak, 8 * rows.numel() + 8 * 9 * s_col.numel())
+        # rows, q, k, v, dv, out_i: B·d each; s_col, a_arg, g, w, cross, sq, t, a and one
+        # temporary: B·H·n each (float64)
+        peak = max(peak, 8 * (6 * rows.numel() + 9 * s_col.numel()))
     return VocabularyChanges(position=position, original=int(ids[position]),
                              tokens=tokens.numpy(), values=torch.cat(vals).T.cpu().numpy(),
                              dist=torch.cat(dists).cpu().numpy(),
