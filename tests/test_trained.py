@@ -137,6 +137,22 @@ def test_fast_head_estimator_matches_generic(enc, H):
     assert v == pytest.approx(fast.value, rel=1e-9)
 
 
+def test_own_norm_search_is_word_sensitivity_and_certified_at_X(enc, H):
+    from wsutils.sensitivity import word_sensitivity
+    phi = tr.layer_map(enc, 2)
+    X = H[1, 0].astype(np.float64)
+    kw = dict(rows=[2, 5], starts=2, steps=6, seed=4)
+    mine = tr.own_norm_word_sensitivity(phi, X, dtype=torch.float64, **kw)
+    Z, phi_Z, r = tr.own_norm_problem(phi, X)
+    ref = word_sensitivity(phi_Z, Z, check_norms=False, **kw)
+    for i in (2, 5):
+        assert mine.per_row[i] == pytest.approx(ref.per_row[i], rel=1e-10)
+    # searched in float32, the value is attained at X itself (float64), inside the ball
+    res = tr.own_norm_word_sensitivity(phi, X, **kw)
+    assert np.linalg.norm(res.Delta) <= np.linalg.norm(X[res.row]) * (1 + 1e-12)
+    assert relative_change(phi, X, res.row, res.Delta) == pytest.approx(res.value, rel=1e-12)
+
+
 def test_random_head_norms(enc):
     head = tr.head_weights(enc, 1, 2)
     rnd = tr.random_head(head, seed=3)

@@ -15,8 +15,11 @@ one-word substitutions (the book's chapter ``trained-attention``).
   :func:`wsutils.sensitivity.word_sensitivity`, in float32 or float64.
 - :func:`own_norm_problem`: the rescaling that turns the word sensitivity with the ball of
   radius ``‖x_i‖`` (:prf:ref:`def-own-norm-ws`) into the book's definition with radius ``√d``
-  (:prf:ref:`def-word-sensitivity`), so that every estimator of ``wsutils`` applies;
-  :func:`own_norm_word_sensitivity` runs :func:`~wsutils.sensitivity.word_sensitivity` on it
+  (:prf:ref:`def-word-sensitivity`), so that the search of ``wsutils`` (which takes any
+  map) applies; the estimators that rely on a map's form (the fast attention estimator, the
+  certified upper bounds of other chapters) do not;
+  :func:`own_norm_word_sensitivity` runs the search of
+  :func:`~wsutils.sensitivity.word_sensitivity` on it (values certified at ``X`` itself)
   and :func:`head_word_sensitivity` runs the same search for one head with a rank-one update
   of ``Q, K, V`` (``O(n²·d_h)`` per start and step instead of ``O(n·d·d_h)``);
   :func:`heads_word_sensitivity` searches several heads in one batch and :func:`head_grid`
@@ -55,8 +58,8 @@ import torch
 from ._tensor import Array, as_tensor
 from .checks import check_int, check_seed
 from .embeddings import Encoder, embed, load_model
-from .sensitivity import (SensitivityResult, _ascend, certify, check_lr,
-                          search_setup, word_sensitivity)
+from .sensitivity import (SensitivityResult, _ascend, _norms, certify, check_lr, perturb,
+                          search_setup)
 
 __all__ = ["Head", "head_weights", "random_head", "layer_inputs", "head_map", "block_map",
            "layer_map", "stack_map", "own_norm_problem", "own_norm_word_sensitivity",
@@ -283,17 +286,40 @@ def _to_x(res: SensitivityResult, r: torch.Tensor) -> SensitivityResult:
 def own_norm_word_sensitivity(phi: Map, X: Array, *, rows=None, starts: int = 4,
                               steps: int = 50, seed: int = 0, lr: float = 0.5,
                               dtype: torch.dtype = torch.float32, device=None,
-                              **kwargs) -> SensitivityResult:
-    """``S^own_φ(X)`` (:prf:ref:`def-own-norm-ws`) by
-    :func:`wsutils.sensitivity.word_sensitivity` on :func:`own_norm_problem`: searched in
-    ``dtype``, every value recomputed in float64 (at ``X`` as ``word_sensitivity`` sees it:
-    ``Z`` rounded to ``dtype``, a relative change of ``X`` below ``6e-8`` in float32; pass
-    ``dtype=torch.float64`` to evaluate at ``X`` itself). ``Delta``/``per_row_Delta`` are
-    returned in the coordinates of ``X`` (``‖Δ‖ ≤ ‖x_i‖`` up to the rounding of one
+                              max_batch_elements: int = 2**23) -> SensitivityResult:
+    """``Ŝ^own_φ(X)``, a certified lower bound on ``S^own_φ(X)`` (:prf:ref:`def-own-norm-ws`):
+    the search of :func:`wsutils.sensitivity.word_sensitivity` (same starts from ``seed``,
+    same steps and step sizes) on :func:`own_norm_problem`, run in ``dtype``; the best iterate
+    of every row is then projected onto the exact ball in float64 and its relative change
+    recomputed in float64 at ``X`` itself (:func:`wsutils.sensitivity.certify` on ``Z`` in
+    float64, not on ``Z`` rounded to ``dtype``), so every reported value is attained by the
+    returned ``Δ`` at the given ``X``, up to float64 rounding. ``Delta``/``per_row_Delta``
+    are returned in the coordinates of ``X`` (``‖Δ‖ ≤ ‖x_i‖`` up to the rounding of one
     multiplication)."""
     Z, phi_Z, r = own_norm_problem(phi, X, device=device)
-    res = word_sensitivity(phi_Z, Z.to(dtype), rows=rows, starts=starts, steps=steps, seed=seed,
-                           lr=lr, check_norms=False, device=device, **kwargs)
+    Zs, row_list, _ = search_setup(Z.to(dtype), rows=rows, starts=starts, steps=steps,
+                                   check_norms=False, device=device)
+    seed, lr = check_seed(seed), check_lr(lr)
+    max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
+    with torch.no_grad():
+        base = phi_Z(Zs[None])[0]
+    if not bool(torch.isfinite(base).all()):
+        raise ValueError("φ(X) has non-finite entries (NaN or inf): the relative change is "
+                         "undefined; check the map.")
+    base_norm = float(torch.linalg.vector_norm(base))
+    if not base_norm > 0:
+        raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
+
+    def objective(chunk):
+        def values(row_idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
+            out = phi_Z(perturb(Zs, row_idx, Delta))
+            return _norms(out - base, len(row_idx)) / base_norm
+        return values
+
+    found = _ascend(objective, Zs, row_list, starts=starts, steps=steps, seed=seed,
+                    extra=None, lr=lr, max_batch_elements=max_batch_elements, progress=False)
+    res = certify(phi_Z, Z.to(Zs.device), found, starts=starts, steps=steps, seed=seed,
+                  max_batch_elements=max_batch_elements)       # at X itself, in float64
     return _to_x(res, r)
 
 
@@ -354,7 +380,8 @@ class VocabularyChanges:
     when token ``i`` becomes vocabulary token ``v``; ``dist``: ``(V,)``, ``‖e_v − x_i‖/‖x_i‖``
     (``≤ 1``: the substitution lies in the own-norm ball); ``tokens``: the candidate token
     ids (``V`` of them); ``original``: the token at ``i``; ``seconds`` and ``peak_bytes``: the
-    wall time and the largest batch of intermediate arrays (bytes)."""
+    wall time and the size of one batch's float64 intermediate arrays (bytes, counted from
+    their shapes: an estimate, not a measurement)."""
 
     position: int
     original: int
@@ -459,7 +486,9 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
         sq = sq + ((out_i - base[None, :, i]) ** 2).sum(-1)
         vals.append(torch.sqrt(sq) / base_norm)
         dists.append(torch.linalg.vector_norm(rows - X[i], dim=-1) / xi_norm)
-        peak = max(peak, 8 * rows.numel() + 8 * 9 * s_col.numel())
+        # rows, q, k, v, dv, out_i: B·d each; s_col, a_arg, g, w, cross, sq, t, a and one
+        # temporary: B·H·n each (float64)
+        peak = max(peak, 8 * (6 * rows.numel() + 9 * s_col.numel()))
     return VocabularyChanges(position=position, original=int(ids[position]),
                              tokens=tokens.numpy(), values=torch.cat(vals).T.cpu().numpy(),
                              dist=torch.cat(dists).cpu().numpy(),
