@@ -30,7 +30,7 @@ from .maps import Normalisation, _general_attention, attention_scores, normalise
 from .sensitivity import perturb, project_ball
 from .weights import sample_W, sample_X
 
-__all__ = ["CHAPTER", "PHASE", "required_margin", "row_margin", "doubling_bound",
+__all__ = ["CHAPTER", "PHASE", "DOUBLING", "required_margin", "row_margin", "doubling_bound",
            "normalisation_point", "phase_point"]
 
 #: The normalisations of the chapter, by the label its tables and figures use.
