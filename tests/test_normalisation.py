@@ -283,3 +283,36 @@ def test_compact_update_exact_for_random_texts(n, d, seed, log_beta, name):
         # the unit roundoff): a change that vanishes in exact arithmetic comes out as at most
         # about √(u·n)·3√d/‖φ(X)‖_F ≈ 1e-7 here, through the square root
         np.testing.assert_allclose(float(fast[b]), full, rtol=1e-8, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["softmax", "scalable", "sparsemax", "entmax", "hardmax"])
+@pytest.mark.parametrize("n, d, seed", [(40, 4, 1), (300, 8, 2), (200, 3, 5)])
+def test_doubling_bound(name, n, d, seed):
+    """prop-norm-double: the doubling Δ = x_i changes φ by at least the bound, from the scores;
+    and the bound is the direct formula (1/n)Σ_j (3ℓ_j − 2)_+² with ℓ_j from μ_j."""
+    from wsutils.normalisation import CHAPTER, doubling_bound
+
+    X, W = _text(n, d, seed)
+    norm = CHAPTER[name]
+    b = doubling_bound(X, W, 2, name)
+    change = ws.relative_change(lambda Z: attention(Z, W, normalisation=norm), X, 2, X[2])
+    assert change >= b["bound"] * (1 - 1e-12)
+    s = (X @ W @ X.T / math.sqrt(d)).numpy()
+    mu = np.array([2 * s[j, 2] - np.delete(s[j], 2).max() for j in range(n) if j != 2])
+    if name in ("softmax", "scalable"):
+        lb = 1 / (1 + (n - 1) * np.exp(-norm.scale(n) * mu))
+    else:
+        c = {"hardmax": 0.0, "sparsemax": 1.0, "entmax": 2.0}[name]
+        lb = (mu > c).astype(float)
+    f = np.maximum(3 * lb - 2, 0)
+    np.testing.assert_allclose(b["bound"], math.sqrt((f ** 2).sum() / n), rtol=1e-12)
+    with pytest.raises(ValueError, match="covers"):
+        doubling_bound(X, W, 0, "relu")
+
+
+def test_doubling_bound_positive_for_hardmax_at_small_d():
+    """The bound of prop-norm-double is not vacuous: at d = 3 many rows make key i the winner."""
+    from wsutils.normalisation import doubling_bound
+
+    X, W = _text(500, 3, 4)
+    assert doubling_bound(X, W, 0, "hardmax")["bound"] > 0.1

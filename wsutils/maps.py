@@ -359,7 +359,9 @@ def _general_attention(X: torch.Tensor, W: torch.Tensor, norm: Normalisation) ->
     Xc, Wc = X.to(cd), W.to(cd)
     s = attention_scores(Xc, Wc)
     c = norm.scale(s.shape[-1])
-    if not bool(torch.isfinite(s).all()) or not math.isfinite(c * float(s.detach().abs().amax())):
+    # two reductions instead of an elementwise pass: a NaN or an inf reaches amax or amin
+    hi, lo = float(s.detach().amax()), float(s.detach().amin())
+    if not (math.isfinite(hi) and math.isfinite(lo)) or not math.isfinite(c * max(hi, -lo)):
         raise ValueError(f"the attention scores c·XWXᵀ/√d overflow {cd}: pass float64 input "
                          "or a smaller W (or β).")
     return (normalise_scores(s, norm) @ Xc).to(X.dtype)

@@ -7,9 +7,12 @@ for a take-over (:prf:ref:`prop-norm-margin`), and the per-point function of its
   sufficient for a self-weight ``≥ 1 − ε`` (exact one-hot for sparsemax, entmax, hardmax).
 - :func:`row_margin` measures, after the row take-over (:prf:ref:`def-takeover`), the margin
   of the perturbed word in its own row and the self-weight it gets.
+- :func:`doubling_bound` is the bound of :prf:ref:`prop-norm-double` on what the doubling
+  ``Δ = x_i`` changes, from the scores.
 - :func:`normalisation_point` is ``S`` of one normalisation at one text: the fast estimator
   (:func:`wsutils.attention.attention_word_sensitivity`) and a certified lower bound (the row
-  and the key take-over through the full map), for :func:`wsutils.sweep.run_grid`;
+  and the key take-over and the doubling, through the full map), for
+  :func:`wsutils.sweep.run_grid`;
   :func:`phase_point` is the row take-over's self-weight under :data:`PHASE`, for the phase
   diagram.
 """
@@ -24,11 +27,11 @@ import torch
 from .attention import _key_takeover, _row_takeover, attention_word_sensitivity
 from .checks import check_int
 from .maps import Normalisation, _general_attention, attention_scores, normalise_scores
-from .sensitivity import perturb
+from .sensitivity import perturb, project_ball
 from .weights import sample_W, sample_X
 
-__all__ = ["CHAPTER", "PHASE", "required_margin", "row_margin", "normalisation_point",
-           "phase_point"]
+__all__ = ["CHAPTER", "PHASE", "DOUBLING", "required_margin", "row_margin", "doubling_bound",
+           "normalisation_point", "phase_point"]
 
 #: The normalisations of the chapter, by the label its tables and figures use.
 CHAPTER = {
@@ -99,34 +102,77 @@ def row_margin(X, W, row: int, name) -> dict:
             "others_weight": float(torch.cat([a[:i], a[i + 1:]]).max())}
 
 
+#: The normalisations that :prf:ref:`prop-norm-double` covers.
+DOUBLING = ("softmax", "scalable", "sparsemax", "entmax", "hardmax")
+
+
+def doubling_bound(X, W, row: int, name) -> dict:
+    """The lower bound :eq:`eq-norm-double` of :prf:ref:`prop-norm-double` on the relative
+    change of the doubling ``Δ = x_row`` (``‖Δ‖ = √d``): ``√(Σ_{j≠row} (3ℓ_j − 2)_+² / n)``,
+    ``ℓ_j`` the proposition's lower bound on key ``row``'s new weight in row ``j``, from its
+    margin ``μ_j = 2 s_{j,row} − max_{k≠row} s_jk`` (old scores, float64): ``1[μ_j > 0]``
+    hardmax, ``1[βμ_j > 1]`` sparsemax, ``1[(α−1)βμ_j > 1]`` entmax (strict: a subset of the
+    proposition's rows, so the bound stays valid), ``σ(c_n μ_j − log(n−1))`` softmax and
+    scalable softmax. Returns ``{"bound", "frac"}``, ``frac`` the fraction of rows with
+    ``ℓ_j > 2/3``. ``X``, ``W``: float64 tensors (trusted); ``n ≥ 2``.
+    """
+    norm = _norm(name)
+    if norm.name not in DOUBLING:
+        raise ValueError(f"prop-norm-double covers {DOUBLING}, not {norm.name!r}.")
+    n, i = X.shape[0], row
+    s = attention_scores(X, W)
+    mu = 2 * s[:, i] - torch.cat([s[:, :i], s[:, i + 1:]], dim=1).amax(dim=1)
+    mu = torch.cat([mu[:i], mu[i + 1:]])               # rows j ≠ i
+    if norm.name == "hardmax":
+        lb = (mu > 0).to(mu.dtype)
+    elif norm.name == "sparsemax":
+        lb = (norm.beta * mu > 1).to(mu.dtype)
+    elif norm.name == "entmax":
+        lb = ((norm.alpha - 1) * norm.beta * mu > 1).to(mu.dtype)
+    else:                                              # 1/(1 + (n−1)e^{−c_n μ}), stably
+        lb = torch.sigmoid(norm.scale(n) * mu - math.log(n - 1))
+    f = torch.clamp(3 * lb - 2, min=0)
+    return {"bound": math.sqrt(float((f ** 2).sum()) / n),
+            "frac": float((lb > 2 / 3).double().sum()) / n}
+
+
 def normalisation_point(name: str, d: int, n: int, seed: int, rows: int = 1, starts: int = 2,
                         steps: int = 40) -> dict:
     """``S`` of attention with normalisation ``name`` (:data:`CHAPTER`) at one synthetic text
     (``X = sample_X(n, d, seed)``, ``W = sample_W(d, seed + 1)``, as in the attention
     chapters): the estimate ``S`` (fast estimator over the first ``rows`` words, random starts
-    plus the take-over constructions), the certified lower bound ``certified`` (the better of
-    the row and the key take-over of :prf:ref:`def-takeover`, through the full map in float64),
-    ``phi_rel = ‖φ(X)‖_F/√(n·d)``, the row take-over's margin and
+    plus the take-over constructions), the certified lower bound ``certified`` (the best of
+    the row and the key take-over of :prf:ref:`def-takeover` and the doubling ``Δ = x_0`` of
+    :prf:ref:`prop-norm-double`, through the full map in float64; all three are also starts of
+    the search),
+    ``phi_rel = ‖φ(X)‖_F/√(n·d)``, the doubling ``Δ = x_0``'s relative change ``double`` (and,
+    for :data:`DOUBLING`, its bound ``double_bound`` and ``double_frac``,
+    :func:`doubling_bound`), the row take-over's margin and
     self-weight at word 0 (:func:`row_margin`), and the seconds the estimator took."""
     torch.set_num_threads(1)
     norm = _norm(name)
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
     searched = list(range(min(rows, n)))
+    double = project_ball(X[:1].clone(), math.sqrt(d))[0]    # Δ = x_0, in the ball exactly
     t0 = time.perf_counter()
     res = attention_word_sensitivity(X, W, kind=norm, rows=searched, starts=starts,
-                                     steps=steps, seed=seed, takeovers=True)
+                                     steps=steps, seed=seed, takeovers=True, init=double)
     elapsed = time.perf_counter() - t0
-    # the certificate: the row and the key take-over of each searched word, through the full
-    # map in float64 (two of the estimator's starts; every other start only adds to S)
-    # (one batched evaluation of X and its perturbed copies, as _changes64 does)
-    cands = torch.stack([f(X, W, r) for r in searched for f in (_row_takeover, _key_takeover)])
-    rows2 = torch.tensor([r for r in searched for _ in range(2)])
+    # the certificate: the row and the key take-over of each searched word, and the doubling
+    # Δ = x_0 of prop-norm-double, through the full map in float64 (three of the estimator's
+    # starts; every other start only adds to S); one batched evaluation of X and the copies
+    cands = torch.stack([f(X, W, r) for r in searched for f in (_row_takeover, _key_takeover)]
+                        + [double])
+    rows2 = torch.tensor([r for r in searched for _ in range(2)] + [0])
     with torch.no_grad():
         y = _general_attention(torch.cat([X[None], perturb(X, rows2, cands)]), W, norm)
     base = float(torch.linalg.vector_norm(y[0]))
-    cert = float(torch.linalg.vector_norm(y[1:] - y[0], dim=(-2, -1)).max()) / base
-    out = {"S": res.value, "certified": cert, "seconds": elapsed,
-           "phi_rel": base / math.sqrt(n * d)}
+    changes = torch.linalg.vector_norm(y[1:] - y[0], dim=(-2, -1)) / base
+    out = {"S": res.value, "certified": float(changes.max()), "seconds": elapsed,
+           "phi_rel": base / math.sqrt(n * d), "double": float(changes[-1])}
+    if norm.name in DOUBLING:
+        b = doubling_bound(X, W, 0, norm)
+        out.update(double_bound=b["bound"], double_frac=b["frac"])
     out.update(row_margin(X, W, 0, norm))
     return out
 
