@@ -17,23 +17,14 @@ datasets = pytest.importorskip("datasets")
 from wsutils import chat, config, data  # noqa: E402
 from wsutils import embeddings as em  # noqa: E402
 
-WORDS = ("i love her much smile the movie was good bad film great awful plot actor "
-         "and it a of to is this not very positive negative review").split()
+from tiny_bert import WORDS, save_tiny_bert  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
     """A 2-layer random BERT (hidden 32, 4 heads) with a small WordPiece vocabulary."""
-    path = tmp_path_factory.mktemp("tiny-bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing", "."]
-    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tok = transformers.BertTokenizerFast.from_pretrained(str(path))
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
-                                  num_attention_heads=4, intermediate_size=64,
-                                  max_position_embeddings=64)
-    transformers.BertModel(cfg).save_pretrained(str(path))
-    tok.save_pretrained(str(path))
+    path = save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
     return path
 
 

@@ -17,8 +17,8 @@ from wsutils import embeddings as em  # noqa: E402
 from wsutils import trained as tr  # noqa: E402
 from wsutils.sensitivity import relative_change  # noqa: E402
 
-WORDS = ("i love her much smile the movie was good bad film great awful plot actor "
-         "and it a of to is this not very positive negative review").split()
+from tiny_bert import save_tiny_bert  # noqa: E402
+
 TEXTS = ["i love her smile and the movie was very good", "the plot is bad and the actor awful"]
 
 
@@ -35,21 +35,16 @@ def one_thread():
 @pytest.fixture(scope="module")
 def enc(tmp_path_factory, one_thread):
     """A 2-layer random BERT (hidden 32, 4 heads of width 8), biases made non-zero."""
-    path = tmp_path_factory.mktemp("tiny-bert-trained")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing", "."]
-    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tok = transformers.BertTokenizerFast.from_pretrained(str(path))
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
-                                  num_attention_heads=4, intermediate_size=64,
-                                  max_position_embeddings=64, initializer_range=0.2)
-    model = transformers.BertModel(cfg)
-    with torch.no_grad():  # the library initialises biases to zero; a trained model's are not
-        for name, p in model.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(0, 0.1)
-    model.save_pretrained(str(path))
-    tok.save_pretrained(str(path))
+
+    def nonzero_biases(model):   # the library initialises biases to zero; a trained model's are not
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_(0, 0.1)
+
+    path = save_tiny_bert(tmp_path_factory.mktemp("tiny-bert-trained"), edit=nonzero_biases,
+                          initializer_range=0.2)
     return em.load_model(str(path))
 
 
