@@ -342,6 +342,20 @@ def word_sensitivity(
 
     with torch.no_grad():
         base = phi(Xt)
+    found = search_rows(phi_b, Xt, base, row_list, starts=starts, steps=steps, seed=seed,
+                        extra=extra, lr=lr, max_batch_elements=max_batch_elements,
+                        progress=progress)
+    return certify(phi_b, Xt, found, starts=S, steps=steps, seed=seed,
+                   max_batch_elements=max_batch_elements)
+
+
+def search_rows(phi_b: Map, Xt: torch.Tensor, base: torch.Tensor, row_list: list[int], *,
+                starts: int, steps: int, seed: int, extra, lr: float,
+                max_batch_elements: int, progress: bool = False) -> dict[int, torch.Tensor]:
+    """The ascent of :func:`word_sensitivity` on checked inputs: ``phi_b`` (batched) at
+    ``Xt``, with ``base = φ(X)``; the relative change ``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` is
+    maximised for every row of ``row_list``; returns the best ``Δ`` of each row
+    (``_ascend``). A non-finite or zero ``φ(X)`` is a ValueError."""
     if not bool(torch.isfinite(base).all()):
         raise ValueError("φ(X) has non-finite entries (NaN or inf): the relative change is "
                          "undefined; check the map and its weights.")
@@ -355,11 +369,9 @@ def word_sensitivity(
             return _norms(out - base, len(row_idx)) / base_norm
         return values
 
-    found = _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
-                    extra=extra, lr=lr, max_batch_elements=max_batch_elements,
-                    progress=progress)
-    return certify(phi_b, Xt, found, starts=S, steps=steps, seed=seed,
-                   max_batch_elements=max_batch_elements)
+    return _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
+                   extra=extra, lr=lr, max_batch_elements=max_batch_elements,
+                   progress=progress)
 
 
 def certify(phi_b: Map, Xt: torch.Tensor, found: dict[int, torch.Tensor], *, starts: int,

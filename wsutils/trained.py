@@ -58,8 +58,8 @@ import torch
 from ._tensor import Array, as_tensor
 from .checks import check_int, check_seed
 from .embeddings import Encoder, embed, load_model
-from .sensitivity import (SensitivityResult, _ascend, _norms, certify, check_lr, perturb,
-                          search_setup)
+from .sensitivity import (SensitivityResult, _ascend, certify, check_lr,
+                          search_rows, search_setup)
 
 __all__ = ["Head", "head_weights", "random_head", "layer_inputs", "head_map", "block_map",
            "layer_map", "stack_map", "own_norm_problem", "own_norm_word_sensitivity",
@@ -303,21 +303,8 @@ def own_norm_word_sensitivity(phi: Map, X: Array, *, rows=None, starts: int = 4,
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     with torch.no_grad():
         base = phi_Z(Zs[None])[0]
-    if not bool(torch.isfinite(base).all()):
-        raise ValueError("φ(X) has non-finite entries (NaN or inf): the relative change is "
-                         "undefined; check the map.")
-    base_norm = float(torch.linalg.vector_norm(base))
-    if not base_norm > 0:
-        raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
-
-    def objective(chunk):
-        def values(row_idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
-            out = phi_Z(perturb(Zs, row_idx, Delta))
-            return _norms(out - base, len(row_idx)) / base_norm
-        return values
-
-    found = _ascend(objective, Zs, row_list, starts=starts, steps=steps, seed=seed,
-                    extra=None, lr=lr, max_batch_elements=max_batch_elements, progress=False)
+    found = search_rows(phi_Z, Zs, base, row_list, starts=starts, steps=steps, seed=seed,
+                        extra=None, lr=lr, max_batch_elements=max_batch_elements)
     res = certify(phi_Z, Z.to(Zs.device), found, starts=starts, steps=steps, seed=seed,
                   max_batch_elements=max_batch_elements)       # at X itself, in float64
     return _to_x(res, r)
