@@ -420,18 +420,14 @@ class _VocabularyTables:
 
     def __init__(self, enc: Encoder, dev: torch.device):
         emb = enc.model.embeddings
-        _check_embedding_layer(emb, enc.hidden)
         self.dev, self.fingerprint = dev, _fingerprint(enc)
         self.emb64 = copy.deepcopy(emb).to(dev, torch.float64).eval()
-        ln = self.emb64.LayerNorm
-        self.gamma, self.beta, self.eps = ln.weight.detach(), ln.bias.detach(), float(ln.eps)
         heads = [head_weights(enc, 1, h) for h in range(enc.heads)]
         self.H, self.dh = len(heads), heads[0].d_h
         self.W = torch.cat([torch.cat([getattr(h, w) for h in heads], 1)
                             for w in ("W_Q", "W_K", "W_V")], 1).to(dev)        # (d, 3d)
         self.b = torch.cat([torch.cat([getattr(h, b) for h in heads])
                             for b in ("b_Q", "b_K", "b_V")]).to(dev)           # (3d,)
-        self.shift = self.beta @ self.W + self.b
         self.A = None
         self.nbytes = 8 * (sum(p.numel() for p in self.emb64.parameters()) + self.W.numel())
 
@@ -441,7 +437,11 @@ class _VocabularyTables:
 
         if self.A is not None:
             return 0.0
+        _check_embedding_layer(self.emb64, self.W.shape[0])
         t0 = time.perf_counter()
+        ln = self.emb64.LayerNorm
+        self.gamma, self.beta, self.eps = ln.weight.detach(), ln.bias.detach(), float(ln.eps)
+        self.shift = self.beta @ self.W + self.b
         Wd = self.emb64.word_embeddings.weight.detach()
         V = Wd.shape[0]
         self.mean = Wd.mean(1)                                                  # (V,)
@@ -682,10 +682,11 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
             torch.div(sq.clamp_min_(0).sqrt_(), base_norm, out=values[:, j:j + b])
             torch.div(torch.linalg.vector_norm(rows.sub_(X[i]), dim=-1), xi_norm,
                       out=dist[j:j + b])
-        # the batch's arrays (rows, q, k, v, dv, out_i: 6·b·d; four of b·heads·n) and the
-        # module's temporaries (direct: its gather, sums and LayerNorm, rows·W: 7·b·d)
+        # one batch's arrays: rows, q, k, v, dv, out_i and two temporaries (dv², q·k): 8·b·d;
+        # a, g, cross, e: 4·b·heads·n; direct: the module's temporaries too (its gather, two
+        # sums, LayerNorm, rows·W: 7·b·d)
         B = min(batch, len(tokens))
-        peak = 8 * ((6 if method == "factored" else 13) * B * d + 4 * B * H * n)
+        peak = 8 * ((8 if method == "factored" else 15) * B * d + 4 * B * H * n)
     return VocabularyChanges(position=position, original=int(ids[position]),
                              tokens=tokens.numpy(), values=values.cpu().numpy(),
                              dist=dist.cpu().numpy(),
