@@ -368,8 +368,8 @@ class VocabularyChanges:
     when token ``i`` becomes vocabulary token ``v``; ``dist``: ``(V,)``, ``‖e_v − x_i‖/‖x_i‖``
     (``≤ 1``: the substitution lies in the own-norm ball); ``tokens``: the candidate token
     ids (``V`` of them); ``original``: the token at ``i``; ``seconds``: the wall time of the
-    call (``table_seconds`` of it spent building the cached tables, 0 when they were
-    cached); ``peak_bytes``: the float64 arrays the call holds at its largest, counted from
+    call (``table_seconds`` of it spent making rows of the cached tables, 0 when the
+    candidates' rows were made by an earlier call); ``peak_bytes``: the float64 arrays the call holds at its largest, counted from
     their shapes (an estimate, not a measurement): the cached tables (``table_bytes``,
     ``_VocabularyTables``) plus one batch's intermediate arrays."""
 
@@ -411,12 +411,12 @@ class _VocabularyTables:
     the centred sum of the position-``i`` and segment-0 embeddings, ``γ, β, ε`` the
     LayerNorm's and ``σ_{vi}² = ‖ŵ_v + ĉ_i‖²/d + ε``. So with ``W = [W_Q W_K W_V]`` (all heads,
     ``d × 3d``) and ``b`` their biases, ``e_{vi} W + b = [A_v + (ĉ_i⊙γ) W]/σ_{vi} + βW + b``,
-    ``A_v = (ŵ_v⊙γ) W``: the ``V × d × 3d`` product ``A`` is made once (lazily, on first
-    use) and serves every position and text; a position then costs ``O(V·d)`` for the rows
-    and ``σ_{vi}``. ``emb64`` is a float64 copy of the model's own embedding module (the
+    ``A_v = (ŵ_v⊙γ) W``: the ``V × d × 3d`` product ``A`` is made once, row by row as
+    candidates first need it, and serves every position and text; a position then costs
+    ``O(V·d)`` for the rows, ``σ_{vi}`` and ``q, k, v``. ``emb64`` is a float64 copy of the model's own embedding module (the
     rows of the text itself, the ``direct`` method, and the check of
     :func:`_check_factored`). Rebuilt by :func:`_tables` when the model's parameters change.
-    ``nbytes``: the float64 arrays held (the copy, ``A``, ``W``)."""
+    ``nbytes``: the float64 arrays held (the copy, ``W``, and ``A`` in full once set up)."""
 
     def __init__(self, enc: Encoder, dev: torch.device):
         emb = enc.model.embeddings
@@ -431,14 +431,12 @@ class _VocabularyTables:
         self.A = None
         self.nbytes = 8 * (sum(p.numel() for p in self.emb64.parameters()) + self.W.numel())
 
-    def build(self, chunk: int = 4096) -> float:
-        """Make ``A`` (and ``‖ŵ_v‖``) if not made yet; returns the seconds it took."""
-        import time
-
+    def build(self) -> None:
+        """Set up ``A`` (and ``‖ŵ_v‖``) if not yet done; their rows are filled on first use
+        (:meth:`fill`), so a search over a subset of the vocabulary pays for that subset."""
         if self.A is not None:
-            return 0.0
+            return
         _check_embedding_layer(self.emb64, self.W.shape[0])
-        t0 = time.perf_counter()
         ln = self.emb64.LayerNorm
         self.gamma, self.beta, self.eps = ln.weight.detach(), ln.bias.detach(), float(ln.eps)
         self.shift = self.beta @ self.W + self.b
@@ -447,13 +445,26 @@ class _VocabularyTables:
         self.mean = Wd.mean(1)                                                  # (V,)
         self.A = torch.empty(3 * self.H, V, self.dh, dtype=torch.float64, device=self.dev)
         self.wnorm = torch.empty(V, dtype=torch.float64, device=self.dev)
-        for j in range(0, V, chunk):
-            Wc = Wd[j:j + chunk] - self.mean[j:j + chunk, None]                 # ŵ_v
-            self.wnorm[j:j + chunk] = torch.linalg.vector_norm(Wc, dim=1)
-            Ac = (Wc * self.gamma) @ self.W                                     # (c, 3d)
-            self.A[:, j:j + chunk] = Ac.reshape(len(Wc), 3 * self.H, self.dh).transpose(0, 1)
+        self.filled = torch.zeros(V, dtype=torch.bool, device=self.dev)
+        self.fill_seconds = 0.0
         self.nbytes += 8 * (self.A.numel() + 2 * V)
-        return time.perf_counter() - t0
+
+    def fill(self, t: torch.Tensor, chunk: int = 4096) -> None:
+        """Make the rows ``A_v = (ŵ_v⊙γ) W`` and ``‖ŵ_v‖`` of the tokens ``t`` not made yet."""
+        import time
+
+        need = t[~self.filled[t]].unique()
+        if len(need) == 0:
+            return
+        t0 = time.perf_counter()
+        Wd = self.emb64.word_embeddings.weight.detach()
+        for j in range(0, len(need), chunk):
+            c = need[j:j + chunk]
+            Wc = Wd[c] - self.mean[c, None]                                     # ŵ_v
+            self.wnorm[c] = torch.linalg.vector_norm(Wc, dim=1)
+            self.A[:, c] = self._heads_layout((Wc * self.gamma) @ self.W)       # (3H, c, dh)
+        self.filled[need] = True
+        self.fill_seconds += time.perf_counter() - t0
 
     def centred_position(self, position: int) -> torch.Tensor:
         c = (self.emb64.position_embeddings.weight.detach()[position]
@@ -480,6 +491,7 @@ class _VocabularyTables:
         d = Wd.shape[1]
 
         def rows_of(t: torch.Tensor, rows: torch.Tensor, qkv: torch.Tensor) -> None:
+            self.fill(t)
             lo, hi = int(t[0]), int(t[-1]) + 1
             span = slice(lo, hi) if hi - lo == len(t) and bool((t[1:] > t[:-1]).all()) else t
             torch.sub(Wd[span], self.mean[span, None], out=rows)
@@ -621,8 +633,9 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
     tab = _tables(enc, dev)
     i, H, dh, d = position, tab.H, tab.dh, enc.hidden
     with torch.no_grad():
-        table_seconds = tab.build() if method == "factored" else 0.0
         if method == "factored":
+            tab.build()
+            filled = tab.fill_seconds
             rows_of = tab.factored(i)
             guard = torch.cat([ids[i:i + 1], tokens[torch.linspace(
                 0, len(tokens) - 1, min(7, len(tokens))).long()].to(dev)])
@@ -692,7 +705,8 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
                              dist=dist.cpu().numpy(),
                              seconds=time.perf_counter() - t0,
                              peak_bytes=int(tab.nbytes + peak), table_bytes=int(tab.nbytes),
-                             table_seconds=table_seconds)
+                             table_seconds=tab.fill_seconds - filled if method == "factored"
+                             else 0.0)
 
 
 def substitution_changes(enc, input_ids, position: int, tokens, *,
