@@ -28,7 +28,9 @@ one-word substitutions (the book's chapter ``trained-attention``).
   rescaled coordinates of :func:`own_norm_problem`).
 - :func:`vocabulary_changes`: the realisable word sensitivity of the first layer's heads
   (:prf:ref:`def-realisable-ws`): replace token ``i`` by **every** token of the vocabulary
-  through the model's own embedding layer, batched; :func:`substitution_changes`: the relative
+  through the model's embedding layer, batched, with every token's ``q, k, v`` from one
+  product cached per model (eq. :eq:`eq-vocab-factored`, checked against the model's own
+  module at every call); :func:`substitution_changes`: the relative
   change of the hidden states of every layer for a list of substitutions (full forward passes);
   :func:`pair_changes`: the same for one-word-different sentence pairs (the figure-1 chapter's).
 
