@@ -321,10 +321,12 @@ class _FastObjective:
     - sparsemax, entmax, hardmax: their threshold is non-decreasing in every score, so after
       any change of one score ``i`` of row ``j`` no key ``k ≠ i`` below ``f_j`` (the threshold
       of the row without its largest entry; for hardmax its second largest entry) carries
-      weight (``_support_floor``). Each row keeps its ``K`` largest keys (``K = max_j
-      |{k : s_jk > f_j}|``, a handful for isotropic texts), their weights and Gram matrix; a
-      step recomputes row ``j``'s weights on those keys and key ``i`` (exact: the same
-      threshold as the full row) and the squared change as a quadratic form, ``O(n·K·(K + d))``.
+      weight (``_support_floor``). Each row keeps the keys of ``C_j = {k : s_jk > f_j}`` (a
+      handful for sparsemax and hardmax on isotropic texts, tens for 1.5-entmax), padded to the
+      largest set of its group (rows of similar set size, ``_GROUP_RATIO``), their weights and
+      Gram matrix (or the keys themselves when ``K > d``); a step recomputes row ``j``'s weights
+      on those keys and key ``i`` (exact: the same threshold as the full row) and the squared
+      change, ``O(n·K·(min(K, d) + d))``.
       The squared change is a sum of expanded terms: its absolute rounding error is of order
       ``u·(‖p' − p‖₁√d + p'_ji‖Δ‖)²`` per row, so a change that vanishes in exact arithmetic
       can come out of the square root at about ``√u`` times that size (harmless for the
