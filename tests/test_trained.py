@@ -203,15 +203,15 @@ def test_vocabulary_changes_equal_full_forward(enc):
 @pytest.mark.parametrize("tokens", [None, [30, 5, 17, 6, 7, 8, 2]])
 def test_factored_equals_direct(enc, tokens, monkeypatch):
     """The cached factored rows (ranges of the tables, and gathered subsets), the direct way,
-    and the fallback for nearly cancelling parts (forced by κ_max = 0) agree to float64
-    rounding."""
+    and the fallback for nearly cancelling parts (forced by a cancellation bound of 0) agree
+    to float64 rounding."""
     ids = enc.tokenizer(TEXTS[1], truncation=True, max_length=8)["input_ids"]
     fac = tr.vocabulary_changes(enc, ids, 2, tokens=tokens, batch=4)
     dire = tr.vocabulary_changes(enc, ids, 2, tokens=tokens, batch=4, method="direct")
     np.testing.assert_array_equal(fac.tokens, dire.tokens)
     np.testing.assert_allclose(fac.values, dire.values, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(fac.dist, dire.dist, rtol=1e-10, atol=1e-13)
-    monkeypatch.setattr(tr, "_KAPPA", 0.0)
+    monkeypatch.setattr(tr, "_CANCEL_MAX", 0.0)
     forced = tr.vocabulary_changes(enc, ids, 2, tokens=tokens, batch=4)
     np.testing.assert_allclose(forced.values, fac.values, rtol=1e-10, atol=1e-13)
 
@@ -228,10 +228,29 @@ def test_factored_guard_and_cache(enc):
     assert not np.allclose(after.values, before.values)
     np.testing.assert_allclose(after.values, tr.vocabulary_changes(
         other, ids, 4, tokens=[5, 6], method="direct").values, rtol=1e-10)
-    # a cached table that no longer matches the module is caught by the check
-    tab = tr._tables(other, other.device)
-    tab.emb64.LayerNorm.eps = 1e-2
-    with pytest.raises(ValueError, match="does not compute"):
+    # also a change that bypasses autograd's version counter (p.data), and load_state_dict
+    for change in (lambda m: m.encoder.layer[0].attention.self.query.bias.data.add_(0.5),
+                   lambda m: m.embeddings.word_embeddings.weight.data[5].mul_(1.5),
+                   lambda m: m.load_state_dict(enc.model.state_dict())):
+        stale = tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
+        change(other.model)
+        now = tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
+        assert not np.allclose(now.values, stale.values)
+        fresh = em.Encoder(name=enc.name, identity=enc.identity, tokenizer=enc.tokenizer,
+                           model=copy.deepcopy(other.model))
+        np.testing.assert_allclose(now.values, tr.vocabulary_changes(
+            fresh, ids, 4, tokens=[5, 6], method="direct").values, rtol=1e-10)
+        held = tr.free_vocabulary_tables(fresh)
+        assert held > 0 and tr.free_vocabulary_tables(fresh) == 0
+    # a formula that no longer matches the module is caught by the check, even when it is
+    # off by far less than float32 rounding (relative 1e-9 in γ, or ε = 1e-5 for 1e-12)
+    for field, value in (("gamma", lambda t: t.gamma * (1 + 1e-9)), ("eps", lambda t: 1e-5)):
+        tab = tr._tables(other, other.device)
+        good = getattr(tab, field)
+        setattr(tab, field, value(tab))
+        with pytest.raises(ValueError, match="does not compute"):
+            tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
+        setattr(tab, field, good)
         tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
     # an embedding layer without BERT's LayerNorm: refused, the direct way still runs
     other.model.embeddings.LayerNorm = torch.nn.Identity()

@@ -371,7 +371,8 @@ class VocabularyChanges:
     (``≤ 1``: the substitution lies in the own-norm ball); ``tokens``: the candidate token
     ids (``V`` of them); ``original``: the token at ``i``; ``seconds``: the wall time of the
     call (``table_seconds`` of it spent making rows of the cached tables, 0 when the
-    candidates' rows were made by an earlier call); ``peak_bytes``: the float64 arrays the call holds at its largest, counted from
+    candidates' rows were made by an earlier call); ``peak_bytes``: the float64 arrays the
+    call holds at its largest, counted from
     their shapes (an estimate, not a measurement): the cached tables (``table_bytes``,
     ``_VocabularyTables``) plus one batch's intermediate arrays."""
 
@@ -387,7 +388,7 @@ class VocabularyChanges:
 
 
 _U64 = 2.0 ** -53           # float64 unit roundoff
-_KAPPA = 16.0               # above it, a candidate's q, k, v are formed directly (see below)
+_CANCEL_MAX = 16.0          # above it, a candidate's q, k, v are formed directly (see below)
 
 
 def _check_embedding_layer(emb, d: int) -> None:
@@ -415,14 +416,16 @@ class _VocabularyTables:
     ``d × 3d``) and ``b`` their biases, ``e_{vi} W + b = [A_v + (ĉ_i⊙γ) W]/σ_{vi} + βW + b``,
     ``A_v = (ŵ_v⊙γ) W``: the ``V × d × 3d`` product ``A`` is made once, row by row as
     candidates first need it, and serves every position and text; a position then costs
-    ``O(V·d)`` for the rows, ``σ_{vi}`` and ``q, k, v``. ``emb64`` is a float64 copy of the model's own embedding module (the
+    ``O(V·d)`` for the rows, ``σ_{vi}`` and ``q, k, v``. ``emb64`` is a float64 copy of the
+    model's own embedding module (the
     rows of the text itself, the ``direct`` method, and the check of
-    :func:`_check_factored`). Rebuilt by :func:`_tables` when the model's parameters change.
+    :func:`_check_factored`). Rebuilt by :func:`_tables` when the model's parameters change
+    (:func:`_is_current`).
     ``nbytes``: the float64 arrays held (the copy, ``W``, and ``A`` in full once set up)."""
 
     def __init__(self, enc: Encoder, dev: torch.device):
         emb = enc.model.embeddings
-        self.dev, self.fingerprint = dev, _fingerprint(enc)
+        self.dev = dev
         self.emb64 = copy.deepcopy(emb).to(dev, torch.float64).eval()
         heads = [head_weights(enc, 1, h) for h in range(enc.heads)]
         self.H, self.dh = len(heads), heads[0].d_h
@@ -430,6 +433,8 @@ class _VocabularyTables:
                             for w in ("W_Q", "W_K", "W_V")], 1).to(dev)        # (d, 3d)
         self.b = torch.cat([torch.cat([getattr(h, b) for h in heads])
                             for b in ("b_Q", "b_K", "b_V")]).to(dev)           # (3d,)
+        W, b = _live_qkv(enc)       # the heads' blocks in order: the model's own layout
+        assert _same(W.T, self.W.T) and _same(b, self.b)
         self.A = None
         self.nbytes = 8 * (sum(p.numel() for p in self.emb64.parameters()) + self.W.numel())
 
@@ -482,9 +487,15 @@ class _VocabularyTables:
         """``(t, rows, qkv) ↦ None`` at ``position`` by eq. :eq:`eq-vocab-factored`: writes
         the rows ``(b, d)`` and the ``q, k, v`` ``(3·heads, b, d_h)`` of the tokens ``t`` into
         the given buffers (from slices of the tables when ``t`` is a range). A candidate whose
-        ``κ = (‖ŵ_v‖ + ‖ĉ_i‖)/‖ŵ_v + ĉ_i‖`` exceeds ``_KAPPA`` (the two parts nearly cancel, so
-        summing ``A_v`` and ``(ĉ_i⊙γ)W`` could lose more than the direct product's rounding)
-        gets ``((ŵ_v + ĉ_i)⊙γ) W`` formed directly instead."""
+        cancellation ratio ``(‖ŵ_v‖ + ‖ĉ_i‖)/‖ŵ_v + ĉ_i‖`` exceeds ``_CANCEL_MAX`` gets
+        ``((ŵ_v + ĉ_i)⊙γ) W`` formed directly instead. Why: the rounding errors of ``A_v``
+        and ``(ĉ_i⊙γ)W`` scale with ``‖ŵ_v‖`` and ``‖ĉ_i‖``, the direct product's with
+        ``‖ŵ_v + ĉ_i‖``, so the factored
+        sum's bound is at most that ratio times the direct one's (first order, as in
+        :func:`_check_factored`, whose tolerance carries the parts' sizes and so holds for
+        any ratio). ``16`` is a choice, not derived: it gives up at most 4 of float64's 53
+        bits against the direct product (on the embedded model, every 97th token at position 3
+        has a ratio ``≤ 1.6``: the fallback is for unusual tables)."""
         ch = self.centred_position(position)
         ch_norm = torch.linalg.vector_norm(ch)
         cq = self._heads_layout(((ch * self.gamma) @ self.W)[None])                # (3H, 1, dh)
@@ -505,7 +516,7 @@ class _VocabularyTables:
             else:
                 torch.index_select(self.A, 1, t, out=qkv).add_(cq)
             qkv.div_(sig[None]).add_(shift)
-            bad = (self.wnorm[span] + ch_norm) > _KAPPA * a_norm[:, 0]
+            bad = (self.wnorm[span] + ch_norm) > _CANCEL_MAX * a_norm[:, 0]
             if bool(bad.any()):
                 qkv[:, bad] = self._heads_layout((a[bad] * self.gamma) @ self.W / sig[bad]
                                                  + self.shift)
@@ -524,10 +535,51 @@ class _VocabularyTables:
         return rows_of
 
 
-def _fingerprint(enc: Encoder) -> tuple:
-    params = [*enc.model.embeddings.parameters(),
-              *enc.model.encoder.layer[0].attention.self.parameters()]
-    return tuple((p.data_ptr(), p._version, tuple(p.shape)) for p in params)
+def _same(live: torch.Tensor, copy64: torch.Tensor, chunk: int = 4096) -> bool:
+    """Whether the model's parameter ``live`` equals its cached float64 copy exactly (the copy
+    was made by an exact conversion, so any change of ``live`` shows), in row chunks so that
+    no full float64 copy of a large table is made."""
+    if tuple(live.shape) != tuple(copy64.shape):
+        return False
+    live = live.detach().reshape(len(live), -1) if live.dim() else live.detach().reshape(1, 1)
+    copy64 = copy64.reshape(live.shape)
+    return all(torch.equal(live[j:j + chunk].to(copy64.device, torch.float64),
+                           copy64[j:j + chunk]) for j in range(0, len(live), chunk))
+
+
+def _live_qkv(enc: Encoder) -> tuple:
+    """The first layer's ``[W_Q W_K W_V]`` (``d × 3d``, all heads in order) and biases, as
+    the model holds them now (not copied)."""
+    att = enc.model.encoder.layer[0].attention.self
+    lins = (att.query, att.key, att.value)
+    return (torch.cat([lin.weight.detach().T for lin in lins], 1),
+            torch.cat([lin.bias.detach() for lin in lins]))
+
+
+def _is_current(tab: "_VocabularyTables", enc: Encoder) -> bool:
+    """Whether ``tab`` still describes ``enc``'s model: every parameter and buffer of its
+    embedding module, the LayerNorm's ``ε``, and the first layer's query, key and value
+    weights and biases equal the cached float64 copies exactly. Compared at every call
+    (``O(V·d)``, no float64 copy of a whole table), so changes made in place in any way
+    (``p.add_``, ``p.data.add_``, ``load_state_dict``, ``model.to``) are seen; only changes
+    that leave these tensors and ``ε`` unchanged but alter the modules' code are not."""
+    emb, emb64 = enc.model.embeddings, tab.emb64
+    live = dict(emb.named_parameters()) | dict(emb.named_buffers())
+    held = dict(emb64.named_parameters()) | dict(emb64.named_buffers())
+    if type(emb) is not type(emb64) or live.keys() != held.keys():
+        return False
+    if getattr(getattr(emb, "LayerNorm", None), "eps", None) != getattr(
+            getattr(emb64, "LayerNorm", None), "eps", None):
+        return False
+    for name, p in live.items():
+        q = held[name]
+        if p.is_floating_point():
+            if not _same(p, q):
+                return False
+        elif not torch.equal(p.detach().to(q.device), q):
+            return False
+    W, b = _live_qkv(enc)
+    return _same(W.T, tab.W.T) and _same(b, tab.b)
 
 
 _TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -535,13 +587,38 @@ _TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def _tables(enc: Encoder, dev: torch.device) -> _VocabularyTables:
     """The :class:`_VocabularyTables` of ``enc``'s model on ``dev``, cached (one per model,
-    held while the model lives; rebuilt if its embedding or first-layer attention parameters
-    were changed, moved or replaced, or if ``dev`` differs)."""
+    keyed by the model object itself through a weak reference: the entry goes when the model
+    is freed, and a new model never finds an old model's tables). Rebuilt when
+    :func:`_is_current` finds the embedding module or the first layer's ``W_Q, W_K, W_V``
+    changed, or when ``dev`` differs."""
+    att = getattr(getattr(getattr(enc.model, "encoder", None), "layer", [None])[0],
+                  "attention", None)
+    if not (hasattr(enc.model, "embeddings") and all(
+            isinstance(getattr(getattr(att, "self", None), w, None), torch.nn.Linear)
+            for w in ("query", "key", "value"))):
+        raise ValueError(f"vocabulary_changes needs a BERT-family model (an `embeddings` "
+                         f"module and encoder.layer[0].attention.self.query/key/value), got "
+                         f"{type(enc.model).__name__}; neither method applies to it.")
     tab = _TABLES.get(enc.model)
-    if tab is None or tab.dev != dev or tab.fingerprint != _fingerprint(enc):
+    if tab is None or tab.dev != dev or not _is_current(tab, enc):
         _TABLES.pop(enc.model, None)
         tab = _TABLES[enc.model] = _VocabularyTables(enc, dev)
     return tab
+
+
+def free_vocabulary_tables(enc=None) -> int:
+    """Free the tables that :func:`vocabulary_changes` caches (for ``enc``'s model, or for
+    every model when ``enc`` is None) and return the bytes they held. They are otherwise held
+    as long as their model lives, and :func:`wsutils.embeddings.load_model` keeps the models
+    it loads for the whole process: about ``8·(V·3d + (V + P + T)·d + 3d²)`` bytes per model
+    (``P`` positions, ``T`` segments; 0.72 GiB for ``bert-base-uncased``, 0.35 GiB for the
+    embedded model)."""
+    if enc is None:
+        freed = sum(t.nbytes for t in _TABLES.values())
+        _TABLES.clear()
+        return int(freed)
+    tab = _TABLES.pop(_encoder(enc).model, None)
+    return 0 if tab is None else int(tab.nbytes)
 
 
 def _check_factored(tab: _VocabularyTables, rows, t: torch.Tensor, position: int) -> None:
@@ -580,11 +657,13 @@ def _check_factored(tab: _VocabularyTables, rows, t: torch.Tensor, position: int
     tol_qkv = tab._heads_layout(tol_qkv)
     if not (bool(((r_f - r_m).abs() <= tol).all())
             and bool(((qkv_f - qkv_m).abs() <= tol_qkv).all())):
-        worst = float(((r_f - r_m).abs() / tol).max())
+        worst = (float(((r_f - r_m).abs() / tol).max()),
+                 float(((qkv_f - qkv_m).abs() / tol_qkv).max()))
         raise ValueError("the model's embedding layer does not compute "
                          "LayerNorm(word + position + segment) row by row as "
-                         f"method='factored' assumes (rows off by {worst:.3g} times the "
-                         "rounding bound): use vocabulary_changes(..., method='direct').")
+                         f"method='factored' assumes (rows off by {worst[0]:.3g}, q, k, v by "
+                         f"{worst[1]:.3g} times their rounding bounds): use "
+                         "vocabulary_changes(..., method='direct').")
 
 
 def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int = 2048,
@@ -606,7 +685,12 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
     (``_check_factored``); ``method="direct"``: each candidate's row
     through the float64 copy of the model's embedding module, then times ``W_Q, W_K, W_V``
     (``O(d²)`` per candidate and position; the baseline of ``benchmarks/bench_trained.py``).
-    The two agree to float64 rounding. Then the scores of row and column ``i``
+    The two agree to float64 rounding. Both read the model through tables cached per model
+    (``_tables``): compared exactly with the model's parameters at every call and rebuilt if
+    any changed; they hold ``table_bytes`` (``8·V·3d`` for ``A`` plus the float64 copy of
+    the embedding module and ``W``: 0.72 GiB for ``bert-base-uncased``) as long as the model
+    lives, which for a model from :func:`wsutils.embeddings.load_model` is the process:
+    :func:`free_vocabulary_tables` frees them. Then the scores of row and column ``i``
     (``O(n·d)`` per candidate): every other output row ``j`` moves by
     ``(ρ' − ρ)(m_j − v_i) + (1 − ρ')(v'_i − v_i)`` with ``m_j`` the mean of the other values
     under row ``j``'s weights and ``ρ``, ``ρ'`` their total weight before and after, as in
@@ -674,7 +758,7 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
                            *(torch.empty(H, b, dh, dtype=f64, device=dev) for _ in "do"),
                            *(torch.empty(H, b, n, dtype=f64, device=dev) for _ in "agct"))
             rows, qkv, dv, out_i, a_arg, g, cross, sm = work[b]
-            rows_of(t, rows, qkv)                                                 # (b, d), (3H, b, dh)
+            rows_of(t, rows, qkv)                                 # (b, d), (3H, b, dh)
             q, k, v = qkv.split(H)                                                # (H, b, dh)
             torch.sub(v, Vv[:, i:i + 1], out=dv)                                  # v'_i − v_i
             # rows j ≠ i: a = ℓ_j − s'_ji, ρ' = σ(a); ρ' − ρ = σ(a)(1 − ρ) − ρ σ(−a)
