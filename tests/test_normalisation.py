@@ -425,3 +425,13 @@ def test_cosine_law_tail_and_median_maximum_by_simulation():
         top = (u[..., 0] / torch.linalg.vector_norm(u, dim=-1)).amax(dim=1)
         frac = float((top <= q).double().mean())
         assert abs(frac - 0.5) < 5 * math.sqrt(0.25 / 2000)          # 5 binomial s.e.
+    # the quantile function behind sd: symmetric, and P(υ > τ) = p below zero too
+    from wsutils.normalisation import _cosine_quantile
+
+    p = np.array([0.05, 0.3, 0.5, 0.7, 0.95])
+    tau = _cosine_quantile(8, p)
+    np.testing.assert_allclose(tau, -tau[::-1], atol=1e-12)
+    u = torch.randn(400_000, 8, generator=g, dtype=torch.float64)
+    t = (u[:, 0] / torch.linalg.vector_norm(u, dim=1)).numpy()
+    emp = np.array([(t > x).mean() for x in tau])
+    assert np.all(np.abs(emp - p) < 5 * np.sqrt(p * (1 - p) / t.size))
