@@ -30,8 +30,8 @@ one-word substitutions (the book's chapter ``trained-attention``).
   (:prf:ref:`def-realisable-ws`): replace token ``i`` by **every** token of the vocabulary
   through the model's embedding layer, batched, with every token's ``q, k, v`` from one
   product cached per model (eq. :eq:`eq-vocab-factored`, checked against the model's own
-  module at every call); :func:`substitution_changes`: the relative
-  change of the hidden states of every layer for a list of substitutions (full forward passes);
+  module at every call; :func:`free_vocabulary_tables` frees them);
+  :func:`substitution_changes`: the relative change of the hidden states of every layer for a list of substitutions (full forward passes);
   :func:`pair_changes`: the same for one-word-different sentence pairs (the figure-1 chapter's).
 
 Threads. The searches run many small batched products; on a shared machine one torch thread
@@ -67,6 +67,7 @@ from .sensitivity import (SensitivityResult, _ascend, certify, check_lr,
 __all__ = ["Head", "head_weights", "random_head", "layer_inputs", "head_map", "block_map",
            "layer_map", "stack_map", "own_norm_problem", "own_norm_word_sensitivity",
            "head_word_sensitivity", "vocabulary_changes", "VocabularyChanges",
+           "free_vocabulary_tables",
            "substitution_changes", "pair_changes", "head_grid",
            "heads_word_sensitivity"]
 
