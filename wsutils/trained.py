@@ -31,7 +31,8 @@ one-word substitutions (the book's chapter ``trained-attention``).
   through the model's embedding layer, batched, with every token's ``q, k, v`` from one
   product cached per model (eq. :eq:`eq-vocab-factored`, checked against the model's own
   module at every call; :func:`free_vocabulary_tables` frees them);
-  :func:`substitution_changes`: the relative change of the hidden states of every layer for a list of substitutions (full forward passes);
+  :func:`substitution_changes`: the relative change of the hidden states of every layer for
+  a list of substitutions (full forward passes);
   :func:`pair_changes`: the same for one-word-different sentence pairs (the figure-1 chapter's).
 
 Threads. The searches run many small batched products; on a shared machine one torch thread
