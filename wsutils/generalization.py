@@ -61,14 +61,14 @@ DATA = ("planted", "authors")
 #: The map name of the general attention map :func:`wsutils.maps.attention` in this module
 #: (chapter *normalisation*): ``map="attention"`` with ``normalisation=...`` (a name of
 #: :data:`wsutils.maps.NORMALISATIONS`, a dict of :class:`wsutils.maps.Normalisation`'s fields, or
-#: a :class:`~wsutils.maps.Normalisation`). It is not in :data:`MAPS`, the paper's three maps:
+#: a :class:`~wsutils.maps.Normalisation`). It is not in ``MAPS``, the paper's three maps:
 #: ``map="attention"`` with ``"softmax"`` (``β = 1``) gives the records of ``map="raf"`` and
 #: with ``"relu"`` those of ``map="relu"``, to the last bit.
 GENERAL = "attention"
 
 
 def flip_normalisation(map: str, normalisation=None) -> Normalisation | None:
-    """Check ``map`` (one of :data:`MAPS` or :data:`GENERAL`) and its ``normalisation``: a
+    """Check ``map`` (one of ``MAPS`` or :data:`GENERAL`) and its ``normalisation``: a
     :class:`~wsutils.maps.Normalisation` for ``map="attention"`` (from a name, a dict of its
     fields such as ``{"name": "scalable", "s": 2.0}``, or a Normalisation), ``None`` for the
     paper's maps, which take none."""
