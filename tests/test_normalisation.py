@@ -316,3 +316,88 @@ def test_doubling_bound_positive_for_hardmax_at_small_d():
 
     X, W = _text(500, 3, 4)
     assert doubling_bound(X, W, 0, "hardmax")["bound"] > 0.1
+
+
+@pytest.mark.parametrize("name", ["sparsemax", "entmax", "hardmax"])
+@pytest.mark.parametrize("n, d", [(400, 8), (300, 64)])
+def test_compact_update_in_groups_equals_full_map(name, n, d):
+    """Large texts: the rows fall into several groups of their own set size (and K > d uses
+    the vector form, K ≤ d the Gram form); every group still equals the full map."""
+    X, W = _text(n, d, 21)
+    norm = Normalisation(name)
+    obj = at._FastObjective(X, W, norm)
+    if name == "entmax":
+        assert len(obj.groups) > 1
+    g = torch.Generator().manual_seed(3)
+    rows = torch.tensor([0, 7, 123, 7])
+    Delta = ws.sensitivity.project_ball(torch.randn(4, d, generator=g, dtype=torch.float64),
+                                        math.sqrt(d))
+    Delta[1] = at.key_takeover(X, W, 7)
+    Delta[2] = at.row_takeover(X, W, 123)
+    fast = obj(rows, Delta)
+    for b in range(4):
+        full = ws.relative_change(lambda Z: attention(Z, W, normalisation=norm), X,
+                                  int(rows[b]), Delta[b])
+        np.testing.assert_allclose(float(fast[b]), full, rtol=1e-8, atol=1e-7)
+
+
+def test_entmax_threshold_on_the_largest_entries_is_a_lower_bound():
+    """The bisection on the k largest entries: at most the whole row's threshold, and equal to
+    it (to rounding) when the support has at most k entries; the package agrees."""
+    from entmax.activations import _entmax_threshold_and_support
+
+    g = torch.Generator().manual_seed(5)
+    z = torch.randn(40, 500, generator=g, dtype=torch.float64) * 3
+    tau_pkg, supp = _entmax_threshold_and_support(z / 2, dim=-1)      # α = 1.5: z/2 − τ
+    full = at._entmax_threshold(z, 1.5, k=500)
+    np.testing.assert_allclose(full.numpy(), tau_pkg.numpy(), rtol=0, atol=1e-12)
+    for k in (5, 64):
+        part = at._entmax_threshold(z, 1.5, k=k)
+        assert bool((part <= full + 1e-12).all())
+        fits = supp[:, 0] <= k
+        np.testing.assert_allclose(part[fits].numpy(), full[fits].numpy(), rtol=0, atol=1e-12)
+    assert bool((supp[:, 0] > 5).any())                  # k = 5 truncates some rows
+
+
+def test_margin_interval_brackets_the_self_weight():
+    """prop-norm-margin 1, 2: 1/(1+(n−1)e^{−cm}) ≤ a ≤ 1/(1+e^{−cm}); so a ≥ a_min fails below the
+    necessary margin and holds above the sufficient one, for random rows."""
+    from wsutils.normalisation import margin_interval
+
+    g = torch.Generator().manual_seed(1)
+    for name in ("softmax", "scalable"):
+        norm = ws.normalisation.CHAPTER[name]
+        for n in (2, 10, 1000):
+            nec, suf = margin_interval(name, n, 0.9)
+            for m, takes in ((nec - 1e-6, False), (suf + 1e-6, True)):
+                z = -m - torch.rand(n, generator=g, dtype=torch.float64) * 3
+                z[0] = 0.0
+                z[1] = -m                                  # the largest competitor: margin m
+                a = float(torch.softmax(norm.scale(n) * z, 0)[0])
+                assert (a >= 0.9) == takes
+    assert margin_interval("sparsemax", 10, 1) == (1.0, 1.0)
+    with pytest.raises(ValueError, match="one-hot"):
+        margin_interval("sparsemax", 10, 0.9)
+    with pytest.raises(ValueError, match="covers"):
+        margin_interval("relu", 10, 0.9)
+
+
+def test_takeover_margin_model():
+    """The cosine law behind the model: P(t > q_{d,n}) = 1 − 2^{−1/(n−1)} by simulation of
+    uniform unit vectors; the median maximum grows with n and stays ≤ 1; the margin model is
+    the mean self-score minus the mean ‖v‖ times q."""
+    from wsutils.normalisation import takeover_margin_model
+
+    g = torch.Generator().manual_seed(0)
+    for d in (2, 8, 64):
+        qs = [takeover_margin_model(d, n)["q"] for n in (10, 100, 10**4)]
+        assert qs == sorted(qs) and 0 < qs[0] and qs[-1] <= 1
+        u = torch.randn(200_000, d, generator=g, dtype=torch.float64)
+        t = u[:, 0] / torch.linalg.vector_norm(u, dim=1)
+        p = float((t > qs[0]).double().mean())
+        np.testing.assert_allclose(p, 1 - 2 ** (-1 / 9), atol=4e-3)   # ±5 s.e. at 2e5 draws
+        r = takeover_margin_model(d, 100)
+        np.testing.assert_allclose(r["margin"], r["self_score"] - r["v_norm"] * r["q"],
+                                   rtol=1e-12)
+    big = takeover_margin_model(128, 1000)           # large d: √(2d) and √(3.5 d), roughly
+    assert abs(big["self_score"] - math.sqrt(256)) < 3 and abs(big["v_norm"] - math.sqrt(448)) < 2

@@ -1,8 +1,9 @@
 """The normalisation chapter's objects: the normalisations it compares, the margin each needs
 for a take-over (:prf:ref:`prop-norm-margin`), and the per-point function of its grids.
 
-- :data:`CHAPTER` names the seven normalisations of the chapter (a
-  :class:`wsutils.maps.Normalisation` each, at the parameters the chapter uses).
+- :data:`CHAPTER` names the normalisations of the chapter (a
+  :class:`wsutils.maps.Normalisation` each, at the parameters the chapter uses; ``"tempered"``
+  is softmax at the inverse temperature ``β = 2``).
 - :func:`required_margin` is the score margin that :prf:ref:`prop-norm-margin` proves
   sufficient for a self-weight ``≥ 1 − ε`` (exact one-hot for sparsemax, entmax, hardmax).
 - :func:`row_margin` measures, after the row take-over (:prf:ref:`def-takeover`), the margin
@@ -15,27 +16,36 @@ for a take-over (:prf:ref:`prop-norm-margin`), and the per-point function of its
   :func:`wsutils.sweep.run_grid`;
   :func:`phase_point` is the row take-over's self-weight under :data:`PHASE`, for the phase
   diagram.
+- :func:`takeover_margin_model` and :func:`margin_interval` give the phase diagram's
+  predicted boundaries (:prf:ref:`obs-norm-phase`): the margin the row take-over is predicted
+  to reach at ``(d, n)``, and the margins a self-weight ``≥ a_min`` needs and suffices with.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+
+import numpy as np
+from scipy import special
 
 import torch
 
 from .attention import _key_takeover, _row_takeover, attention_word_sensitivity
 from .checks import check_int
+from .seeds import point_seed
 from .maps import Normalisation, _general_attention, attention_scores, normalise_scores
 from .sensitivity import perturb, project_ball
 from .weights import sample_W, sample_X
 
 __all__ = ["CHAPTER", "PHASE", "DOUBLING", "required_margin", "row_margin", "doubling_bound",
-           "normalisation_point", "phase_point"]
+           "normalisation_point", "phase_point", "takeover_margin_model", "margin_interval", "MODEL_DRAWS"]
 
 #: The normalisations of the chapter, by the label its tables and figures use.
 CHAPTER = {
     "softmax": Normalisation("softmax"),
+    "tempered": Normalisation("softmax", beta=2.0),
     "scalable": Normalisation("scalable", s=1.0),
     "sparsemax": Normalisation("sparsemax"),
     "entmax": Normalisation("entmax", alpha=1.5),
@@ -103,7 +113,7 @@ def row_margin(X, W, row: int, name) -> dict:
 
 
 #: The normalisations that :prf:ref:`prop-norm-double` covers.
-DOUBLING = ("softmax", "scalable", "sparsemax", "entmax", "hardmax")
+DOUBLING = ("softmax", "tempered", "scalable", "sparsemax", "entmax", "hardmax")
 
 
 def doubling_bound(X, W, row: int, name) -> dict:
@@ -148,8 +158,10 @@ def normalisation_point(name: str, d: int, n: int, seed: int, rows: int = 1, sta
     ``phi_rel = ‖φ(X)‖_F/√(n·d)``, the doubling ``Δ = x_0``'s relative change ``double`` (and,
     for :data:`DOUBLING`, its bound ``double_bound`` and ``double_frac``,
     :func:`doubling_bound`), the row take-over's margin and
-    self-weight at word 0 (:func:`row_margin`), and the seconds the estimator took."""
+    self-weight at word 0 (:func:`row_margin`), the seconds the estimator took (``seconds``, wall)
+    and the CPU seconds of the whole point (``cpu_seconds``)."""
     torch.set_num_threads(1)
+    cpu0 = time.process_time()
     norm = _norm(name)
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
     searched = list(range(min(rows, n)))
@@ -174,6 +186,7 @@ def normalisation_point(name: str, d: int, n: int, seed: int, rows: int = 1, sta
         b = doubling_bound(X, W, 0, norm)
         out.update(double_bound=b["bound"], double_frac=b["frac"])
     out.update(row_margin(X, W, 0, norm))
+    out["cpu_seconds"] = time.process_time() - cpu0
     return out
 
 
@@ -190,3 +203,72 @@ def phase_point(d: int, n: int, seed: int) -> dict:
         out["margin"] = r["margin"]
         out[f"a_{name}"] = r["self_weight"]
     return out
+
+
+#: Draws of ``(x_i, W)`` behind :func:`takeover_margin_model`'s means and spread.
+MODEL_DRAWS = 64
+
+
+@functools.lru_cache(maxsize=None)
+def _self_and_norm(d: int, draws: int) -> tuple:
+    """Over ``draws`` independent (``x_i``, ``W``) (streams ``point_seed("margin-model", d, r)``,
+    none of them a text of the chapter's grids): the self-score ``s'_ii`` after the row
+    take-over and ``‖Wᵀx'_i‖``, as two float64 arrays."""
+    ss, vs = np.empty(draws), np.empty(draws)
+    for r in range(draws):
+        seed = point_seed("margin-model", d, r)
+        x, W = sample_X(1, d, seed=seed), sample_W(d, seed=seed + 1)
+        xp = x[0] + _row_takeover(x, W, 0)
+        ss[r] = float(xp @ W @ xp) / math.sqrt(d)
+        vs[r] = float(torch.linalg.vector_norm(W.T @ xp))
+    return ss, vs
+
+
+def takeover_margin_model(d: int, n: int, draws: int = MODEL_DRAWS) -> dict:
+    """The margin ``m = s'_ii − max_{k≠i} s'_ik`` that the row take-over (:prf:ref:`def-takeover`)
+    is predicted to reach at width ``d`` and length ``n`` (the model of
+    :prf:ref:`obs-norm-phase`; a heuristic, not a theorem).
+
+    The competing scores are ``s'_ik = vᵀx_k/√d = ‖v‖·t_k`` with ``v = Wᵀx'_i``; for ``x_k`` uniform on the sphere of radius
+    ``√d`` and independent of ``v`` the cosines ``t_k`` are i.i.d. with
+    ``P(t > q) = ½ I_{1−q²}((d−1)/2, ½)`` (``q ≥ 0``, ``I`` the regularised incomplete beta
+    function). Their maximum over the ``n − 1`` other words is replaced by its median
+    ``q_{d,n}`` (``P(t > q) = 1 − 2^{−1/(n−1)}``), and ``s'_ii`` and ``‖v‖`` by their means over
+    ``draws`` independent draws (:func:`_self_and_norm`): ``margin = E s'_ii − E‖v‖·q_{d,n}``.
+    ``sd`` is the standard deviation of ``s'_ii − ‖v‖·q_{d,n}`` over those draws (the spread of
+    one text's margin around the model, the maximum's own spread left out). Also returned:
+    ``self_score`` (``E s'_ii``), ``v_norm`` (``E‖v‖``) and ``q``. ``d ≥ 2``, ``n ≥ 2``."""
+    d = check_int("d", d, minimum=2)
+    n = check_int("n", n, minimum=2)
+    draws = check_int("draws", draws, minimum=2)
+    ss, vs = _self_and_norm(d, draws)
+    p = -math.expm1(-math.log(2) / (n - 1))               # 1 − 2^{−1/(n−1)} ≤ ½
+    q = math.sqrt(max(0.0, 1 - float(special.betaincinv((d - 1) / 2, 0.5, 2 * p))))
+    m = ss - vs * q
+    return {"margin": float(m.mean()), "sd": float(m.std(ddof=1)), "q": q,
+            "self_score": float(ss.mean()), "v_norm": float(vs.mean())}
+
+
+def margin_interval(name, n: int, a_min: float) -> tuple[float, float]:
+    """``(necessary, sufficient)``: the margins ``m`` (unscaled scores) below which the
+    self-weight cannot reach ``a_min`` and above which it must (:prf:ref:`prop-norm-margin`).
+
+    Softmax and scalable softmax (``c = c_n``): ``a_i ≤ 1/(1 + e^{−c m})`` (the largest other
+    term alone) and ``a_i ≥ 1/(1 + (n−1)e^{−c m})``, so ``(log(a/(1−a))/c,
+    (log(n−1) + log(a/(1−a)))/c)`` with ``a = a_min ∈ (0, 1)``; sparsemax and entmax, for the
+    exactly one-hot row (``a_min = 1``): both ``1/β`` resp. ``1/((α−1)β)``."""
+    norm = _norm(name)
+    n = check_int("n", n, minimum=2)
+    if norm.name in ("sparsemax", "entmax"):
+        if a_min != 1:
+            raise ValueError(f"{norm.name}: the margin condition is for the one-hot row, "
+                             f"a_min = 1; got {a_min}.")
+        m = required_margin(norm, n)
+        return m, m
+    if norm.name not in ("softmax", "scalable"):
+        raise ValueError(f"margin_interval covers softmax, scalable, sparsemax and entmax, "
+                         f"not {norm.name!r}.")
+    if not 0 < a_min < 1:
+        raise ValueError(f"a_min must be in (0, 1) for {norm.name}, got {a_min}.")
+    c, logit = norm.scale(n), math.log(a_min / (1 - a_min))
+    return logit / c, (math.log(n - 1) + logit) / c
