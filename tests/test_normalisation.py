@@ -401,3 +401,37 @@ def test_takeover_margin_model():
                                    rtol=1e-12)
     big = takeover_margin_model(128, 1000)           # large d: √(2d) and √(3.5 d), roughly
     assert abs(big["self_score"] - math.sqrt(256)) < 3 and abs(big["v_norm"] - math.sqrt(448)) < 2
+
+
+def test_cosine_law_tail_and_median_maximum_by_simulation():
+    """obs-norm-phase's model, beyond the one quantile above: the law
+    P(υ > q) = ½·I_{1−q²}((d−1)/2, ½) in the tail (q = 0.5, 0.8), and q_{d,n} as the median
+    of the largest of n − 1 simulated cosines (P(max ≤ q_{d,n}) = ½)."""
+    from scipy import special
+
+    from wsutils.normalisation import takeover_margin_model
+
+    g = torch.Generator().manual_seed(7)
+    for d in (3, 8):
+        u = torch.randn(400_000, d, generator=g, dtype=torch.float64)
+        t = u[:, 0] / torch.linalg.vector_norm(u, dim=1)
+        for q in (0.5, 0.8):
+            law = 0.5 * special.betainc((d - 1) / 2, 0.5, 1 - q * q)
+            se = math.sqrt(law * (1 - law) / t.numel())
+            assert abs(float((t > q).double().mean()) - law) < 5 * se   # 5 binomial s.e.
+    for d, n in ((4, 100), (16, 300)):
+        q = takeover_margin_model(d, n)["q"]
+        u = torch.randn(2000, n - 1, d, generator=g, dtype=torch.float64)
+        top = (u[..., 0] / torch.linalg.vector_norm(u, dim=-1)).amax(dim=1)
+        frac = float((top <= q).double().mean())
+        assert abs(frac - 0.5) < 5 * math.sqrt(0.25 / 2000)          # 5 binomial s.e.
+    # the quantile function behind sd: symmetric, and P(υ > τ) = p below zero too
+    from wsutils.normalisation import _cosine_quantile
+
+    p = np.array([0.05, 0.3, 0.5, 0.7, 0.95])
+    tau = _cosine_quantile(8, p)
+    np.testing.assert_allclose(tau, -tau[::-1], atol=1e-12)
+    u = torch.randn(400_000, 8, generator=g, dtype=torch.float64)
+    t = (u[:, 0] / torch.linalg.vector_norm(u, dim=1)).numpy()
+    emp = np.array([(t > x).mean() for x in tau])
+    assert np.all(np.abs(emp - p) < 5 * np.sqrt(p * (1 - p) / t.size))

@@ -5,6 +5,7 @@ and the vocabulary search against full forward passes."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -158,30 +159,86 @@ def test_random_head_norms(enc):
     assert not torch.equal(rnd.W_Q, tr.random_head(head, seed=4).W_Q)
 
 
+def _emb64(enc):
+    """A float64 copy of the model's own embedding module (the definition's ``X(t)``)."""
+    return copy.deepcopy(enc.model.embeddings).double().eval()
+
+
 def test_vocabulary_changes_equal_full_forward(enc):
     ids = enc.tokenizer(TEXTS[0], truncation=True, max_length=8)["input_ids"]
     pos = 3
     res = tr.vocabulary_changes(enc, ids, pos, batch=7)
     V = enc.model.config.vocab_size
     assert res.values.shape == (enc.heads, V - 1) and ids[pos] not in res.tokens
+    assert res.peak_bytes > res.table_bytes > 0
+    emb64 = _emb64(enc)
     with torch.no_grad():
-        X = enc.model.embeddings(input_ids=torch.tensor([ids])).double()[0]
+        X = emb64(input_ids=torch.tensor([ids]))[0]
+        X32 = enc.model.embeddings(input_ids=torch.tensor([ids])).double()[0]
+    # the float64 copy is the model's float32 layer up to float32 rounding
+    np.testing.assert_allclose(X.numpy(), X32.numpy(), rtol=0, atol=1e-5)
     for b in range(0, V - 1, 5):
         changed = list(ids)
         changed[pos] = int(res.tokens[b])
         with torch.no_grad():
-            Xc = enc.model.embeddings(input_ids=torch.tensor([changed])).double()[0]
+            Xc = emb64(input_ids=torch.tensor([changed]))[0]
         # the embedding output is per position: only row pos changes
         np.testing.assert_array_equal(np.delete(Xc.numpy(), pos, 0), np.delete(X.numpy(), pos, 0))
         for h in range(enc.heads):
             phi = tr.head_map(tr.head_weights(enc, 1, h))
             want = float(torch.linalg.vector_norm(phi(Xc) - phi(X))
                          / torch.linalg.vector_norm(phi(X)))
-            assert res.values[h, b] == pytest.approx(want, rel=1e-6, abs=1e-9)
+            # both float64, sums of at most n·d = 256 terms (u·256 ≈ 3e-14 each), through a
+            # softmax and a ratio whose values here are ≥ 1e-3 (asserted): 1e-9 relative
+            assert want > 1e-3
+            assert res.values[h, b] == pytest.approx(want, rel=1e-9)
         dist = float(torch.linalg.vector_norm(Xc[pos] - X[pos]) / torch.linalg.vector_norm(X[pos]))
-        assert res.dist[b] == pytest.approx(dist, rel=1e-5)
+        assert res.dist[b] == pytest.approx(dist, rel=1e-9)
     with pytest.raises(ValueError, match="position"):
         tr.vocabulary_changes(enc, ids, len(ids))
+    with pytest.raises(ValueError, match="method"):
+        tr.vocabulary_changes(enc, ids, pos, method="fast")
+
+
+@pytest.mark.parametrize("tokens", [None, [30, 5, 17, 6, 7, 8, 2]])
+def test_factored_equals_direct(enc, tokens, monkeypatch):
+    """The cached factored rows (ranges of the tables, and gathered subsets), the direct way,
+    and the fallback for nearly cancelling parts (forced by κ_max = 0) agree to float64
+    rounding."""
+    ids = enc.tokenizer(TEXTS[1], truncation=True, max_length=8)["input_ids"]
+    fac = tr.vocabulary_changes(enc, ids, 2, tokens=tokens, batch=4)
+    dire = tr.vocabulary_changes(enc, ids, 2, tokens=tokens, batch=4, method="direct")
+    np.testing.assert_array_equal(fac.tokens, dire.tokens)
+    np.testing.assert_allclose(fac.values, dire.values, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(fac.dist, dire.dist, rtol=1e-10, atol=1e-13)
+    monkeypatch.setattr(tr, "_KAPPA", 0.0)
+    forced = tr.vocabulary_changes(enc, ids, 2, tokens=tokens, batch=4)
+    np.testing.assert_allclose(forced.values, fac.values, rtol=1e-10, atol=1e-13)
+
+
+def test_factored_guard_and_cache(enc):
+    ids = enc.tokenizer(TEXTS[1], truncation=True, max_length=8)["input_ids"]
+    other = em.Encoder(name=enc.name, identity=enc.identity, tokenizer=enc.tokenizer,
+                       model=copy.deepcopy(enc.model))
+    before = tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
+    # the cache follows the model's parameters: a changed query weight is used at once
+    with torch.no_grad():
+        other.model.encoder.layer[0].attention.self.query.weight.mul_(2)
+    after = tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
+    assert not np.allclose(after.values, before.values)
+    np.testing.assert_allclose(after.values, tr.vocabulary_changes(
+        other, ids, 4, tokens=[5, 6], method="direct").values, rtol=1e-10)
+    # a cached table that no longer matches the module is caught by the check
+    tab = tr._tables(other, other.device)
+    tab.emb64.LayerNorm.eps = 1e-2
+    with pytest.raises(ValueError, match="does not compute"):
+        tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
+    # an embedding layer without BERT's LayerNorm: refused, the direct way still runs
+    other.model.embeddings.LayerNorm = torch.nn.Identity()
+    with pytest.raises(ValueError, match="method='direct'"):
+        tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
+    assert tr.vocabulary_changes(other, ids, 4, tokens=[5, 6], method="direct").values.shape \
+        == (enc.heads, 2)
 
 
 def test_substitution_changes(enc):

@@ -232,21 +232,38 @@ def takeover_margin_model(d: int, n: int, draws: int = MODEL_DRAWS) -> dict:
     The competing scores are ``s'_ik = vᵀx_k/√d = ‖v‖·t_k`` with ``v = Wᵀx'_i``; for ``x_k`` uniform on the sphere of radius
     ``√d`` and independent of ``v`` the cosines ``t_k`` are i.i.d. with
     ``P(t > q) = ½ I_{1−q²}((d−1)/2, ½)`` (``q ≥ 0``, ``I`` the regularised incomplete beta
-    function). Their maximum over the ``n − 1`` other words is replaced by its median
+    function; ``x'_i`` is built from ``x_i`` and ``W`` only, so the other words are
+    independent of ``v``). Their maximum over the ``n − 1`` other words is replaced by its median
     ``q_{d,n}`` (``P(t > q) = 1 − 2^{−1/(n−1)}``), and ``s'_ii`` and ``‖v‖`` by their means over
     ``draws`` independent draws (:func:`_self_and_norm`): ``margin = E s'_ii − E‖v‖·q_{d,n}``.
-    ``sd`` is the standard deviation of ``s'_ii − ‖v‖·q_{d,n}`` over those draws (the spread of
-    one text's margin around the model, the maximum's own spread left out). Also returned:
+    ``sd`` is the standard deviation of one text's margin under the model,
+    ``s'_ii − ‖v‖·T`` over those draws, with ``T`` the maximum of the ``n − 1`` cosines taken
+    from its exact law (``P(T ≤ τ) = (1 − P(t > τ))^{n−1}``), one stratified quantile per
+    draw, in an order fixed by ``point_seed("margin-max", d, n)``. Also returned:
     ``self_score`` (``E s'_ii``), ``v_norm`` (``E‖v‖``) and ``q``. ``d ≥ 2``, ``n ≥ 2``."""
     d = check_int("d", d, minimum=2)
     n = check_int("n", n, minimum=2)
     draws = check_int("draws", draws, minimum=2)
     ss, vs = _self_and_norm(d, draws)
     p = -math.expm1(-math.log(2) / (n - 1))               # 1 − 2^{−1/(n−1)} ≤ ½
-    q = math.sqrt(max(0.0, 1 - float(special.betaincinv((d - 1) / 2, 0.5, 2 * p))))
-    m = ss - vs * q
-    return {"margin": float(m.mean()), "sd": float(m.std(ddof=1)), "q": q,
+    q = float(_cosine_quantile(d, np.array(p)))
+    u = (np.arange(draws) + 0.5) / draws                  # stratified P(T ≤ τ) = u ...
+    u = np.random.default_rng(point_seed("margin-max", d, n)).permutation(u)
+    T = _cosine_quantile(d, -np.expm1(np.log(u) / (n - 1)))   # P(t > τ) = 1 − u^{1/(n−1)}
+    sd = float((ss - vs * T).std(ddof=1))
+    return {"margin": float(ss.mean() - vs.mean() * q), "sd": sd, "q": q,
             "self_score": float(ss.mean()), "v_norm": float(vs.mean())}
+
+
+def _cosine_quantile(d: int, p: np.ndarray) -> np.ndarray:
+    """``τ`` with ``P(t > τ) = p`` for the cosine ``t`` of a uniform point of the sphere in
+    ``R^d`` with a fixed direction: ``P(t > τ) = ½ I_{1−τ²}((d−1)/2, ½)`` for ``τ ≥ 0``, and
+    ``t`` is symmetric (so ``p > ½`` gives ``τ < 0``)."""
+    a = (d - 1) / 2
+
+    def tail(r):                                  # τ ≥ 0 with P(t > τ) = r ≤ ½
+        return np.sqrt(np.maximum(0.0, 1 - special.betaincinv(a, 0.5, np.minimum(2 * r, 1.0))))
+    return np.where(p <= 0.5, tail(p), -tail(1 - p))
 
 
 def margin_interval(name, n: int, a_min: float) -> tuple[float, float]:

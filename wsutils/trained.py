@@ -28,7 +28,9 @@ one-word substitutions (the book's chapter ``trained-attention``).
   rescaled coordinates of :func:`own_norm_problem`).
 - :func:`vocabulary_changes`: the realisable word sensitivity of the first layer's heads
   (:prf:ref:`def-realisable-ws`): replace token ``i`` by **every** token of the vocabulary
-  through the model's own embedding layer, batched; :func:`substitution_changes`: the relative
+  through the model's embedding layer, batched, with every token's ``q, k, v`` from one
+  product cached per model (eq. :eq:`eq-vocab-factored`, checked against the model's own
+  module at every call); :func:`substitution_changes`: the relative
   change of the hidden states of every layer for a list of substitutions (full forward passes);
   :func:`pair_changes`: the same for one-word-different sentence pairs (the figure-1 chapter's).
 
@@ -48,6 +50,7 @@ enters ``S`` only through ``‖φ(X)‖``.
 from __future__ import annotations
 
 import copy
+import weakref
 import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -366,9 +369,11 @@ class VocabularyChanges:
     ``values``: ``(heads, V)`` float64, the relative change of each head of the first layer
     when token ``i`` becomes vocabulary token ``v``; ``dist``: ``(V,)``, ``‖e_v − x_i‖/‖x_i‖``
     (``≤ 1``: the substitution lies in the own-norm ball); ``tokens``: the candidate token
-    ids (``V`` of them); ``original``: the token at ``i``; ``seconds`` and ``peak_bytes``: the
-    wall time and the size of one batch's float64 intermediate arrays (bytes, counted from
-    their shapes: an estimate, not a measurement)."""
+    ids (``V`` of them); ``original``: the token at ``i``; ``seconds``: the wall time of the
+    call (``table_seconds`` of it spent making rows of the cached tables, 0 when the
+    candidates' rows were made by an earlier call); ``peak_bytes``: the float64 arrays the call holds at its largest, counted from
+    their shapes (an estimate, not a measurement): the cached tables (``table_bytes``,
+    ``_VocabularyTables``) plus one batch's intermediate arrays."""
 
     position: int
     original: int
@@ -377,41 +382,242 @@ class VocabularyChanges:
     dist: np.ndarray
     seconds: float
     peak_bytes: int
+    table_bytes: int = 0
+    table_seconds: float = 0.0
 
 
-def _position_rows(enc: Encoder, tokens: torch.Tensor, position: int, dtype) -> torch.Tensor:
-    """The embedding layer's output for each token alone at ``position`` (segment 0): the
-    model's own ``embeddings`` module with ``position_ids``. BERT's embedding output is per
-    position (word + position + type embeddings, then a LayerNorm of that row), so this is
-    the row ``position`` of the embedded text with that token there."""
-    pos = torch.full((len(tokens), 1), position, dtype=torch.long, device=enc.device)
-    with torch.no_grad():
-        rows = enc.model.embeddings(input_ids=tokens[:, None].to(enc.device), position_ids=pos,
-                                    token_type_ids=torch.zeros_like(pos))
-    return rows[:, 0].to(dtype)
+_U64 = 2.0 ** -53           # float64 unit roundoff
+_KAPPA = 16.0               # above it, a candidate's q, k, v are formed directly (see below)
+
+
+def _check_embedding_layer(emb, d: int) -> None:
+    nn = torch.nn
+    ln = getattr(emb, "LayerNorm", None)
+    ok = (all(isinstance(getattr(emb, name, None), nn.Embedding) for name in
+              ("word_embeddings", "position_embeddings", "token_type_embeddings"))
+          and isinstance(ln, nn.LayerNorm) and tuple(ln.normalized_shape) == (d,)
+          and ln.weight is not None and ln.bias is not None)
+    if not ok:
+        raise ValueError(f"the model's embedding layer ({type(emb).__name__}) is not BERT's "
+                         "(word, position and token-type embeddings summed, then a LayerNorm "
+                         "with weight and bias), which method='factored' relies on: use "
+                         "vocabulary_changes(..., method='direct').")
+
+
+class _VocabularyTables:
+    """The first layer's ``q, k, v`` of every vocabulary token at any position, for one model
+    on one device, float64 (eq. :eq:`eq-vocab-factored`).
+
+    BERT's embedding row of token ``v`` at position ``i`` (segment 0) is
+    ``e_{vi} = γ⊙(ŵ_v + ĉ_i)/σ_{vi} + β`` with ``ŵ_v`` the centred word embedding, ``ĉ_i``
+    the centred sum of the position-``i`` and segment-0 embeddings, ``γ, β, ε`` the
+    LayerNorm's and ``σ_{vi}² = ‖ŵ_v + ĉ_i‖²/d + ε``. So with ``W = [W_Q W_K W_V]`` (all heads,
+    ``d × 3d``) and ``b`` their biases, ``e_{vi} W + b = [A_v + (ĉ_i⊙γ) W]/σ_{vi} + βW + b``,
+    ``A_v = (ŵ_v⊙γ) W``: the ``V × d × 3d`` product ``A`` is made once, row by row as
+    candidates first need it, and serves every position and text; a position then costs
+    ``O(V·d)`` for the rows, ``σ_{vi}`` and ``q, k, v``. ``emb64`` is a float64 copy of the model's own embedding module (the
+    rows of the text itself, the ``direct`` method, and the check of
+    :func:`_check_factored`). Rebuilt by :func:`_tables` when the model's parameters change.
+    ``nbytes``: the float64 arrays held (the copy, ``W``, and ``A`` in full once set up)."""
+
+    def __init__(self, enc: Encoder, dev: torch.device):
+        emb = enc.model.embeddings
+        self.dev, self.fingerprint = dev, _fingerprint(enc)
+        self.emb64 = copy.deepcopy(emb).to(dev, torch.float64).eval()
+        heads = [head_weights(enc, 1, h) for h in range(enc.heads)]
+        self.H, self.dh = len(heads), heads[0].d_h
+        self.W = torch.cat([torch.cat([getattr(h, w) for h in heads], 1)
+                            for w in ("W_Q", "W_K", "W_V")], 1).to(dev)        # (d, 3d)
+        self.b = torch.cat([torch.cat([getattr(h, b) for h in heads])
+                            for b in ("b_Q", "b_K", "b_V")]).to(dev)           # (3d,)
+        self.A = None
+        self.nbytes = 8 * (sum(p.numel() for p in self.emb64.parameters()) + self.W.numel())
+
+    def build(self) -> None:
+        """Set up ``A`` (and ``‖ŵ_v‖``) if not yet done; their rows are filled on first use
+        (:meth:`fill`), so a search over a subset of the vocabulary pays for that subset."""
+        if self.A is not None:
+            return
+        _check_embedding_layer(self.emb64, self.W.shape[0])
+        ln = self.emb64.LayerNorm
+        self.gamma, self.beta, self.eps = ln.weight.detach(), ln.bias.detach(), float(ln.eps)
+        self.shift = self.beta @ self.W + self.b
+        Wd = self.emb64.word_embeddings.weight.detach()
+        V = Wd.shape[0]
+        self.mean = Wd.mean(1)                                                  # (V,)
+        self.A = torch.empty(3 * self.H, V, self.dh, dtype=torch.float64, device=self.dev)
+        self.wnorm = torch.empty(V, dtype=torch.float64, device=self.dev)
+        self.filled = torch.zeros(V, dtype=torch.bool, device=self.dev)
+        self.fill_seconds = 0.0
+        self.nbytes += 8 * (self.A.numel() + 2 * V)
+
+    def fill(self, t: torch.Tensor, chunk: int = 4096) -> None:
+        """Make the rows ``A_v = (ŵ_v⊙γ) W`` and ``‖ŵ_v‖`` of the tokens ``t`` not made yet."""
+        import time
+
+        need = t[~self.filled[t]].unique()
+        if len(need) == 0:
+            return
+        t0 = time.perf_counter()
+        Wd = self.emb64.word_embeddings.weight.detach()
+        for j in range(0, len(need), chunk):
+            c = need[j:j + chunk]
+            Wc = Wd[c] - self.mean[c, None]                                     # ŵ_v
+            self.wnorm[c] = torch.linalg.vector_norm(Wc, dim=1)
+            self.A[:, c] = self._heads_layout((Wc * self.gamma) @ self.W)       # (3H, c, dh)
+        self.filled[need] = True
+        self.fill_seconds += time.perf_counter() - t0
+
+    def centred_position(self, position: int) -> torch.Tensor:
+        c = (self.emb64.position_embeddings.weight.detach()[position]
+             + self.emb64.token_type_embeddings.weight.detach()[0])
+        return c - c.mean()                                                     # ĉ_i
+
+    def _heads_layout(self, x: torch.Tensor) -> torch.Tensor:
+        """``(b, 3d)`` → ``(3·heads, b, d_h)``: ``q`` of head ``h`` is entry ``h``, ``k`` entry
+        ``heads + h``, ``v`` entry ``2·heads + h``."""
+        return x.reshape(len(x), 3 * self.H, self.dh).transpose(0, 1)
+
+    def factored(self, position: int) -> Callable:
+        """``(t, rows, qkv) ↦ None`` at ``position`` by eq. :eq:`eq-vocab-factored`: writes
+        the rows ``(b, d)`` and the ``q, k, v`` ``(3·heads, b, d_h)`` of the tokens ``t`` into
+        the given buffers (from slices of the tables when ``t`` is a range). A candidate whose
+        ``κ = (‖ŵ_v‖ + ‖ĉ_i‖)/‖ŵ_v + ĉ_i‖`` exceeds ``_KAPPA`` (the two parts nearly cancel, so
+        summing ``A_v`` and ``(ĉ_i⊙γ)W`` could lose more than the direct product's rounding)
+        gets ``((ŵ_v + ĉ_i)⊙γ) W`` formed directly instead."""
+        ch = self.centred_position(position)
+        ch_norm = torch.linalg.vector_norm(ch)
+        cq = self._heads_layout(((ch * self.gamma) @ self.W)[None])                # (3H, 1, dh)
+        shift = self._heads_layout(self.shift[None])
+        Wd = self.emb64.word_embeddings.weight.detach()
+        d = Wd.shape[1]
+
+        def rows_of(t: torch.Tensor, rows: torch.Tensor, qkv: torch.Tensor) -> None:
+            self.fill(t)
+            lo, hi = int(t[0]), int(t[-1]) + 1
+            span = slice(lo, hi) if hi - lo == len(t) and bool((t[1:] > t[:-1]).all()) else t
+            torch.sub(Wd[span], self.mean[span, None], out=rows)
+            a = rows.add_(ch)                                                    # ŵ_v + ĉ_i
+            a_norm = torch.linalg.vector_norm(a, dim=1, keepdim=True)
+            sig = torch.sqrt(a_norm ** 2 / d + self.eps)                         # σ_{vi}
+            if isinstance(span, slice):
+                torch.add(self.A[:, span], cq, out=qkv)
+            else:
+                torch.index_select(self.A, 1, t, out=qkv).add_(cq)
+            qkv.div_(sig[None]).add_(shift)
+            bad = (self.wnorm[span] + ch_norm) > _KAPPA * a_norm[:, 0]
+            if bool(bad.any()):
+                qkv[:, bad] = self._heads_layout((a[bad] * self.gamma) @ self.W / sig[bad]
+                                                 + self.shift)
+            a.mul_(self.gamma).div_(sig).add_(self.beta)                          # the rows
+        return rows_of
+
+    def direct(self, position: int) -> Callable:
+        """The same at ``position`` the plain way: the float64 copy of the model's own
+        embedding module for every candidate, then ``rows W + b`` (``O(d·3d)`` per candidate
+        and position)."""
+        def rows_of(t: torch.Tensor, rows: torch.Tensor, qkv: torch.Tensor) -> None:
+            pos = torch.full((len(t), 1), position, dtype=torch.long, device=self.dev)
+            rows.copy_(self.emb64(input_ids=t[:, None], position_ids=pos,
+                                  token_type_ids=torch.zeros_like(pos))[:, 0])
+            qkv.copy_(self._heads_layout(rows @ self.W + self.b))
+        return rows_of
+
+
+def _fingerprint(enc: Encoder) -> tuple:
+    params = [*enc.model.embeddings.parameters(),
+              *enc.model.encoder.layer[0].attention.self.parameters()]
+    return tuple((p.data_ptr(), p._version, tuple(p.shape)) for p in params)
+
+
+_TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _tables(enc: Encoder, dev: torch.device) -> _VocabularyTables:
+    """The :class:`_VocabularyTables` of ``enc``'s model on ``dev``, cached (one per model,
+    held while the model lives; rebuilt if its embedding or first-layer attention parameters
+    were changed, moved or replaced, or if ``dev`` differs)."""
+    tab = _TABLES.get(enc.model)
+    if tab is None or tab.dev != dev or tab.fingerprint != _fingerprint(enc):
+        _TABLES.pop(enc.model, None)
+        tab = _TABLES[enc.model] = _VocabularyTables(enc, dev)
+    return tab
+
+
+def _check_factored(tab: _VocabularyTables, rows, t: torch.Tensor, position: int) -> None:
+    """The guard of eq. :eq:`eq-vocab-factored`: for the candidates ``t``, its rows and
+    ``q, k, v`` against the model's own embedding module (float64 copy) and ``rows W + b``.
+
+    Rounding model (first order in the unit roundoff ``u``; Higham's bound for a sum of ``m``
+    terms, error ``≤ m·u·Σ|terms|``): with ``s = max_k(|w_k| + |p_k| + |t_k|)`` for the row's
+    word, position and segment embeddings and ``r = s/σ``, each of the two evaluations of a
+    LayerNorm row has its centred sum within ``(d + 6)·u·s``, ``σ`` within relative
+    ``(d + 6)·u·(r + 1)`` (using ``mean|â| ≤ σ``), hence every entry within
+    ``(d + 9)·u·(‖γ‖_∞·r·(3 + 2r) + ‖β‖_∞)`` of the exact value; the two differ by at most
+    twice that (``tol``). Their products with ``W`` then differ by at most ``tol·Σ_k|W_km|``
+    plus twice the dot-product bound ``(d + 4)·u·(|terms|·|W|)``. A model whose embedding
+    layer is not of this form misses by far more (e.g. a different ``ε`` or a missing
+    segment embedding moves rows by ``≳ 10⁻⁶``)."""
+    Wd = tab.emb64.word_embeddings.weight.detach()
+    d = Wd.shape[1]
+    p = tab.emb64.position_embeddings.weight.detach()[position]
+    s0 = tab.emb64.token_type_embeddings.weight.detach()[0]
+    r_f, r_m = (torch.empty(len(t), d, dtype=torch.float64, device=tab.dev) for _ in "fm")
+    qkv_f, qkv_m = (torch.empty(3 * tab.H, len(t), tab.dh, dtype=torch.float64,
+                                device=tab.dev) for _ in "fm")
+    rows(t, r_f, qkv_f)
+    tab.direct(position)(t, r_m, qkv_m)
+    w = Wd[t]
+    s = (w.abs() + p.abs() + s0.abs()).amax(1, keepdim=True)
+    a = w - w.mean(1, keepdim=True) + tab.centred_position(position)
+    sig = torch.sqrt((a * a).mean(1, keepdim=True) + tab.eps)
+    r = s / sig
+    tol = 2 * (d + 9) * _U64 * (tab.gamma.abs().max() * r * (3 + 2 * r) + tab.beta.abs().max())
+    Wabs = tab.W.abs()
+    parts = ((w - w.mean(1, keepdim=True)).abs() + tab.centred_position(position).abs())
+    tol_qkv = (tol * Wabs.sum(0) + 2 * (d + 4) * _U64 * (
+        (parts * tab.gamma.abs() / sig + tab.beta.abs() + r_m.abs()) @ Wabs + tab.b.abs()))
+    tol_qkv = tab._heads_layout(tol_qkv)
+    if not (bool(((r_f - r_m).abs() <= tol).all())
+            and bool(((qkv_f - qkv_m).abs() <= tol_qkv).all())):
+        worst = float(((r_f - r_m).abs() / tol).max())
+        raise ValueError("the model's embedding layer does not compute "
+                         "LayerNorm(word + position + segment) row by row as "
+                         f"method='factored' assumes (rows off by {worst:.3g} times the "
+                         "rounding bound): use vocabulary_changes(..., method='direct').")
 
 
 def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int = 2048,
-                       device=None) -> VocabularyChanges:
+                       method: str = "factored", device=None) -> VocabularyChanges:
     """The realisable word sensitivity of the heads of the first layer at one position
     (:prf:ref:`def-realisable-ws`): for each candidate token ``v`` (default: the whole
     vocabulary but the token already there), replace token ``position`` of ``input_ids``
-    (one text, ``[CLS]``…``[SEP]``, no padding) by ``v`` through the model's own embedding
-    layer and record ``‖φ_h(X') − φ_h(X)‖/‖φ_h(X)‖`` for every head ``h`` of layer 1
-    (:func:`head_map`), in float64.
+    (one text, ``[CLS]``…``[SEP]``, no padding, segment 0) by ``v`` through the model's own
+    embedding layer and record ``‖φ_h(X') − φ_h(X)‖/‖φ_h(X)‖`` for every head ``h`` of
+    layer 1 (:func:`head_map`), in float64: ``X`` is the float64 copy of the model's
+    embedding module applied to the text.
 
     Exact, not a bound: the embedding output is per position, so ``X'`` is ``X`` with row
-    ``position`` replaced, and only ``q_i, k_i, v_i`` change; each candidate costs
-    ``O(d² + n·d)`` (its row through all heads' ``W_Q, W_K, W_V``, then the scores of row and
-    column ``i``; every other output row ``j`` moves by
+    ``position`` replaced, and only ``q_i, k_i, v_i`` change. A candidate's ``q_i, k_i, v_i``:
+    ``method="factored"`` (default) by eq. :eq:`eq-vocab-factored` from tables made once per
+    model (``_VocabularyTables``, ``O(V·d·3d)`` once, then ``O(d)`` per candidate,
+    checked at every call against the model's own module for the token already there and up
+    to 7 candidates, with a tolerance derived from float64 rounding
+    (``_check_factored``); ``method="direct"``: each candidate's row
+    through the float64 copy of the model's embedding module, then times ``W_Q, W_K, W_V``
+    (``O(d²)`` per candidate and position; the baseline of ``benchmarks/bench_trained.py``).
+    The two agree to float64 rounding. Then the scores of row and column ``i``
+    (``O(n·d)`` per candidate): every other output row ``j`` moves by
     ``(ρ' − ρ)(m_j − v_i) + (1 − ρ')(v'_i − v_i)`` with ``m_j`` the mean of the other values
     under row ``j``'s weights and ``ρ``, ``ρ'`` their total weight before and after, as in
-    :mod:`wsutils.attention`), batched over ``batch`` candidates."""
+    :mod:`wsutils.attention`; batched over ``batch`` candidates."""
     import time
 
     enc = _encoder(enc)
+    if method not in ("factored", "direct"):
+        raise ValueError(f"method must be 'factored' or 'direct', got {method!r}.")
     dev = torch.device(device) if device is not None else enc.device
-    ids = torch.as_tensor(input_ids, dtype=torch.long).flatten().to(enc.device)
+    ids = torch.as_tensor(input_ids, dtype=torch.long).flatten().to(dev)
     n = len(ids)
     position = check_int("position", position, minimum=0)
     if position >= n:
@@ -419,67 +625,90 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
     batch = check_int("batch", batch, minimum=1)
     V = int(enc.model.config.vocab_size)
     if tokens is None:
-        tokens = torch.tensor([v for v in range(V) if v != int(ids[position])])
+        tokens = torch.arange(V)
+        tokens = tokens[tokens != int(ids[position])]
     tokens = torch.as_tensor(tokens, dtype=torch.long).flatten()
     if len(tokens) == 0 or int(tokens.min()) < 0 or int(tokens.max()) >= V:
         raise ValueError(f"tokens must be a non-empty list of ids in [0, {V}).")
     t0 = time.perf_counter()
     f64 = torch.float64
+    tab = _tables(enc, dev)
+    i, H, dh, d = position, tab.H, tab.dh, enc.hidden
     with torch.no_grad():
-        X = enc.model.embeddings(input_ids=ids[None],
-                                 token_type_ids=torch.zeros_like(ids)[None])[0].to(dev, f64)
-    heads = [head_weights(enc, 1, h) for h in range(enc.heads)]
-    dh, H = heads[0].d_h, len(heads)
-    WQ, WK, WV = (torch.cat([getattr(h, w) for h in heads], 1).to(dev)
-                  for w in ("W_Q", "W_K", "W_V"))
-    bQ, bK, bV = (torch.cat([getattr(h, b) for h in heads]).to(dev) for b in ("b_Q", "b_K", "b_V"))
-    Q, K, Vv = ((X @ W + b).reshape(n, H, dh).transpose(0, 1)                # (H, n, dh)
-                for W, b in ((WQ, bQ), (WK, bK), (WV, bV)))
-    sc = 1 / math.sqrt(dh)
-    base = torch.softmax(Q @ K.transpose(-1, -2) * sc, -1) @ Vv               # (H, n, dh)
-    base_norm = torch.linalg.vector_norm(base.flatten(1), dim=1)              # (H,)
-    xi_norm = torch.linalg.vector_norm(X[position])
-    i = position
-    s = Q @ K.transpose(-1, -2) * sc                                          # (H, n, n)
-    # rows j ≠ i: m_j, the mean of the other values under row j's weights (formed directly,
-    # no cancellation), ℓ_j = log Σ_{k≠i} exp s_jk, and ‖m_j − v_i‖²
-    s_oth = s.clone()
-    s_oth[..., i] = -math.inf
-    lse = torch.logsumexp(s_oth, -1)                                          # (H, n)
-    Mv = torch.softmax(s_oth, -1) @ Vv - Vv[:, i:i + 1]                       # m_j − v_i
-    Mv2 = (Mv ** 2).sum(-1)                                                   # (H, n)
-    b_arg = lse - s[..., i]                                                   # ρ = σ(b)
-    notme = torch.ones(n, dtype=f64, device=dev)
-    notme[i] = 0
-    vals, dists, peak = [], [], 0
-    for j in range(0, len(tokens), batch):
-        rows = _position_rows(enc, tokens[j:j + batch], position, f64).to(dev)    # (B, d)
-        q, k, v = ((rows @ W + b).reshape(-1, H, dh)                          # (B, H, dh)
-                   for W, b in ((WQ, bQ), (WK, bK), (WV, bV)))
-        dv = v - Vv[:, i]                                                     # (B, H, dh)
-        s_col = torch.einsum("hnd,bhd->bhn", Q, k) * sc                       # s'_ji
-        a_arg = lse[None] - s_col                                             # ρ' = σ(a)
-        g = (torch.sigmoid(a_arg) * torch.sigmoid(-b_arg[None])
-             - torch.sigmoid(b_arg[None]) * torch.sigmoid(-a_arg))            # ρ' − ρ
-        w = torch.sigmoid(-a_arg)                                             # 1 − ρ'
-        cross = torch.einsum("hnd,bhd->bhn", Mv, dv)
-        sq = g ** 2 * Mv2[None] + 2 * g * w * cross + w ** 2 * (dv ** 2).sum(-1, keepdim=True)
-        sq = (sq.clamp_min(0) * notme).sum(-1)                                # (B, H)
-        # row i: the new query against the new keys, then its new output
-        t = torch.einsum("bhd,hnd->bhn", q, K) * sc
-        t[..., i] = (q * k).sum(-1) * sc
-        a = torch.softmax(t, -1)
-        out_i = torch.einsum("bhn,hnd->bhd", a, Vv) + a[..., i:i + 1] * dv     # (B, H, dh)
-        sq = sq + ((out_i - base[None, :, i]) ** 2).sum(-1)
-        vals.append(torch.sqrt(sq) / base_norm)
-        dists.append(torch.linalg.vector_norm(rows - X[i], dim=-1) / xi_norm)
-        # rows, q, k, v, dv, out_i: B·d each; s_col, a_arg, g, w, cross, sq, t, a and one
-        # temporary: B·H·n each (float64)
-        peak = max(peak, 8 * (6 * rows.numel() + 9 * s_col.numel()))
+        if method == "factored":
+            tab.build()
+            filled = tab.fill_seconds
+            rows_of = tab.factored(i)
+            guard = torch.cat([ids[i:i + 1], tokens[torch.linspace(
+                0, len(tokens) - 1, min(7, len(tokens))).long()].to(dev)])
+            _check_factored(tab, rows_of, guard, i)
+        else:
+            rows_of = tab.direct(i)
+        X = tab.emb64(input_ids=ids[None], token_type_ids=torch.zeros_like(ids)[None])[0]
+        Q, K, Vv = tab._heads_layout(X @ tab.W + tab.b).split(H)                # (H, n, dh)
+        sc = 1 / math.sqrt(dh)
+        s = Q @ K.transpose(-1, -2) * sc                                          # (H, n, n)
+        base = torch.softmax(s, -1) @ Vv                                          # (H, n, dh)
+        base_norm = torch.linalg.vector_norm(base.flatten(1), dim=1)[:, None]     # (H, 1)
+        xi_norm = torch.linalg.vector_norm(X[i])
+        # rows j ≠ i: m_j, the mean of the other values under row j's weights (formed
+        # directly, no cancellation), ℓ_j = log Σ_{k≠i} exp s_jk, and ‖m_j − v_i‖²
+        s_oth = s.clone()
+        s_oth[..., i] = -math.inf
+        lse = torch.logsumexp(s_oth, -1)[:, None]                                 # (H, 1, n)
+        Mv = torch.softmax(s_oth, -1) @ Vv - Vv[:, i:i + 1]                       # m_j − v_i
+        Mv2 = (Mv ** 2).sum(-1)[:, None]                                          # (H, 1, n)
+        b_arg = lse - s[:, None, :, i]                                            # ρ = σ(b)
+        rho, rho_c = torch.sigmoid(b_arg), torch.sigmoid(-b_arg)                  # ρ, 1 − ρ
+        Qs_T, Ks_T, Mv_T = (x.transpose(1, 2) for x in (Q * sc, K * sc, Mv))
+        base_i = base[:, i:i + 1]
+        values = torch.empty(H, len(tokens), dtype=f64, device=dev)
+        dist = torch.empty(len(tokens), dtype=f64, device=dev)
+        work: dict[int, tuple] = {}      # the arrays of one batch, made once per batch size
+        for j in range(0, len(tokens), batch):
+            t = tokens[j:j + batch].to(dev)
+            b = len(t)
+            if b not in work:
+                work[b] = (torch.empty(b, d, dtype=f64, device=dev),              # rows
+                           torch.empty(3 * H, b, dh, dtype=f64, device=dev),      # q, k, v
+                           *(torch.empty(H, b, dh, dtype=f64, device=dev) for _ in "do"),
+                           *(torch.empty(H, b, n, dtype=f64, device=dev) for _ in "agct"))
+            rows, qkv, dv, out_i, a_arg, g, cross, sm = work[b]
+            rows_of(t, rows, qkv)                                                 # (b, d), (3H, b, dh)
+            q, k, v = qkv.split(H)                                                # (H, b, dh)
+            torch.sub(v, Vv[:, i:i + 1], out=dv)                                  # v'_i − v_i
+            # rows j ≠ i: a = ℓ_j − s'_ji, ρ' = σ(a); ρ' − ρ = σ(a)(1 − ρ) − ρ σ(−a)
+            torch.baddbmm(lse, k, Qs_T, alpha=-1, out=a_arg)                      # (H, b, n)
+            torch.sigmoid(a_arg, out=g).mul_(rho_c)
+            w = a_arg.neg_().sigmoid_()                                           # 1 − ρ'
+            g.addcmul_(w, rho, value=-1)                                          # ρ' − ρ
+            torch.bmm(dv, Mv_T, out=cross)                                        # (m_j − v_i)·dv
+            sq = cross.mul_(w).mul_(2).addcmul_(g, Mv2).mul_(g)                   # g²‖·‖² + 2gw(·)
+            sq.addcmul_(w.mul_(w), (dv * dv).sum(-1, keepdim=True))               # + w²‖dv‖²
+            sq[..., i] = 0
+            sq = sq.sum(-1)                                                       # (H, b): j ≠ i
+            # row i: the new query against the new keys, then its new output
+            torch.bmm(q, Ks_T, out=sm)                                            # (H, b, n)
+            sm[..., i] = (q * k).sum(-1) * sc
+            sm.sub_(sm.amax(-1, keepdim=True)).exp_()
+            sm.div_(sm.sum(-1, keepdim=True))                                     # softmax
+            torch.bmm(sm, Vv, out=out_i).addcmul_(sm[..., i:i + 1], dv).sub_(base_i)
+            sq += out_i.mul_(out_i).sum(-1)
+            torch.div(sq.clamp_min_(0).sqrt_(), base_norm, out=values[:, j:j + b])
+            torch.div(torch.linalg.vector_norm(rows.sub_(X[i]), dim=-1), xi_norm,
+                      out=dist[j:j + b])
+        # one batch's arrays: rows, q, k, v, dv, out_i and two temporaries (dv², q·k): 8·b·d;
+        # a, g, cross, e: 4·b·heads·n; direct: the module's temporaries too (its gather, two
+        # sums, LayerNorm, rows·W: 7·b·d)
+        B = min(batch, len(tokens))
+        peak = 8 * ((8 if method == "factored" else 15) * B * d + 4 * B * H * n)
     return VocabularyChanges(position=position, original=int(ids[position]),
-                             tokens=tokens.numpy(), values=torch.cat(vals).T.cpu().numpy(),
-                             dist=torch.cat(dists).cpu().numpy(),
-                             seconds=time.perf_counter() - t0, peak_bytes=int(peak))
+                             tokens=tokens.numpy(), values=values.cpu().numpy(),
+                             dist=dist.cpu().numpy(),
+                             seconds=time.perf_counter() - t0,
+                             peak_bytes=int(tab.nbytes + peak), table_bytes=int(tab.nbytes),
+                             table_seconds=tab.fill_seconds - filled if method == "factored"
+                             else 0.0)
 
 
 def substitution_changes(enc, input_ids, position: int, tokens, *,
