@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from ._tensor import Array, as_tensor, like
 from .checks import check_finite, check_int, check_seed, check_shape, check_unit_rows
-from .maps import flat, raf, relu_attention
+from .maps import Normalisation, attention, flat, normalise_scores, raf, relu_attention
 from .rf_sensitivity import rf_block_seed
 from .sensitivity import cosine_ascent, init_starts, perturb, project_ball
 from .weights import gaussian, sample_W, sample_X
@@ -49,7 +49,7 @@ __all__ = [
     "planted_data", "authors_data", "rf_block_seed", "rf_blocks", "sample_V_blocked",
     "rf_preactivations", "attention_features", "flip_grid", "flip_table", "FlipModel",
     "rf_flip_model", "attention_flip_model", "flip_target", "search_flip", "authors_search",
-    "authors_lr_steps", "flip_runs", "flip_point",
+    "authors_lr_steps", "flip_runs", "flip_point", "GENERAL", "flip_normalisation",
 ]
 
 LOSSES = ("output", "align_ft", "align_rt")
@@ -57,6 +57,43 @@ TRAININGS = ("fine_tune", "retrain")
 MAPS = ("rf", "raf", "relu")
 SEARCHES = ("ours", "authors")
 DATA = ("planted", "authors")
+
+#: The map name of the general attention map :func:`wsutils.maps.attention` in this module
+#: (chapter *normalisation*): ``map="attention"`` with ``normalisation=...`` (a name of
+#: :data:`wsutils.maps.NORMALISATIONS`, a dict of :class:`wsutils.maps.Normalisation`'s fields, or
+#: a :class:`~wsutils.maps.Normalisation`). It is not in ``MAPS``, the paper's three maps:
+#: ``map="attention"`` with ``"softmax"`` (``β = 1``) gives the records of ``map="raf"`` and
+#: with ``"relu"`` those of ``map="relu"``, to the last bit.
+GENERAL = "attention"
+
+
+def flip_normalisation(map: str, normalisation=None) -> Normalisation | None:
+    """Check ``map`` (one of ``MAPS`` or :data:`GENERAL`) and its ``normalisation``: a
+    :class:`~wsutils.maps.Normalisation` for ``map="attention"`` (from a name, a dict of its
+    fields such as ``{"name": "scalable", "s": 2.0}``, or a Normalisation), ``None`` for the
+    paper's maps, which take none."""
+    if map == GENERAL:
+        if normalisation is None:
+            raise ValueError("map='attention' needs normalisation=..., e.g. 'sparsemax' or "
+                             "{'name': 'scalable', 's': 1.0} (see wsutils.maps.Normalisation).")
+        if isinstance(normalisation, Normalisation):
+            return normalisation
+        if isinstance(normalisation, str):
+            return Normalisation(normalisation)
+        if isinstance(normalisation, dict):
+            unknown = sorted(set(normalisation) - {"name", "beta", "s", "alpha", "bias"})
+            if unknown or "name" not in normalisation:
+                raise ValueError("a normalisation dict needs 'name' and may have 'beta', 's', "
+                                 f"'alpha', 'bias'; got keys {sorted(normalisation)}.")
+            return Normalisation(**normalisation)
+        raise TypeError("normalisation must be a name, a dict of Normalisation fields or a "
+                        f"Normalisation, got {type(normalisation).__name__}.")
+    if map not in MAPS:
+        raise ValueError(f"map must be one of {MAPS} or {GENERAL!r}, got {map!r}.")
+    if normalisation is not None:
+        raise ValueError(f"normalisation applies only to map={GENERAL!r}; map={map!r} has its "
+                         "own (raf: softmax, relu: rownorm of ReLU). Leave it unset.")
+    return None
 
 
 def check_Ns(Ns: Sequence[int]) -> list[int]:
@@ -273,12 +310,23 @@ def rf_preactivations(Xs: Array, k: int, *, seed: int, row: int = 0, block_rows:
     return H, Vi
 
 
-def attention_features(Xs: Array, W: Array, kind: str, *, chunk: int = 64) -> torch.Tensor:
+def attention_features(Xs: Array, W: Array, kind: str, *, chunk: int = 64,
+                       normalisation=None) -> torch.Tensor:
     """Flattened features ``flat(φ(X))`` of a batch of texts for ``kind`` ``"raf"``
-    (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`), in chunks of texts."""
-    fn = {"raf": raf, "relu": relu_attention}.get(kind)
+    (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`), or ``"attention"`` with
+    ``normalisation`` (eq. :eq:`eq-general-attention`, :func:`wsutils.maps.attention`), in
+    chunks of texts."""
+    if kind == GENERAL:
+        norm = flip_normalisation(kind, normalisation)
+
+        def fn(Z, Wt):
+            return attention(Z, Wt, normalisation=norm)
+    else:
+        if normalisation is not None:
+            flip_normalisation(kind, normalisation)
+        fn = {"raf": raf, "relu": relu_attention}.get(kind)
     if fn is None:
-        raise ValueError(f"kind must be 'raf' or 'relu', got {kind!r}.")
+        raise ValueError(f"kind must be 'raf', 'relu' or {GENERAL!r}, got {kind!r}.")
     X = as_tensor(Xs)
     Wt = as_tensor(W, dtype=X.dtype)
     with torch.no_grad():
@@ -355,8 +403,9 @@ def search_flip(readout: Callable[[torch.Tensor], torch.Tensor], d: int, target:
 
 def authors_lr_steps(map: str, n: int) -> tuple[float, int]:
     """The learning rate and step count of ``gen.py``'s search: random features ``lr = 100``,
-    300 steps; softmax and ReLU attention ``lr = 1``, ``50·n`` steps."""
-    if map not in MAPS:
+    300 steps; softmax and ReLU attention ``lr = 1``, ``50·n`` steps (and so, by our choice,
+    attention with any normalisation, ``map="attention"``)."""
+    if map not in MAPS and map != GENERAL:
         raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
     return (100.0, 300) if map == "rf" else (1.0, 50 * check_int("n", n, minimum=1))
 
@@ -417,14 +466,36 @@ def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
     return FlipModel(phi_row, lambda Delta, w: phi_row(Delta) @ w, bound)
 
 
-def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int) -> FlipModel:
-    """RAF (``kind="raf"``, eq. :eq:`eq-raf`) or ReLU attention (``"relu"``,
-    eq. :eq:`eq-relu-attention`) seen from word ``i = row``. Changing ``x_i`` changes only row
-    ``i`` and column ``i`` of the scores ``S = XWXᵀ/√d``; with ``G = Θ X_Δᵀ`` (``Θ`` = ``w``
-    as an ``n × d`` matrix) the read-out is ``⟨A(Δ) X_Δ, Θ⟩ = Σ_rc A_rc G_rc``."""
-    fn = {"raf": raf, "relu": relu_attention}.get(kind)
+def _relu_rows(S: torch.Tensor) -> torch.Tensor:
+    A = torch.relu(S)
+    mass = A.sum(dim=-1, keepdim=True)
+    return A / torch.where(mass > 0, mass, torch.ones_like(mass))
+
+
+def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int, *,
+                         normalisation=None) -> FlipModel:
+    """RAF (``kind="raf"``, eq. :eq:`eq-raf`), ReLU attention (``"relu"``,
+    eq. :eq:`eq-relu-attention`) or attention with a named normalisation (``"attention"`` with
+    ``normalisation``, eq. :eq:`eq-general-attention`; see :func:`flip_normalisation`) seen
+    from word ``i = row``. Changing ``x_i`` changes only row ``i`` and column ``i`` of the
+    scores ``S = XWXᵀ/√d``; with ``G = Θ X_Δᵀ`` (``Θ`` = ``w`` as an ``n × d`` matrix) the
+    read-out is ``⟨A(Δ) X_Δ, Θ⟩ = Σ_rc A_rc G_rc``, ``A(Δ)`` the normalised scores
+    (:func:`wsutils.maps.normalise_scores` for ``"attention"``)."""
+    if kind == GENERAL:
+        norm = flip_normalisation(kind, normalisation)
+
+        def fn(Z, Wt):
+            return attention(Z, Wt, normalisation=norm)
+
+        def weights(S):
+            return normalise_scores(S, norm)
+    else:
+        if normalisation is not None:
+            flip_normalisation(kind, normalisation)
+        fn = {"raf": raf, "relu": relu_attention}.get(kind)
+        weights = (lambda S: torch.softmax(S, dim=-1)) if kind == "raf" else _relu_rows
     if fn is None:
-        raise ValueError(f"kind must be 'raf' or 'relu', got {kind!r}.")
+        raise ValueError(f"kind must be 'raf', 'relu' or {GENERAL!r}, got {kind!r}.")
     n, d = X.shape
     s = math.sqrt(d)
     Q = X @ W
@@ -443,12 +514,7 @@ def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int) 
         S[:, :, row] = xi @ Q.T / s                          # column i: x_r W x_i'
         S[:, row, :] = qi @ X.T / s                          # row i: x_i' W x_c
         S[:, row, row] = (qi * xi).sum(-1) / s
-        if kind == "raf":
-            A = torch.softmax(S, dim=-1)
-        else:
-            A = torch.relu(S)
-            mass = A.sum(dim=-1, keepdim=True)
-            A = A / torch.where(mass > 0, mass, torch.ones_like(mass))
+        A = weights(S)
         G = (Th @ X.T).expand(B, n, n).clone()
         G[:, :, row] = xi @ Th.T                             # θ_r · x_i'
         return (A * G).sum(dim=(-1, -2))
@@ -457,7 +523,7 @@ def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int) 
 
 
 def _features(map: str, Xs: torch.Tensor, X: torch.Tensor, *, seed: int, row: int,
-              block_rows: int, progress: bool):
+              block_rows: int, progress: bool, normalisation: Normalisation | None = None):
     """Features of the training texts and of the new text, and the :class:`FlipModel`."""
     n, d = X.shape
     allX = torch.cat([Xs, X[None]])
@@ -466,8 +532,8 @@ def _features(map: str, Xs: torch.Tensor, X: torch.Tensor, *, seed: int, row: in
                                   progress=progress)
         return torch.relu(H[:-1]), torch.relu(H[-1]), rf_flip_model(H[-1], Vi)
     W = sample_W(d, seed=seed)
-    F = attention_features(allX, W, map)
-    return F[:-1], F[-1], attention_flip_model(X, W, map, row)
+    F = attention_features(allX, W, map, normalisation=normalisation)
+    return F[:-1], F[-1], attention_flip_model(X, W, map, row, normalisation=normalisation)
 
 
 def _check_flip_data(Xs: torch.Tensor, Y: torch.Tensor, X: torch.Tensor, y: float,
@@ -517,7 +583,7 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
               seed: int, losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
               search: str = "ours", starts: int = 4, steps: int | None = None,
               lr: float | None = None, row: int = 0, unit_rows: bool = True,
-              block_rows: int = 2048, progress: bool = False) -> dict:
+              block_rows: int = 2048, progress: bool = False, normalisation=None) -> dict:
     """The generalization experiment on given data (:prf:ref:`def-flip-problem`): training
     texts ``Xs`` (``N × n × d``, rows of norm ``√d`` unless ``unit_rows=False``, as in
     ``gen.py``'s synthetic data), their labels ``Y`` (``±1``), the new text ``X``
@@ -538,9 +604,12 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
     ``sens_term = (c − 1)(y − t_0)``; ``loss``/``min_loss`` are the search's final and
     smallest loss. The align_ft search does not depend on ``N`` or the training, align_rt
     not on the training: each is run once and read out under every model it applies to.
+
+    ``map="attention"`` (:data:`GENERAL`) runs the same experiment with the general attention
+    map and ``normalisation`` (:func:`flip_normalisation`); the records are those of the
+    other maps (with ``"softmax"`` and ``"relu"`` equal to those of ``"raf"`` and ``"relu"``).
     """
-    if map not in MAPS:
-        raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
+    norm = flip_normalisation(map, normalisation)
     bad = [x for x in losses if x not in LOSSES] + [x for x in trainings if x not in TRAININGS]
     if bad:
         raise ValueError(f"unknown losses/trainings {bad}; use {LOSSES} and {TRAININGS}.")
@@ -554,7 +623,8 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
     Nmax = max(Ns)
     n, d = X.shape
     Phi_all, phi, model = _features(map, Xs[:Nmax], X, seed=seed, row=row,
-                                    block_rows=block_rows, progress=progress)
+                                    block_rows=block_rows, progress=progress,
+                                    normalisation=norm)
     if search == "authors":
         lr0, steps0 = authors_lr_steps(map, n)
         opts = dict(lr=lr0 if lr is None else lr, steps=steps0 if steps is None else steps)
@@ -605,14 +675,16 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
                losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
                search: str = "ours", data: str = "planted", starts: int = 4,
                steps: int | None = None, lr: float | None = None, row: int = 0,
-               block_rows: int = 2048, progress: bool = False) -> dict:
+               block_rows: int = 2048, progress: bool = False, normalisation=None) -> dict:
     """One grid point for :func:`wsutils.sweep.run_grid` on synthetic data: ``max(Ns) + 1``
     texts from :func:`planted_data` (``data="planted"``, rows of norm ``√d``) or
     :func:`authors_data` (``data="authors"``, ``gen.py``'s), drawn with seed ``seed``, then
     :func:`flip_runs` with weights seed ``seed + 3`` (search seed ``seed + 4``) and
-    ``search``. The same ``seed`` gives the same texts for every map and both searches."""
-    if map not in MAPS:
-        raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
+    ``search``. The same ``seed`` gives the same texts for every map and both searches.
+    ``map="attention"`` takes a ``normalisation`` (a name or a dict of
+    :class:`~wsutils.maps.Normalisation`'s fields, so that the point stays plain JSON for
+    :func:`wsutils.sweep.run_grid`; :func:`flip_normalisation`)."""
+    flip_normalisation(map, normalisation)
     if data not in DATA:
         raise ValueError(f"data must be one of {DATA}, got {data!r}.")
     Ns = check_Ns(Ns)
@@ -624,7 +696,7 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
     return flip_runs(map, Xs, Y, X, y, Ns=Ns, seed=seed + 3, losses=losses,
                      trainings=trainings, search=search, starts=starts, steps=steps, lr=lr,
                      row=row, unit_rows=data == "planted", block_rows=block_rows,
-                     progress=progress)
+                     progress=progress, normalisation=normalisation)
 
 
 def flip_grid(*, d: int, Ns: Sequence[int], seeds: Sequence[int],
@@ -642,10 +714,13 @@ def flip_grid(*, d: int, Ns: Sequence[int], seeds: Sequence[int],
 
 def flip_table(records: Sequence[dict]) -> list[dict]:
     """Flatten :func:`wsutils.sweep.run_grid` records of :func:`flip_point` into one row per
-    run, with ``map``, ``n``, ``d``, ``seed``, ``data`` and the run's own fields."""
+    run, with ``map``, ``n``, ``d``, ``seed``, ``data`` and the run's own fields (and
+    ``normalisation``, as the point gave it, for points that have one: ``map="attention"``)."""
     rows = []
     for rec in records:
+        extra = {"normalisation": rec["normalisation"]} \
+            if rec.get("normalisation") is not None else {}
         for run in rec["runs"]:
             rows.append({"map": rec["map"], "n": rec["n"], "d": rec["d"], "seed": rec["seed"],
-                         "data": rec.get("data", "planted"), **run})
+                         "data": rec.get("data", "planted"), **extra, **run})
     return rows
