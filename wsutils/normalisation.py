@@ -235,7 +235,7 @@ def takeover_margin_model(d: int, n: int, draws: int = MODEL_DRAWS) -> dict:
     function; ``x'_i`` is built from ``x_i`` and ``W`` only, so the other words are
     independent of ``v``). Their maximum over the ``n − 1`` other words is replaced by its median
     ``q_{d,n}`` (``P(t > q) = 1 − 2^{−1/(n−1)}``), and ``s'_ii`` and ``‖v‖`` by their means over
-    ``draws`` independent draws (:func:`_self_and_norm`): ``margin = E s'_ii − E‖v‖·q_{d,n}``.
+    ``draws`` independent draws (``_self_and_norm``): ``margin = E s'_ii − E‖v‖·q_{d,n}``.
     ``sd`` is the standard deviation of one text's margin under the model,
     ``s'_ii − ‖v‖·T`` over those draws, with ``T`` the maximum of the ``n − 1`` cosines taken
     from its exact law (``P(T ≤ τ) = (1 − P(t > τ))^{n−1}``), one stratified quantile per
