@@ -310,23 +310,29 @@ def rf_preactivations(Xs: Array, k: int, *, seed: int, row: int = 0, block_rows:
     return H, Vi
 
 
+def _attention_kind(kind: str, normalisation=None):
+    """The map ``φ(X, W)`` and the :class:`~wsutils.maps.Normalisation` of its weights for an
+    attention ``kind``: ``"raf"`` (:func:`~wsutils.maps.raf`, softmax), ``"relu"``
+    (:func:`~wsutils.maps.relu_attention`, rownorm of ReLU) or :data:`GENERAL` with
+    ``normalisation`` (:func:`~wsutils.maps.attention`; :func:`flip_normalisation`)."""
+    if kind == GENERAL:
+        norm = flip_normalisation(kind, normalisation)
+        return (lambda Z, Wt: attention(Z, Wt, normalisation=norm)), norm
+    if normalisation is not None:
+        flip_normalisation(kind, normalisation)          # refuses it, saying why
+    fn = {"raf": raf, "relu": relu_attention}.get(kind)
+    if fn is None:
+        raise ValueError(f"kind must be 'raf', 'relu' or {GENERAL!r}, got {kind!r}.")
+    return fn, Normalisation("softmax" if kind == "raf" else "relu")
+
+
 def attention_features(Xs: Array, W: Array, kind: str, *, chunk: int = 64,
                        normalisation=None) -> torch.Tensor:
     """Flattened features ``flat(φ(X))`` of a batch of texts for ``kind`` ``"raf"``
     (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`), or ``"attention"`` with
     ``normalisation`` (eq. :eq:`eq-general-attention`, :func:`wsutils.maps.attention`), in
     chunks of texts."""
-    if kind == GENERAL:
-        norm = flip_normalisation(kind, normalisation)
-
-        def fn(Z, Wt):
-            return attention(Z, Wt, normalisation=norm)
-    else:
-        if normalisation is not None:
-            flip_normalisation(kind, normalisation)
-        fn = {"raf": raf, "relu": relu_attention}.get(kind)
-    if fn is None:
-        raise ValueError(f"kind must be 'raf', 'relu' or {GENERAL!r}, got {kind!r}.")
+    fn, _ = _attention_kind(kind, normalisation)
     X = as_tensor(Xs)
     Wt = as_tensor(W, dtype=X.dtype)
     with torch.no_grad():
@@ -466,12 +472,6 @@ def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
     return FlipModel(phi_row, lambda Delta, w: phi_row(Delta) @ w, bound)
 
 
-def _relu_rows(S: torch.Tensor) -> torch.Tensor:
-    A = torch.relu(S)
-    mass = A.sum(dim=-1, keepdim=True)
-    return A / torch.where(mass > 0, mass, torch.ones_like(mass))
-
-
 def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int, *,
                          normalisation=None) -> FlipModel:
     """RAF (``kind="raf"``, eq. :eq:`eq-raf`), ReLU attention (``"relu"``,
@@ -481,21 +481,7 @@ def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int, 
     scores ``S = XWXᵀ/√d``; with ``G = Θ X_Δᵀ`` (``Θ`` = ``w`` as an ``n × d`` matrix) the
     read-out is ``⟨A(Δ) X_Δ, Θ⟩ = Σ_rc A_rc G_rc``, ``A(Δ)`` the normalised scores
     (:func:`wsutils.maps.normalise_scores` for ``"attention"``)."""
-    if kind == GENERAL:
-        norm = flip_normalisation(kind, normalisation)
-
-        def fn(Z, Wt):
-            return attention(Z, Wt, normalisation=norm)
-
-        def weights(S):
-            return normalise_scores(S, norm)
-    else:
-        if normalisation is not None:
-            flip_normalisation(kind, normalisation)
-        fn = {"raf": raf, "relu": relu_attention}.get(kind)
-        weights = (lambda S: torch.softmax(S, dim=-1)) if kind == "raf" else _relu_rows
-    if fn is None:
-        raise ValueError(f"kind must be 'raf', 'relu' or {GENERAL!r}, got {kind!r}.")
+    fn, norm = _attention_kind(kind, normalisation)
     n, d = X.shape
     s = math.sqrt(d)
     Q = X @ W
@@ -514,7 +500,7 @@ def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int, 
         S[:, :, row] = xi @ Q.T / s                          # column i: x_r W x_i'
         S[:, row, :] = qi @ X.T / s                          # row i: x_i' W x_c
         S[:, row, row] = (qi * xi).sum(-1) / s
-        A = weights(S)
+        A = normalise_scores(S, norm)
         G = (Th @ X.T).expand(B, n, n).clone()
         G[:, :, row] = xi @ Th.T                             # θ_r · x_i'
         return (A * G).sum(dim=(-1, -2))
