@@ -165,3 +165,31 @@ def test_a_failing_point_on_an_executor_keeps_the_finished_ones(tmp_path):
     # 0, 1 and 2 started before 3 (the pool takes points in order) and are stored, although
     # 3 failed while they ran; 4 and 5 may have been cancelled.
     assert {0, 1, 2} <= stored and 3 not in stored
+
+
+def test_imdb_searched_rows_spread_evenly_with_the_first_and_last():
+    from wsutils.imdb import searched_rows
+
+    assert searched_rows(10, None) is None
+    assert searched_rows(10, 16) is None and searched_rows(16, 16) is None   # every row
+    for n in (17, 20, 50, 200):
+        rows = searched_rows(n, 16)
+        assert len(rows) == 16 and rows[0] == 0 and rows[-1] == n - 1
+        assert all(b > a for a, b in zip(rows, rows[1:]))
+    for bad in (0, 2.5, True):
+        with pytest.raises((TypeError, ValueError)):
+            searched_rows(20, bad)
+
+
+def test_imdb_sensitivity_point_on_a_row_sample_is_that_sample_of_every_row():
+    from wsutils.imdb import sensitivity_point
+
+    kw = dict(n=20, d=8, source="gaussian", review=3, keep="all", seed=5, steps=5, starts=2,
+              model=None, imdb=None)
+    for m in ("RAF", "ReLU attention", "RF"):
+        every, some = sensitivity_point(map=m, **kw), sensitivity_point(map=m, rows=4, **kw)
+        assert every["n_rows"] == 20 and some["n_rows"] == 4
+        assert some["row"] in (0, 6, 13, 19) and some["S_row_min"] <= some["S"]
+        if m != "RF":     # attention: the same weights and per-row search, a subset of rows
+            assert some["S"] <= every["S"] * (1 + 1e-12)
+            assert some["S_first"] == pytest.approx(every["S_first"], rel=1e-12)

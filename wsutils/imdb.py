@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from . import config
+from .checks import check_int
 from .attention import attention_word_sensitivity
 from .data import load_imdb, select_reviews
 from .embeddings import embed, load_model, sample_matrix, word_rows
@@ -26,7 +27,7 @@ from .generalization import LOSSES, TRAININGS, check_Ns, flip_runs
 from .maps import raf, relu_attention
 from .weights import sample_W, sample_X
 
-__all__ = ["MAPS", "review_matrix", "sensitivity_point", "flip_texts", "flip_point_imdb"]
+__all__ = ["MAPS", "review_matrix", "searched_rows", "sensitivity_point", "flip_texts", "flip_point_imdb"]
 
 MAPS = {"RAF": raf, "ReLU attention": relu_attention}
 _KINDS = {"RAF": "raf", "ReLU attention": "relu"}
@@ -62,18 +63,37 @@ def review_matrix(review: int, n: int, d: int, *, keep: str = "all", model: str 
     return sample_matrix(E, n, d, rows=word_rows(mask) if keep == "words" else None)
 
 
+def searched_rows(n: int, rows: int | None) -> list[int] | None:
+    """The rows :func:`sensitivity_point` searches: ``None`` (every row) when ``rows`` is
+    ``None`` or at least ``n``; otherwise ``rows`` distinct rows spread evenly over ``0..n−1``,
+    row 0 (``[CLS]``) and row ``n − 1`` included (``np.linspace`` rounded)."""
+    n = check_int("n", n, minimum=1)
+    if rows is None:
+        return None
+    rows = check_int("rows", rows, minimum=1)
+    if rows >= n:
+        return None
+    picked = np.unique(np.rint(np.linspace(0, n - 1, rows)).astype(int)).tolist()
+    assert len(picked) == rows, (n, rows, picked)        # spacing (n−1)/(rows−1) ≥ 1
+    return picked
+
+
 def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, keep: str,
-                      seed: int, steps: int, starts: int, model: str, imdb: str | None) -> dict:
+                      seed: int, steps: int, starts: int, model: str, imdb: str | None,
+                      rows: int | None = None) -> dict:
     """One point of the sweep: the word sensitivity (:prf:ref:`def-word-sensitivity`) of
     ``map`` — ``"RF"`` (``k = D = n·d``, the exact estimator
     :func:`wsutils.rf_sensitivity.rf_word_sensitivity`, which never forms ``V``), ``"RAF"`` or
-    ``"ReLU attention"`` (weights ``W`` drawn with ``seed``) — searched over **every** row.
+    ``"ReLU attention"`` (weights ``W`` drawn with ``seed``) — searched over **every** row
+    (``rows=None``), or over ``rows`` of them spread evenly, row 0 included
+    (:func:`searched_rows`; ``S`` is then the sup over those rows only).
 
     ``source="imdb"``: the text of review ``review`` (:func:`review_matrix`, rows ``keep``);
     ``source="gaussian"``: i.i.d. rows of norm ``√d`` drawn with seed ``review`` (the synthetic
     chapters' texts), for a side-by-side comparison. Returns the sup over rows (``S``), the
     value for the first row alone (``S_first``, what the authors' scripts report), the row
-    attaining the sup and the wall time of the search."""
+    attaining the sup, the smallest value over the searched rows (``S_row_min``), the number
+    of rows searched (``n_rows``) and the wall time of the search."""
     from .rf_sensitivity import rf_word_sensitivity
 
     if map not in (*MAPS, "RF"):
@@ -84,14 +104,16 @@ def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, kee
         X = sample_X(n, d, seed=review).numpy()
     else:
         raise ValueError(f"source must be 'imdb' or 'gaussian', got {source!r}.")
+    picked = searched_rows(n, rows)
     t0 = time.perf_counter()
     if map == "RF":
-        r = rf_word_sensitivity(X, n * d, rows=None, seed=seed, starts=starts, steps=steps)
+        r = rf_word_sensitivity(X, n * d, rows=picked, seed=seed, starts=starts, steps=steps)
     else:
         # the search of wsutils.sensitivity.word_sensitivity, in O(n·d) per start and step
-        r = attention_word_sensitivity(X, sample_W(d, seed=seed), kind=_KINDS[map], rows=None,
-                                       starts=starts, steps=steps, seed=seed)
+        r = attention_word_sensitivity(X, sample_W(d, seed=seed), kind=_KINDS[map],
+                                       rows=picked, starts=starts, steps=steps, seed=seed)
     return {"S": r.value, "S_first": r.per_row[0], "row": r.row,
+            "S_row_min": min(r.per_row.values()), "n_rows": len(r.per_row),
             "seconds": time.perf_counter() - t0}
 
 
