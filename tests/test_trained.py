@@ -335,3 +335,30 @@ def test_heads_batch_matches_single_head_values(enc, H):
         assert one[0] == pytest.approx(single.value, rel=1e-8)
     grid = tr.head_grid(enc, H[:, 0], [1, 3], steps=3)
     assert grid.shape == (enc.layers, enc.heads) and (grid > 0).all()
+
+
+def test_vocabulary_search_is_vocabulary_changes_at_every_position_with_or_without_a_pool(enc):
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = ["a good film with a fine cast and a plot", "the worst film i have ever seen here"]
+    tokens = np.arange(0, 12)
+    found, cpu = tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens)
+    assert [(r, vc.position) for r, _, vc in found] == [(0, 1), (0, 3), (1, 1), (1, 3)]
+    assert cpu > 0
+    for r, ids, vc in found:
+        assert ids == enc.tokenizer(texts[r], truncation=True, max_length=6)["input_ids"]
+        assert list(vc.tokens) == [t for t in tokens if t != ids[vc.position]]
+        one = tr.vocabulary_changes(enc, ids, vc.position, tokens=vc.tokens)
+        np.testing.assert_array_equal(vc.values, one.values)
+    with ThreadPoolExecutor(2) as ex:
+        pooled, _ = tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens, executor=ex)
+        for (r, ids, vc), (r2, ids2, vc2) in zip(found, pooled):
+            assert (r, ids, vc.position) == (r2, ids2, vc2.position)
+            np.testing.assert_array_equal(vc.values, vc2.values)
+        with pytest.raises(ValueError, match="by its name"):      # not from load_model
+            tr.vocabulary_search(em.random_model(enc, seed=1), texts, 6, [1], tokens=tokens,
+                                 executor=ex)
+    with pytest.raises(ValueError, match="fewer than n"):
+        tr.vocabulary_search(enc, ["film"], 6, [1], tokens=tokens)
+    with pytest.raises(ValueError, match="positions"):
+        tr.vocabulary_search(enc, texts, 6, [6], tokens=tokens)

@@ -68,7 +68,8 @@ from .sensitivity import (SensitivityResult, _ascend, certify, check_lr,
 
 __all__ = ["Head", "head_weights", "random_head", "layer_inputs", "head_map", "block_map",
            "layer_map", "stack_map", "own_norm_problem", "own_norm_word_sensitivity",
-           "head_word_sensitivity", "vocabulary_changes", "VocabularyChanges",
+           "head_word_sensitivity", "vocabulary_changes", "vocabulary_search",
+           "VocabularyChanges",
            "free_vocabulary_tables",
            "substitution_changes", "pair_changes", "head_grid",
            "heads_word_sensitivity"]
@@ -808,6 +809,64 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
                              peak_bytes=int(tab.nbytes + peak), table_bytes=int(tab.nbytes),
                              table_seconds=tab.fill_seconds - filled if method == "factored"
                              else 0.0)
+
+
+def _review_vocabulary(model, text: str, n: int, positions: Sequence[int], tokens,
+                       batch: int) -> tuple[list, list, float]:
+    """One text of :func:`vocabulary_search` (module level, so that a process pool can run
+    it; ``model``: the Encoder, or its name in a worker): its ids, one
+    :class:`VocabularyChanges` per position, and this call's CPU time."""
+    import time
+
+    c0 = time.process_time()
+    enc = _encoder(model)
+    ids = enc.tokenizer(text, truncation=True, max_length=n)["input_ids"]
+    if len(ids) != n:
+        raise ValueError(f"a text has {len(ids)} tokens, fewer than n = {n}: pass texts of at "
+                         f"least n − 2 WordPiece tokens.")
+    out = []
+    for i in positions:
+        tok = None if tokens is None else tokens[tokens != ids[i]]
+        out.append(vocabulary_changes(enc, ids, i, tokens=tok, batch=batch))
+    return ids, out, time.process_time() - c0
+
+
+def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int], *,
+                      tokens=None, batch: int = 2048, executor=None) -> tuple[list, float]:
+    """:func:`vocabulary_changes` at each of ``positions`` of each text of ``texts``, cut to
+    ``n`` tokens by the model's tokenizer (``[CLS]`` … ``[SEP]``; a shorter text is a
+    ``ValueError``): the realisable word sensitivity's search over a set of review-positions
+    (:prf:ref:`def-realisable-ws`). ``tokens``: the candidate ids (at each position the token
+    already there is left out), or ``None`` for the whole vocabulary.
+
+    ``executor``: a :mod:`concurrent.futures` executor (e.g. a process pool of one-thread
+    workers) over which the texts are spread; each worker loads the model by its name
+    (:func:`wsutils.embeddings.load_model`, once per process) and makes its own tables.
+    Returns ``[(text index, ids, VocabularyChanges), …]`` in the order (text, position), the
+    same with or without an executor, and the CPU seconds of the calls (summed over the
+    processes; wall time depends on what else runs)."""
+    enc = _encoder(enc)
+    n = check_int("n", n, minimum=3)
+    positions = [check_int("positions[]", i, minimum=0) for i in positions]
+    if not texts or not positions or max(positions) >= n:
+        raise ValueError(f"pass at least one text and positions in [0, {n}).")
+    if tokens is not None:
+        tokens = np.asarray(tokens, dtype=np.int64)
+    if executor is None:
+        done = [_review_vocabulary(enc, t, n, positions, tokens, batch) for t in texts]
+    else:
+        try:
+            same = load_model(enc.name) is enc
+        except (OSError, RuntimeError, ValueError):      # the name loads nothing
+            same = False
+        if not same:
+            raise ValueError("with an executor, the workers load the model by its name: pass "
+                             "the Encoder that wsutils.embeddings.load_model returned for it "
+                             "(not, e.g., a random_model), or executor=None.")
+        args = [(enc.name, t, n, positions, tokens, batch) for t in texts]
+        done = list(executor.map(_review_vocabulary, *zip(*args)))
+    found = [(r, ids, vc) for r, (ids, vcs, _) in enumerate(done) for vc in vcs]
+    return found, float(sum(c for _, _, c in done))
 
 
 def substitution_changes(enc, input_ids, position: int, tokens, *,
