@@ -338,7 +338,8 @@ def test_heads_batch_matches_single_head_values(enc, H):
 
 
 def test_vocabulary_search_is_vocabulary_changes_at_every_position_with_or_without_a_pool(enc):
-    from concurrent.futures import ThreadPoolExecutor
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     texts = ["a good film with a fine cast and a plot", "the worst film i have ever seen here"]
     tokens = np.arange(0, 12)
@@ -350,7 +351,8 @@ def test_vocabulary_search_is_vocabulary_changes_at_every_position_with_or_witho
         assert list(vc.tokens) == [t for t in tokens if t != ids[vc.position]]
         one = tr.vocabulary_changes(enc, ids, vc.position, tokens=vc.tokens)
         np.testing.assert_array_equal(vc.values, one.values)
-    with ThreadPoolExecutor(2) as ex:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
+                             initializer=torch.set_num_threads, initargs=(1,)) as ex:
         pooled, _ = tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens, executor=ex)
         for (r, ids, vc), (r2, ids2, vc2) in zip(found, pooled):
             assert (r, ids, vc.position) == (r2, ids2, vc2.position)

@@ -65,8 +65,9 @@ def review_matrix(review: int, n: int, d: int, *, keep: str = "all", model: str 
 
 def searched_rows(n: int, rows: int | None) -> list[int] | None:
     """The rows :func:`sensitivity_point` searches: ``None`` (every row) when ``rows`` is
-    ``None`` or at least ``n``; otherwise ``rows`` distinct rows spread evenly over ``0..n−1``,
-    row 0 (``[CLS]``) and row ``n − 1`` included (``np.linspace`` rounded)."""
+    ``None`` or at least ``n``; otherwise ``rows`` distinct rows spread evenly over ``0..n−1``
+    (``np.linspace`` rounded), row 0 (``[CLS]``) included, and row ``n − 1`` too when
+    ``rows ≥ 2``."""
     n = check_int("n", n, minimum=1)
     if rows is None:
         return None
@@ -74,7 +75,7 @@ def searched_rows(n: int, rows: int | None) -> list[int] | None:
     if rows >= n:
         return None
     picked = np.unique(np.rint(np.linspace(0, n - 1, rows)).astype(int)).tolist()
-    assert len(picked) == rows, (n, rows, picked)        # spacing (n−1)/(rows−1) ≥ 1
+    assert len(picked) == rows, (n, rows, picked)   # spacing (n−1)/(rows−1) > 1: all distinct
     return picked
 
 

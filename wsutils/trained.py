@@ -722,13 +722,16 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
     f64 = torch.float64
     tab = _tables(enc, dev)
     i, H, dh, d = position, tab.H, tab.dh, enc.hidden
+    if method == "factored":
+        with torch.no_grad():    # the table rows first: (4096 × d)(d × 3d) products, threaded
+            tab.build()
+            filled = tab.fill_seconds
+            tab.fill(tokens.to(dev))
     # one batch's largest arrays are (heads, batch, n): below ~4M entries every operation is
     # short, and with two threads on a loaded machine each one waits for the other (measured
     # on the embedded model, n = 32: 5.6 s per position with 2 threads, 1.4 s with 1)
     with torch.no_grad(), small_work_threads(H * min(batch, len(tokens)) * max(n, dh)):
         if method == "factored":
-            tab.build()
-            filled = tab.fill_seconds
             rows_of = tab.factored(i)
             guard = torch.cat([ids[i:i + 1], tokens[torch.linspace(
                 0, len(tokens) - 1, min(7, len(tokens))).long()].to(dev)])
@@ -839,12 +842,14 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
     (:prf:ref:`def-realisable-ws`). ``tokens``: the candidate ids (at each position the token
     already there is left out), or ``None`` for the whole vocabulary.
 
-    ``executor``: a :mod:`concurrent.futures` executor (e.g. a process pool of one-thread
-    workers) over which the texts are spread; each worker loads the model by its name
-    (:func:`wsutils.embeddings.load_model`, once per process) and makes its own tables.
+    ``executor``: a :mod:`concurrent.futures` process pool (e.g. of one-thread workers) over
+    which the texts are spread; each worker reads the model by its name
+    (:func:`wsutils.embeddings.load_model`: inherited from this process under ``fork``,
+    loaded once per worker otherwise) and holds its own copy of the tables.
     Returns ``[(text index, ids, VocabularyChanges), …]`` in the order (text, position), the
-    same with or without an executor, and the CPU seconds of the calls (summed over the
-    processes; wall time depends on what else runs)."""
+    same with or without an executor, and the CPU seconds of the calls (``process_time``
+    summed over the calls: the processes' CPU time with a process pool; a thread pool would
+    count a process's time once per thread)."""
     enc = _encoder(enc)
     n = check_int("n", n, minimum=3)
     positions = [check_int("positions[]", i, minimum=0) for i in positions]
