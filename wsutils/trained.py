@@ -842,7 +842,7 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
     (:prf:ref:`def-realisable-ws`). ``tokens``: the candidate ids (at each position the token
     already there is left out), or ``None`` for the whole vocabulary.
 
-    ``executor``: a :mod:`concurrent.futures` process pool (e.g. of one-thread workers) over
+    ``executor``: a ``concurrent.futures`` process pool (e.g. of one-thread workers) over
     which the texts are spread; each worker reads the model by its name
     (:func:`wsutils.embeddings.load_model`: inherited from this process under ``fork``,
     loaded once per worker otherwise) and holds its own copy of the tables.
