@@ -181,7 +181,7 @@ def test_imdb_searched_rows_spread_evenly_with_the_first_and_last():
             searched_rows(20, bad)
 
 
-def test_imdb_sensitivity_point_on_a_row_sample_is_that_sample_of_every_row():
+def test_imdb_sensitivity_point_searches_the_stated_rows():
     from wsutils.imdb import sensitivity_point
 
     kw = dict(n=20, d=8, source="gaussian", review=3, keep="all", seed=5, steps=5, starts=2,

@@ -27,7 +27,8 @@ from .generalization import LOSSES, TRAININGS, check_Ns, flip_runs
 from .maps import raf, relu_attention
 from .weights import sample_W, sample_X
 
-__all__ = ["MAPS", "review_matrix", "searched_rows", "sensitivity_point", "flip_texts", "flip_point_imdb"]
+__all__ = ["MAPS", "review_matrix", "searched_rows", "sensitivity_point", "flip_texts",
+           "flip_point_imdb"]
 
 MAPS = {"RAF": raf, "ReLU attention": relu_attention}
 _KINDS = {"RAF": "raf", "ReLU attention": "relu"}

@@ -431,14 +431,11 @@ class _VocabularyTables:
         emb = enc.model.embeddings
         self.dev = dev
         self.emb64 = copy.deepcopy(emb).to(dev, torch.float64).eval()
-        heads = [head_weights(enc, 1, h) for h in range(enc.heads)]
-        self.H, self.dh = len(heads), heads[0].d_h
-        self.W = torch.cat([torch.cat([getattr(h, w) for h in heads], 1)
-                            for w in ("W_Q", "W_K", "W_V")], 1).to(dev)        # (d, 3d)
-        self.b = torch.cat([torch.cat([getattr(h, b) for h in heads])
-                            for b in ("b_Q", "b_K", "b_V")]).to(dev)           # (3d,)
-        W, b = _live_qkv(enc)       # the heads' blocks in order: the model's own layout
-        assert _same(W.T, self.W.T) and _same(b, self.b)
+        self.H, self.dh = enc.heads, enc.hidden // enc.heads
+        # the heads' blocks in order, as head_weights slices them: the model's own layout
+        W, b = _live_qkv(enc)
+        self.W = W.to(dev, torch.float64)                                       # (d, 3d)
+        self.b = b.to(dev, torch.float64)                                       # (3d,)
         self.A = None
         self.nbytes = 8 * (sum(p.numel() for p in self.emb64.parameters()) + self.W.numel())
 
@@ -650,12 +647,13 @@ def _check_factored(tab: _VocabularyTables, rows, t: torch.Tensor, position: int
     tab.direct(position)(t, r_m, qkv_m)
     w = Wd[t]
     s = (w.abs() + p.abs() + s0.abs()).amax(1, keepdim=True)
-    a = w - w.mean(1, keepdim=True) + tab.centred_position(position)
+    w_c, c_c = w - w.mean(1, keepdim=True), tab.centred_position(position)    # ŵ_v, ĉ_i
+    a = w_c + c_c
     sig = torch.sqrt((a * a).mean(1, keepdim=True) + tab.eps)
     r = s / sig
     tol = 2 * (d + 9) * _U64 * (tab.gamma.abs().max() * r * (3 + 2 * r) + tab.beta.abs().max())
     Wabs = tab.W.abs()
-    parts = ((w - w.mean(1, keepdim=True)).abs() + tab.centred_position(position).abs())
+    parts = w_c.abs() + c_c.abs()
     tol_qkv = (tol * Wabs.sum(0) + 2 * (d + 4) * _U64 * (
         (parts * tab.gamma.abs() / sig + tab.beta.abs() + r_m.abs()) @ Wabs + tab.b.abs()))
     tol_qkv = tab._heads_layout(tol_qkv)
