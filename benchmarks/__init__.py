@@ -2,6 +2,6 @@
 our implementation against a baseline written in this code base. ``python -m benchmarks``
 (``make bench``) runs them all; ``python -m benchmarks.bench_NAME`` runs one.
 
-Each benchmark times its code on ``wsutils.device.pick_device()`` (CUDA when present, else the
+Each benchmark times its code on ``wsutils.run.device.pick_device()`` (CUDA when present, else the
 CPU) unless it says otherwise, and prints the device it ran on
-(``wsutils.device.describe_device``) above its table."""
+(``wsutils.run.device.describe_device``) above its table."""

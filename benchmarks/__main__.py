@@ -9,7 +9,7 @@ import sys
 import torch
 
 import benchmarks
-from wsutils.device import describe_device
+from wsutils.run.device import describe_device
 
 
 def main(argv: list[str]) -> None:

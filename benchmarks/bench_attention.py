@@ -1,7 +1,7 @@
-"""Ours (:func:`wsutils.attention.attention_word_sensitivity`) against the authors' estimator,
+"""Ours (:func:`wsutils.estimators.attention.attention_word_sensitivity`) against the authors' estimator,
 on the same ``(X, W)``, for softmax attention (RAF).
 
-The baseline is the authors' search of their ``sensitivity.py``, as :mod:`wsutils.authors`
+The baseline is the authors' search of their ``sensitivity.py``, as :mod:`wsutils.estimators.authors`
 implements it: the first row only, one start at ``x_1 + 0.1ξ``, plain gradient steps of
 learning rate 10 on ``−‖φ(X') − φ(X)‖/√(n·d)`` (their ``−sqrt(MSELoss)``) for ``50·n`` steps,
 each followed by the projection onto the ball of radius ``√d`` centred at the noisy start, and
@@ -11,7 +11,7 @@ point, so the timing ratio is fair even on a loaded machine.
 The authors' estimator takes ``50·n`` full forward and backward passes: about 10 minutes per
 seed at ``d = 768, n = 250`` on one core, hours for 20 seeds. So its wall time is measured on
 the first ``--timed-seeds`` seeds, and its value on every seed comes from
-:func:`wsutils.authors.authors_replica`, the same iterates computed in ``O(n·d)`` per step; on
+:func:`wsutils.estimators.authors.authors_replica`, the same iterates computed in ``O(n·d)`` per step; on
 the timed seeds the two are compared and the largest gap is printed.
 
 ``python -m benchmarks bench_attention`` (or ``python -m benchmarks.bench_attention --seeds 5 --timed-seeds 1``).
@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 import wsutils as ws
-from wsutils.attention import attention_word_sensitivity
-from wsutils.authors import authors_estimator, authors_replica
-from wsutils.device import describe_device
+from wsutils.estimators.attention import attention_word_sensitivity
+from wsutils.estimators.authors import authors_estimator, authors_replica
+from wsutils.run.device import describe_device
 
 GRID = [(192, 50), (192, 250), (768, 50), (768, 250)]
 OURS = dict(rows=[0], starts=16, steps=60, takeovers=True)

@@ -28,8 +28,8 @@ def _ints(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> None:
     from wsutils import generalization as G
-    from wsutils.seeds import point_seed
-    from wsutils.sweep import run_grid
+    from wsutils.run.seeds import point_seed
+    from wsutils.run.sweep import run_grid
 
     p = argparse.ArgumentParser(prog="bench_flip_norm", description=__doc__.splitlines()[0])
     p.add_argument("--d", type=int, default=4)

@@ -16,10 +16,10 @@ import time
 
 
 def main() -> None:
-    from wsutils import config
-    from wsutils import flip_report as FR
+    from wsutils.run import config
+    from wsutils.generalization import report as FR
     from wsutils import generalization as G
-    from wsutils.sweep import run_grid
+    from wsutils.run.sweep import run_grid
 
     grid = config.by_scale(
         quick=dict(d=32, n=40, Ns=[25, 50, 100, 200, 400], seeds=[0]),

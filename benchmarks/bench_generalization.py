@@ -62,9 +62,9 @@ def _measure(which: str, N: int, p: int):
 
 
 def _experiment():
-    from wsutils import config
+    from wsutils.run import config
     from wsutils import generalization as G
-    from wsutils.sweep import run_grid
+    from wsutils.run.sweep import run_grid
     import torch
     torch.set_num_threads(2)
     grid = config.by_scale(

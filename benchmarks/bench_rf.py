@@ -1,4 +1,4 @@
-"""Random-features word sensitivity: ``wsutils.rf_sensitivity.rf_word_sensitivity`` against the authors'
+"""Random-features word sensitivity: ``wsutils.estimators.rf.rf_word_sensitivity`` against the authors'
 algorithm written here (:func:`authors_rf_sensitivity`).
 
 Baseline, as the authors' script runs it: a dense ``D × D`` float64 ``V`` (``k = D``), the first
@@ -78,7 +78,7 @@ def _job(method: str, d: int, n: int, seed: int, threads: int, queue) -> None:
 
 
 def _compute(method: str, X, n: int, d: int, k: int, seed: int) -> dict:
-    from wsutils.rf_sensitivity import rf_weight_block, rf_word_sensitivity
+    from wsutils.estimators.rf import rf_weight_block, rf_word_sensitivity
 
     extra = {}
     if method == "baseline":

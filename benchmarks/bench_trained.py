@@ -110,7 +110,7 @@ def _before(enc, input_ids, position, tokens, batch=2048):
 
 
 def _problem(n: int, tokens: int):
-    from wsutils import data, embeddings as em
+    from wsutils.text import data, embeddings as em
 
     enc = em.load_model()
     sel = data.select_reviews(data.load_imdb(), 50, tokenizer=enc.tokenizer, seed=0)

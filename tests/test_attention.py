@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wsutils as ws
-from wsutils import attention as at
+from wsutils.estimators import attention as at
 
 MAPS = {"raf": ws.raf, "relu": ws.relu_attention}
 

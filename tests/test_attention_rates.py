@@ -1,5 +1,5 @@
-"""wsutils.attention_rates (the ReLU-attention propositions, the far-n model) and
-wsutils.authors (the authors' search and its O(n·d) replica)."""
+"""wsutils.estimators.relu (the ReLU-attention propositions, the far-n model) and
+wsutils.estimators.authors (the authors' search and its O(n·d) replica)."""
 
 import math
 
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import wsutils as ws
-from wsutils.attention_rates import (attention_fro2_model, far_slope_prediction, lse_model,
+from wsutils.estimators.relu import (attention_fro2_model, far_slope_prediction, lse_model,
                                      relu_orthogonal_takeover, relu_upper_bound,
                                      relu_zeta_estimate, slope_standard_error)
-from wsutils.authors import authors_estimator, authors_map, authors_replica
+from wsutils.estimators.authors import authors_estimator, authors_map, authors_replica
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import wsutils as ws
-from wsutils import config
+from wsutils.run import config
 
 
 @pytest.fixture

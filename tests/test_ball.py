@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wsutils as ws
-from wsutils import attention as at
-from wsutils.drf_limit import drf_row_sensitivity
+from wsutils.estimators import attention as at
+from wsutils.estimators.drf import drf_row_sensitivity
 from wsutils.generalization import search_flip
-from wsutils.rf_sensitivity import rf_certified_lower, rf_row_law
+from wsutils.estimators.rf import rf_certified_lower, rf_row_law
 from wsutils.sensitivity import ball_slack, cosine_ascent, project_ball
 
 SETTINGS = dict(max_examples=20, deadline=None, derandomize=True,

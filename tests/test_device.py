@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import wsutils as ws
-from wsutils.device import describe_device, pick_device
+from wsutils.run.device import describe_device, pick_device
 
 n, d = 6, 4
 

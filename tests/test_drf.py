@@ -1,4 +1,4 @@
-"""The wide-limit formula of deep random features (wsutils.drf_limit)."""
+"""The wide-limit formula of deep random features (wsutils.estimators.drf)."""
 
 import math
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wsutils as ws
-from wsutils.drf_limit import (
+from wsutils.estimators.drf import (
     arccos_map, drf_limit_change, drf_limit_sensitivity, drf_row_law, drf_row_sensitivity,
 )
 

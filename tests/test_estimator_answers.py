@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wsutils as ws
-from wsutils import attention as at
-from wsutils.drf_limit import _draw_law, drf_row_sensitivity
-from wsutils.embeddings import sample_matrix
+from wsutils.estimators import attention as at
+from wsutils.estimators.drf import _draw_law, drf_row_sensitivity
+from wsutils.text.embeddings import sample_matrix
 from wsutils.maps import attention_scores
-from wsutils.rf_sensitivity import rf_relative_change, rf_row_law
+from wsutils.estimators.rf import rf_relative_change, rf_row_law
 from wsutils.sensitivity import search_dtype
 
 from test_ball import assert_in_ball

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wsutils as ws
-from wsutils import attention as at
+from wsutils.estimators import attention as at
 from wsutils.maps import NORMALISATIONS, Normalisation, attention, sparsemax
 
 CASES = [Normalisation("softmax"), Normalisation("softmax", beta=3.0),
@@ -228,7 +228,7 @@ def test_fast_objective_stable_at_every_score_scale(scale):
 
 
 def test_required_margin_is_the_propositions():
-    from wsutils.normalisation import required_margin
+    from wsutils.experiments.normalisation import required_margin
 
     eps = 0.01
     for n in (2, 10, 1000):
@@ -249,7 +249,7 @@ def test_required_margin_is_the_propositions():
 
 
 def test_row_margin_and_phase_point():
-    from wsutils.normalisation import phase_point, row_margin
+    from wsutils.experiments.normalisation import phase_point, row_margin
 
     X, W = _text(30, 16, 9)
     r = row_margin(X, W, 0, "sparsemax")
@@ -290,7 +290,7 @@ def test_compact_update_exact_for_random_texts(n, d, seed, log_beta, name):
 def test_doubling_bound(name, n, d, seed):
     """prop-norm-double: the doubling Δ = x_i changes φ by at least the bound, from the scores;
     and the bound is the direct formula (1/n)Σ_j (3ℓ_j − 2)_+² with ℓ_j from μ_j."""
-    from wsutils.normalisation import CHAPTER, doubling_bound
+    from wsutils.experiments.normalisation import CHAPTER, doubling_bound
 
     X, W = _text(n, d, seed)
     norm = CHAPTER[name]
@@ -312,7 +312,7 @@ def test_doubling_bound(name, n, d, seed):
 
 def test_doubling_bound_positive_for_hardmax_at_small_d():
     """The bound of prop-norm-double is not vacuous: at d = 3 many rows make key i the winner."""
-    from wsutils.normalisation import doubling_bound
+    from wsutils.experiments.normalisation import doubling_bound
 
     X, W = _text(500, 3, 4)
     assert doubling_bound(X, W, 0, "hardmax")["bound"] > 0.1
@@ -362,11 +362,11 @@ def test_entmax_threshold_on_the_largest_entries_is_a_lower_bound():
 def test_margin_interval_brackets_the_self_weight():
     """prop-norm-margin 1, 2: 1/(1+(n−1)e^{−cm}) ≤ a ≤ 1/(1+e^{−cm}); so a ≥ a_min fails below the
     necessary margin and holds above the sufficient one, for random rows."""
-    from wsutils.normalisation import margin_interval
+    from wsutils.experiments.normalisation import margin_interval
 
     g = torch.Generator().manual_seed(1)
     for name in ("softmax", "scalable"):
-        norm = ws.normalisation.CHAPTER[name]
+        norm = ws.experiments.normalisation.CHAPTER[name]
         for n in (2, 10, 1000):
             nec, suf = margin_interval(name, n, 0.9)
             for m, takes in ((nec - 1e-6, False), (suf + 1e-6, True)):
@@ -386,7 +386,7 @@ def test_takeover_margin_model():
     """The cosine law behind the model: P(t > q_{d,n}) = 1 − 2^{−1/(n−1)} by simulation of
     uniform unit vectors; the median maximum grows with n and stays ≤ 1; the margin model is
     the mean self-score minus the mean ‖v‖ times q."""
-    from wsutils.normalisation import takeover_margin_model
+    from wsutils.experiments.normalisation import takeover_margin_model
 
     g = torch.Generator().manual_seed(0)
     for d in (2, 8, 64):
@@ -409,7 +409,7 @@ def test_cosine_law_tail_and_median_maximum_by_simulation():
     of the largest of n − 1 simulated cosines (P(max ≤ q_{d,n}) = ½)."""
     from scipy import special
 
-    from wsutils.normalisation import takeover_margin_model
+    from wsutils.experiments.normalisation import takeover_margin_model
 
     g = torch.Generator().manual_seed(7)
     for d in (3, 8):
@@ -426,7 +426,7 @@ def test_cosine_law_tail_and_median_maximum_by_simulation():
         frac = float((top <= q).double().mean())
         assert abs(frac - 0.5) < 5 * math.sqrt(0.25 / 2000)          # 5 binomial s.e.
     # the quantile function behind sd: symmetric, and P(υ > τ) = p below zero too
-    from wsutils.normalisation import _cosine_quantile
+    from wsutils.experiments.normalisation import _cosine_quantile
 
     p = np.array([0.05, 0.3, 0.5, 0.7, 0.95])
     tau = _cosine_quantile(8, p)

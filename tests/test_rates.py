@@ -1,4 +1,4 @@
-"""wsutils.rates: the models behind the rate tolerances (chapters random-features and
+"""wsutils.estimators.rates: the models behind the rate tolerances (chapters random-features and
 deep-random-features)."""
 
 import math
@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from wsutils import rates
-from wsutils.drf_limit import drf_limit_change
+from wsutils.estimators import rates
+from wsutils.estimators.drf import drf_limit_change
 
 
 def test_rf_typical_values_at_k_equal_D():

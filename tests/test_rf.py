@@ -1,4 +1,4 @@
-"""The exact random-features estimator (wsutils.rf_sensitivity) against the dense-V definition."""
+"""The exact random-features estimator (wsutils.estimators.rf) against the dense-V definition."""
 
 import math
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import wsutils as ws
-from wsutils.rf_sensitivity import (
+from wsutils.estimators.rf import (
     rf_certified_lower, rf_certified_upper, rf_high_probability_bound, rf_preactivation,
     rf_relative_change, rf_row_law, rf_weight_block, rf_word_sensitivity,
 )

@@ -1,5 +1,5 @@
 """Issue 14, items 4, 6, 7 and 8 for the random-features estimator
-(wsutils.rf_sensitivity.rf_word_sensitivity): what it refuses at the door, and the dtype of
+(wsutils.estimators.rf.rf_word_sensitivity): what it refuses at the door, and the dtype of
 the input changes nothing."""
 
 import math
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wsutils as ws
-from wsutils.device import DoesNotFit
-from wsutils.rf_sensitivity import (
+from wsutils.run.device import DoesNotFit
+from wsutils.estimators.rf import (
     rf_block_seed, rf_preactivation, rf_relative_change, rf_row_law, rf_weight_block,
     rf_word_sensitivity,
 )
@@ -128,7 +128,7 @@ def test_a_width_that_cannot_fit_is_refused_before_allocating(X, rows):
 
 
 def test_the_estimate_is_checked_against_available_memory(X, monkeypatch):
-    from wsutils import device
+    from wsutils.run import device
 
     monkeypatch.setattr(device, "available_memory", lambda device=None: 64 * 2**20)
     k = 2_000_000                                    # 2e6 × 4 × (8 + 4) bytes ≈ 0.09 GiB

@@ -15,7 +15,7 @@ import pytest
 
 import sweep_points
 from sweep_points import rf_sensitivity, slow_rf_sensitivity
-from wsutils.sweep import StoreWarning, point_key, run_grid
+from wsutils.run.sweep import StoreWarning, point_key, run_grid
 
 CALLS = []
 
@@ -103,7 +103,7 @@ def test_dask_local_cluster_gives_identical_records():
 
 SWEEP_SCRIPT = """
 import sys
-from wsutils.sweep import run_grid
+from wsutils.run.sweep import run_grid
 from sweep_points import slow_rf_sensitivity
 grid = [{"n": n, "d": 4, "seed": s, "pause": 0.15} for n in (4, 6, 8) for s in range(4)]
 run_grid(slow_rf_sensitivity, grid, store=sys.argv[1], progress=False)
@@ -168,7 +168,7 @@ def test_a_failing_point_on_an_executor_keeps_the_finished_ones(tmp_path):
 
 
 def test_imdb_searched_rows_spread_evenly_with_the_first_and_last():
-    from wsutils.imdb import searched_rows
+    from wsutils.experiments.imdb import searched_rows
 
     assert searched_rows(10, None) is None and searched_rows(2, 1) == [0]
     assert searched_rows(10, 16) is None and searched_rows(16, 16) is None   # every row
@@ -182,7 +182,7 @@ def test_imdb_searched_rows_spread_evenly_with_the_first_and_last():
 
 
 def test_imdb_sensitivity_point_searches_the_stated_rows():
-    from wsutils.imdb import sensitivity_point
+    from wsutils.experiments.imdb import sensitivity_point
 
     kw = dict(n=20, d=8, source="gaussian", review=3, keep="all", seed=5, steps=5, starts=2,
               model=None, imdb=None)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wsutils.sweep import StoreWarning, point_key, run_grid
+from wsutils.run.sweep import StoreWarning, point_key, run_grid
 
 CALLS = []
 
@@ -165,7 +165,7 @@ def test_a_same_named_function_does_not_receive_the_first_grids_result(tmp_path)
 
 KILLED_WRITE = """
 import os, signal, sys
-import wsutils.sweep as sweep
+import wsutils.run.sweep as sweep
 def die(*a):
     os.kill(os.getpid(), signal.SIGKILL)
 sweep.os.replace = die              # the write is killed after the temporary file, before replace
@@ -194,7 +194,7 @@ def test_the_tmp_file_of_a_killed_write_is_removed_on_the_next_run(tmp_path):
 def test_a_running_writers_tmp_file_is_kept(tmp_path):
     """A temporary file of a live process (this test's own parent, say) is not touched."""
     run_grid(cube, [{"x": 5}], store=tmp_path, progress=False)
-    from wsutils import sweep
+    from wsutils.run import sweep
     live = tmp_path / f"{'a' * 24}.json.{sweep._HOST}-{os.getppid()}.abcd1234.tmp"
     live.write_text("{")
     run_grid(cube, [{"x": 5}], store=tmp_path, progress=False)

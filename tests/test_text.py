@@ -1,4 +1,4 @@
-"""wsutils.data, wsutils.embeddings and wsutils.chat on tiny random-weight models saved and
+"""wsutils.text.data, wsutils.text.embeddings and wsutils.text.chat on tiny random-weight models saved and
 reloaded through the real transformers path, and on a few of the embedded real reviews."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 
-from wsutils import chat, config, data  # noqa: E402
-from wsutils import embeddings as em  # noqa: E402
+from wsutils.text import chat, data
+from wsutils.run import config  # noqa: E402
+from wsutils.text import embeddings as em  # noqa: E402
 
 from tiny_bert import WORDS, save_tiny_bert  # noqa: E402
 
@@ -180,7 +181,7 @@ def test_embedded_model_sizes_from_config():
     assert enc.model.config._attn_implementation == "eager"
 
 
-# --- wsutils.data ------------------------------------------------------------------------
+# --- wsutils.text.data ------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -266,7 +267,7 @@ def test_layer0_rows_do_not_depend_on_max_length(tmp_path):
 
 def test_flip_point_imdb_tiny():
     from wsutils import generalization as G
-    from wsutils.imdb import flip_point_imdb, flip_texts
+    from wsutils.experiments.imdb import flip_point_imdb, flip_texts
 
     kw = dict(n=6, d=8, reviews=12, select_seed=0, model=config.EMBEDDED_MODEL, imdb=IMDB,
               max_length=32)
@@ -291,7 +292,7 @@ def test_flip_point_imdb_tiny():
         flip_texts(**{**kw, "n": 40})
 
 
-# --- wsutils.chat ------------------------------------------------------------------------
+# --- wsutils.text.chat ------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -327,11 +328,11 @@ def test_chat_model_unset(monkeypatch):
     assert config.chat_model() is None
 
 
-# --- wsutils.text_attention --------------------------------------------------------------
+# --- wsutils.text.attention --------------------------------------------------------------
 
 
 def test_first_layer_attention_matches_model(enc):
-    from wsutils import text_attention as ta
+    from wsutils.text import attention as ta
 
     ids = enc.tokenizer(["i love her much", "i love her smile"], return_tensors="pt")["input_ids"]
     with torch.no_grad():
@@ -345,7 +346,7 @@ def test_first_layer_attention_matches_model(enc):
 
 
 def test_one_word_pairs_and_shift(enc):
-    from wsutils import text_attention as ta
+    from wsutils.text import attention as ta
 
     texts = ["the movie was good and the plot was great. i love her smile and the film."] * 3
     pairs = ta.one_word_pairs(texts, enc.tokenizer, count=4, seed=0, min_words=4)
@@ -366,7 +367,7 @@ def test_one_word_pairs_and_shift(enc):
 
 
 def test_unreachable_hub_fails_at_once(monkeypatch):
-    from wsutils import _hub
+    from wsutils.text import _hub
 
     for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.delenv(v, raising=False)

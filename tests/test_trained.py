@@ -14,7 +14,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from wsutils import embeddings as em  # noqa: E402
+from wsutils.text import embeddings as em  # noqa: E402
 from wsutils import trained as tr  # noqa: E402
 from wsutils.sensitivity import relative_change  # noqa: E402
 
@@ -307,7 +307,7 @@ def test_bad_input(enc):
 
 
 def test_pair_changes(enc):
-    from wsutils import text_attention as ta
+    from wsutils.text import attention as ta
     texts = ["i love her much. the movie was good and the plot great! "
              "this actor is very bad. it is a film of the review."] * 3
     pairs = ta.one_word_pairs(texts, enc.tokenizer, count=3, seed=0, min_words=4)

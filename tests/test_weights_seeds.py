@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import wsutils as ws
-from wsutils import device as wsdevice
+from wsutils.run import device as wsdevice
 from wsutils import weights
-from wsutils.device import DoesNotFit
+from wsutils.run.device import DoesNotFit
 from wsutils.generalization import rf_blocks
-from wsutils.rf_sensitivity import rf_weight_block
+from wsutils.estimators.rf import rf_weight_block
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

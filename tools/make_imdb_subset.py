@@ -15,7 +15,7 @@ and ``[SEP]`` **not** counted, under the embedded model's tokenizer
 rows keep the source order and the fields ``id``, ``rating``, ``label``, ``text`` (in that
 order), written as compact JSON (``ensure_ascii=False``), gzip level 9 with header time 0 and
 no file name, so the output is byte-stable. The script prints the counts per label and the
-sha256 to put in ``data/imdb/README.md`` and ``wsutils/data.py`` (``EMBEDDED_SHA256``).
+sha256 to put in ``data/imdb/README.md`` and ``wsutils/text/data.py`` (``EMBEDDED_SHA256``).
 """
 
 from __future__ import annotations

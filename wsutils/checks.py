@@ -81,5 +81,5 @@ def check_seed(seed, name: str = "seed") -> int:
     seed = check_int(name, seed)
     if not 0 <= seed < SEED_LIMIT:
         raise ValueError(f"{name} must be in [0, 2**63), got {seed}; use a non-negative integer "
-                         "(wsutils.seeds.point_seed derives one from a grid point).")
+                         "(wsutils.run.seeds.point_seed derives one from a grid point).")
     return seed

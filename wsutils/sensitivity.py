@@ -443,7 +443,7 @@ def _ascend(objective, Xt: torch.Tensor, row_list: list[int], *, starts: int, st
             seed: int, extra: torch.Tensor | None, lr: float, max_batch_elements: int,
             progress: bool) -> dict[int, torch.Tensor]:
     """The search shared by :func:`word_sensitivity` and the fast attention estimator
-    (:func:`wsutils.attention.attention_word_sensitivity`): ``objective(chunk)`` returns a
+    (:func:`wsutils.estimators.attention.attention_word_sensitivity`): ``objective(chunk)`` returns a
     function ``values(row_idx, Delta) -> (B,)`` of relative changes for the rows of ``chunk``.
     Same seed, same starts and same steps whichever objective is used. Returns, for each
     row, the best iterate over its starts (on the CPU, in the search dtype, not yet on the

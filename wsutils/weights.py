@@ -11,8 +11,8 @@ the final rounding: ``sample_W(d, seed=s, dtype=torch.float32)`` is
 Refused: sizes that are not positive integers (``2.7`` is a
 TypeError, not ``2``), seeds outside ``[0, 2**63)`` (``wsutils.checks.check_seed``: ``−1``
 would be a second name for ``2**64 − 1``), a CUDA device on a machine without one
-(:func:`wsutils.device.pick_device`), and sizes whose draw needs more memory than is available
-(:func:`wsutils.device.check_fits`, checked before anything is allocated).
+(:func:`wsutils.run.device.pick_device`), and sizes whose draw needs more memory than is available
+(:func:`wsutils.run.device.check_fits`, checked before anything is allocated).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 
 from .checks import SEED_LIMIT, check_int, check_seed
-from .device import _device_arg, check_fits
+from .run.device import _device_arg, check_fits
 
 __all__ = ["gaussian", "sample_V", "sample_Vs", "sample_W", "sample_X"]
 

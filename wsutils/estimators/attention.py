@@ -31,11 +31,11 @@ from typing import Sequence
 
 import torch
 
-from ._tensor import Array, as_tensor, like
-from .checks import check_int, check_seed, check_shape, check_text, check_unit_rows
-from .maps import (Normalisation, _general_attention, _pow2_above, _raf, _sparsemax_threshold,
+from .._tensor import Array, as_tensor, like
+from ..checks import check_int, check_seed, check_shape, check_text, check_unit_rows
+from ..maps import (Normalisation, _general_attention, _pow2_above, _raf, _sparsemax_threshold,
                    attention_scores, normalise_scores)
-from .sensitivity import (SensitivityResult, _ascend, _changes64, _rows, certify, check_lr,
+from ..sensitivity import (SensitivityResult, _ascend, _changes64, _rows, certify, check_lr,
                           project_ball, search_setup, search_dtype)
 
 __all__ = [

@@ -13,7 +13,7 @@ ascent on the first word only:
 
 :func:`authors_estimator` runs exactly that with full forward and backward passes
 (``O(n²·d)`` per step); :func:`authors_replica` computes the same iterates with the
-``O(n·d)`` objective of :func:`wsutils.attention.attention_word_sensitivity` (the loss is a fixed
+``O(n·d)`` objective of :func:`wsutils.estimators.attention.attention_word_sensitivity` (the loss is a fixed
 multiple of the relative change, so its gradient is the same multiple of the relative change's
 gradient). Both return :class:`AuthorsRun`: the value as their script reports it, the value
 after putting ``Δ`` back into the ball ``‖Δ‖ ≤ √d`` (a valid lower bound on ``S``), and
@@ -28,11 +28,11 @@ from typing import NamedTuple
 
 import torch
 
-from ._tensor import Array, as_tensor
+from .._tensor import Array, as_tensor
 from .attention import _FastObjective
-from .checks import check_int, check_seed, check_shape, check_text
-from .maps import raf, relu_attention
-from .sensitivity import project_ball, relative_change
+from ..checks import check_int, check_seed, check_shape, check_text
+from ..maps import raf, relu_attention
+from ..sensitivity import project_ball, relative_change
 
 __all__ = ["AuthorsRun", "authors_estimator", "authors_replica", "authors_map"]
 
@@ -125,7 +125,7 @@ def authors_replica(X: Array, W: Array, *, seed: int, kind: str = "raf", lr: flo
                     steps: int | None = None) -> AuthorsRun:
     """The iterates of :func:`authors_estimator` (same start, loss, steps, projection, last
     iterate), with the loss ``−(‖φ(X)‖/√(nd))·rel(Δ)`` evaluated in ``O(n·d)`` per step by the
-    objective of :func:`wsutils.attention.attention_word_sensitivity`."""
+    objective of :func:`wsutils.estimators.attention.attention_word_sensitivity`."""
     Xt, Wt, n, d, steps, lr, x0 = _setup(X, W, kind, seed, lr, steps)
     obj = _FastObjective(Xt, Wt, kind)
     scale = obj.base_norm / math.sqrt(n * d)

@@ -3,7 +3,7 @@ reviews with fewer than 240 WordPiece tokens; the book's chapter ``imdb``).
 
 - :func:`load_imdb`: the reviews as a ``datasets.Dataset`` with the Hugging Face schema
   (``text``, ``label`` with 0 = negative, 1 = positive), from one of three sources
-  (:func:`wsutils.config.imdb`, ``WSBOOK_IMDB``):
+  (:func:`wsutils.run.config.imdb`, ``WSBOOK_IMDB``):
 
   - unset: the file embedded in the repository, ``data/imdb/imdb_test_lt240.jsonl.gz`` (the
     test split's reviews of fewer than 240 tokens; see ``data/imdb/README.md``), verified
@@ -41,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _hub, config
+from . import _hub
+from ..run import config
 
 __all__ = ["EMBEDDED_FILE", "EMBEDDED_SHA256", "HUB", "HUB_DATASET", "MAX_TOKENS", "Reviews",
            "embedded_path", "load_imdb", "select_reviews", "source_description", "token_lengths"]
@@ -60,7 +61,7 @@ EMBEDDED_SHA256 = "7d1616f1e98705f883b8266f3f703df6680270b037063e9a72b78d67dcf40
 def embedded_path() -> Path:
     """The embedded review file: ``data/imdb/`` next to the ``wsutils`` package (the project is
     installed editable, so that is the clone's root)."""
-    return Path(__file__).resolve().parents[1] / EMBEDDED_FILE
+    return Path(__file__).resolve().parents[2] / EMBEDDED_FILE
 
 
 def _no_source_message(reason: str) -> str:
@@ -233,7 +234,7 @@ def load_imdb(path: str | os.PathLike | None = None) -> Any:
     """The IMDb reviews as a ``datasets.Dataset`` (columns ``text``, ``label`` ∈ {0, 1},
     ``review`` = row index, plus whatever else the source has, e.g. ``id`` and ``rating``).
 
-    ``path`` (default: ``WSBOOK_IMDB`` via :func:`wsutils.config.imdb`): ``None`` the embedded
+    ``path`` (default: ``WSBOOK_IMDB`` via :func:`wsutils.run.config.imdb`): ``None`` the embedded
     file (checked against :data:`EMBEDDED_SHA256`), ``"hub"`` the hub dataset
     ``stanfordnlp/imdb`` (train then test), else a local file. A local file is read and
     validated here and cached by its content's sha256, so a file changed in place is read
@@ -257,7 +258,7 @@ def load_imdb(path: str | os.PathLike | None = None) -> Any:
             f"{where} has sha256 {digest}, not the recorded {EMBEDDED_SHA256}: the embedded "
             "reviews were changed. Restore them (git checkout -- "
             f"{EMBEDDED_FILE}), or regenerate them with tools/make_imdb_subset.py and record "
-            "the new sha256 in data/imdb/README.md and wsutils.data.EMBEDDED_SHA256.")
+            "the new sha256 in data/imdb/README.md and wsutils.text.data.EMBEDDED_SHA256.")
     return _load_file(str(where), digest)
 
 
@@ -276,7 +277,7 @@ def source_description(path: str | os.PathLike | None = None) -> str:
 def token_lengths(texts, tokenizer, *, batch_size: int = 512) -> np.ndarray:
     """WordPiece length of each text as the authors count it (``utils_data.py``:
     ``len(tokenizer.tokenize(text))``): ``[CLS]`` and ``[SEP]`` **not** counted, no truncation.
-    A text embedded with :func:`wsutils.embeddings.embed` has this many tokens plus two."""
+    A text embedded with :func:`wsutils.text.embeddings.embed` has this many tokens plus two."""
     out = []
     for j in range(0, len(texts), batch_size):
         enc = tokenizer(list(texts[j:j + batch_size]), add_special_tokens=False, truncation=False,

@@ -10,7 +10,7 @@ and the far-``n`` slope that the softmax chapter predicts from ``κ``.
   ``‖φ(X_i(Δ)) − φ(X)‖_F`` over the whole ball, from ``ζ_i`` (:func:`relu_zeta_estimate`),
   ``μ_i``, ``‖X_{−i}‖_op``, ``‖X_{−i}W‖_op`` and column ``i`` of the ReLU scores.
 - :func:`far_slope_prediction` and :func:`slope_standard_error` (with
-  :func:`wsutils.rates.kappa_isotropic`) state once the model behind the far-``n`` checks of the softmax chapter (:prf:ref:`obs-far`).
+  :func:`wsutils.estimators.rates.kappa_isotropic`) state once the model behind the far-``n`` checks of the softmax chapter (:prf:ref:`obs-far`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ._tensor import Array, as_tensor, like
+from .._tensor import Array, as_tensor, like
 from .rates import kappa_isotropic
-from .checks import check_int, check_seed, check_shape, check_text, check_unit_rows
-from .maps import attention_scores, relu_attention
-from .sensitivity import project_ball, relative_change
+from ..checks import check_int, check_seed, check_shape, check_text, check_unit_rows
+from ..maps import attention_scores, relu_attention
+from ..sensitivity import project_ball, relative_change
 
 __all__ = [
     "ReluTakeover", "relu_orthogonal_takeover", "relu_zeta_estimate", "ReluBound",
@@ -211,7 +211,7 @@ def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
 
 def far_slope_prediction(ns: Sequence[int], d: int) -> float:
     """The log–log slope of ``S ∝ 1/κ`` over ``ns`` at width ``d`` with
-    ``κ = 1 + √(n/d)`` (:func:`wsutils.rates.kappa_isotropic`), fitted as the chapter fits the data: the model
+    ``κ = 1 + √(n/d)`` (:func:`wsutils.estimators.rates.kappa_isotropic`), fitted as the chapter fits the data: the model
     of :prf:ref:`obs-far`. Near ``−0.35`` for ``n/d`` between 2.6 and 21, tending to ``−½``
     only as ``n/d → ∞``."""
     ns = np.asarray(ns, dtype=float)
@@ -239,10 +239,10 @@ def slope_standard_error(ns: Sequence[int], log_values: np.ndarray) -> float:
 
 def relu_takeover_point(d: int, n: int, seed: int) -> dict:
     """:func:`relu_orthogonal_takeover` at word 0 of the grid point's text (``X`` from ``seed``,
-    ``W`` from ``seed + 1``, as :func:`wsutils.attention_grid.sensitivity_point` draws them), for
-    :func:`wsutils.sweep.run_grid`. ``change`` is ``0.0`` where the construction does not apply
+    ``W`` from ``seed + 1``, as :func:`wsutils.experiments.attention.sensitivity_point` draws them), for
+    :func:`wsutils.run.sweep.run_grid`. ``change`` is ``0.0`` where the construction does not apply
     (``n − 1 ≥ d``, or no positive self-score): no certificate, not a value of ``S``."""
-    from .weights import sample_W, sample_X
+    from ..weights import sample_W, sample_X
 
     torch.set_num_threads(1)
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)

@@ -11,9 +11,9 @@ for a take-over (:prf:ref:`prop-norm-margin`), and the per-point function of its
 - :func:`doubling_bound` is the bound of :prf:ref:`prop-norm-double` on what the doubling
   ``Δ = x_i`` changes, from the scores.
 - :func:`normalisation_point` is ``S`` of one normalisation at one text: the fast estimator
-  (:func:`wsutils.attention.attention_word_sensitivity`) and a certified lower bound (the row
+  (:func:`wsutils.estimators.attention.attention_word_sensitivity`) and a certified lower bound (the row
   and the key take-over and the doubling, through the full map), for
-  :func:`wsutils.sweep.run_grid`;
+  :func:`wsutils.run.sweep.run_grid`;
   :func:`phase_point` is the row take-over's self-weight under :data:`PHASE`, for the phase
   diagram.
 - :func:`takeover_margin_model` and :func:`margin_interval` give the phase diagram's
@@ -32,12 +32,12 @@ from scipy import special
 
 import torch
 
-from .attention import _key_takeover, _row_takeover, attention_word_sensitivity
-from .checks import check_int
-from .seeds import point_seed
-from .maps import Normalisation, _general_attention, attention_scores, normalise_scores
-from .sensitivity import perturb, project_ball
-from .weights import sample_W, sample_X
+from ..estimators.attention import _key_takeover, _row_takeover, attention_word_sensitivity
+from ..checks import check_int
+from ..run.seeds import point_seed
+from ..maps import Normalisation, _general_attention, attention_scores, normalise_scores
+from ..sensitivity import perturb, project_ball
+from ..weights import sample_W, sample_X
 
 __all__ = ["CHAPTER", "PHASE", "DOUBLING", "required_margin", "row_margin", "doubling_bound",
            "normalisation_point", "phase_point", "takeover_margin_model", "margin_interval", "MODEL_DRAWS"]

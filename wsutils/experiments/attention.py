@@ -1,4 +1,4 @@
-"""Per-point functions for the attention chapters' grids (run with :func:`wsutils.sweep.run_grid`).
+"""Per-point functions for the attention chapters' grids (run with :func:`wsutils.run.sweep.run_grid`).
 
 Each takes JSON-serialisable parameters (seeds included), draws its own synthetic text
 (:func:`wsutils.weights.sample_X`, seed ``seed``) and weights (:func:`wsutils.weights.sample_W`,
@@ -12,10 +12,10 @@ import time
 
 import torch
 
-from .attention import (attention_word_sensitivity, certified_lower_bound, takeover_certificate)
-from .maps import raf, relu_attention
-from .rf_sensitivity import rf_word_sensitivity
-from .weights import sample_W, sample_X
+from ..estimators.attention import (attention_word_sensitivity, certified_lower_bound, takeover_certificate)
+from ..maps import raf, relu_attention
+from ..estimators.rf import rf_word_sensitivity
+from ..weights import sample_W, sample_X
 
 __all__ = ["sensitivity_point", "takeover_point", "rf_point"]
 
@@ -24,9 +24,9 @@ def sensitivity_point(kind: str, d: int, n: int, seed: int, rows: int = 2, start
                       steps: int = 100) -> dict:
     """``S`` of softmax (``kind="raf"``) or ReLU (``"relu"``) attention at one text.
 
-    The estimator (:func:`wsutils.attention.attention_word_sensitivity`) searches the first
+    The estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) searches the first
     ``rows`` words from ``starts`` random starts plus the take-over constructions;
-    ``certified`` is the best construction alone (:func:`wsutils.attention.certified_lower_bound`) over the same
+    ``certified`` is the best construction alone (:func:`wsutils.estimators.attention.certified_lower_bound`) over the same
     rows. Also returns ``‖φ(X)‖_F/√d``, ``κ = ‖X‖_op/√d`` and, for ``raf``, the bound and the
     self-weight of :prf:ref:`thm-raf-high` at row 0.
     """
@@ -66,7 +66,7 @@ def takeover_point(d: int, n: int, seed: int) -> dict:
 
 def rf_point(d: int, n: int, seed: int, starts: int = 2, steps: int = 30) -> dict:
     """``S_RF`` at the same text as :func:`sensitivity_point` (``X`` from ``seed``), ``k = D``,
-    with the exact estimator :func:`wsutils.rf_sensitivity.rf_word_sensitivity` (row 0)."""
+    with the exact estimator :func:`wsutils.estimators.rf.rf_word_sensitivity` (row 0)."""
     torch.set_num_threads(1)
     X = sample_X(n, d, seed=seed)
     res = rf_word_sensitivity(X, n * d, rows=0, seed=seed + 1, starts=starts, steps=steps)

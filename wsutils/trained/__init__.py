@@ -7,7 +7,7 @@ one-word substitutions (the book's chapter ``trained-attention``).
   whose ``W_Q W_Kᵀ`` (and ``W_V``) has the trained head's Frobenius norm.
 - :func:`layer_inputs`: the input of every layer (``hidden_states``, each already through the
   model's own LayerNorm) for reviews cut to ``n`` tokens, through the on-disk cache of
-  :func:`wsutils.embeddings.embed`.
+  :func:`wsutils.text.embeddings.embed`.
 - :func:`head_map` (eq. :eq:`eq-trained-head`), :func:`block_map` (the model's own
   ``encoder.layer[l].attention``: all heads, ``W_O``, residual and LayerNorm),
   :func:`layer_map` (``encoder.layer[l]``, feed-forward part included) and :func:`stack_map`
@@ -23,7 +23,7 @@ one-word substitutions (the book's chapter ``trained-attention``).
   and :func:`head_word_sensitivity` runs the same search for one head with a rank-one update
   of ``Q, K, V`` (``O(n²·d_h)`` per start and step instead of ``O(n·d·d_h)``);
   :func:`heads_word_sensitivity` searches several heads in one batch and :func:`head_grid`
-  every head of every layer. The fast estimator of :mod:`wsutils.attention` does not apply:
+  every head of every layer. The fast estimator of :mod:`wsutils.estimators.attention` does not apply:
   a head is not of the form ``softmax(X W Xᵀ/√d) X`` (separate ``W_V``, biases, and the
   rescaled coordinates of :func:`own_norm_problem`).
 - :func:`vocabulary_changes`: the realisable word sensitivity of the first layer's heads
@@ -59,11 +59,11 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ._tensor import Array, as_tensor
-from .checks import check_int, check_seed
-from .device import small_work_threads
-from .embeddings import Encoder, embed, load_model
-from .sensitivity import (SensitivityResult, _ascend, certify, check_lr,
+from .._tensor import Array, as_tensor
+from ..checks import check_int, check_seed
+from ..run.device import small_work_threads
+from ..text.embeddings import Encoder, embed, load_model
+from ..sensitivity import (SensitivityResult, _ascend, certify, check_lr,
                           search_rows, search_setup)
 
 __all__ = ["Head", "head_weights", "random_head", "layer_inputs", "head_map", "block_map",
@@ -82,8 +82,8 @@ def _encoder(enc) -> Encoder:
         return enc
     if isinstance(enc, str):
         return load_model(enc)
-    raise TypeError(f"enc must be a wsutils.embeddings.Encoder or a model name, got "
-                    f"{type(enc).__name__}; load one with wsutils.embeddings.load_model.")
+    raise TypeError(f"enc must be a wsutils.text.embeddings.Encoder or a model name, got "
+                    f"{type(enc).__name__}; load one with wsutils.text.embeddings.load_model.")
 
 
 def _layer_index(enc: Encoder, layer) -> int:
@@ -174,7 +174,7 @@ def layer_inputs(enc, texts: Sequence[str], n: int, *, ids: Sequence[int] | None
     The model runs on the cut text (no padding), so a map of layer ``ℓ`` applied to entry
     ``ℓ − 1`` computes what the model computes on that text. Every text must have at least
     ``n − 2`` word pieces (a ValueError names the short ones). Cached on disk per layer
-    (:func:`wsutils.embeddings.embed`, keyed by the model, layer, ``n``, texts and ``ids``)."""
+    (:func:`wsutils.text.embeddings.embed`, keyed by the model, layer, ``n``, texts and ``ids``)."""
     enc = _encoder(enc)
     n = check_int("n", n, minimum=3)
     out = []
@@ -610,7 +610,7 @@ def _tables(enc: Encoder, dev: torch.device) -> _VocabularyTables:
 def free_vocabulary_tables(enc=None) -> int:
     """Free the tables that :func:`vocabulary_changes` caches (for ``enc``'s model, or for
     every model when ``enc`` is None) and return the bytes they held. They are otherwise held
-    as long as their model lives, and :func:`wsutils.embeddings.load_model` keeps the models
+    as long as their model lives, and :func:`wsutils.text.embeddings.load_model` keeps the models
     it loads for the whole process: about ``8·(V·3d + (V + P + T)·d + 3d²)`` bytes per model
     (``P`` positions, ``T`` segments; 0.72 GiB for ``bert-base-uncased``, 0.35 GiB for the
     embedded model)."""
@@ -691,12 +691,12 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
     (``_tables``): compared exactly with the model's parameters at every call and rebuilt if
     any changed; they hold ``table_bytes`` (``8·V·3d`` for ``A`` plus the float64 copy of
     the embedding module and ``W``: 0.72 GiB for ``bert-base-uncased``) as long as the model
-    lives, which for a model from :func:`wsutils.embeddings.load_model` is the process:
+    lives, which for a model from :func:`wsutils.text.embeddings.load_model` is the process:
     :func:`free_vocabulary_tables` frees them. Then the scores of row and column ``i``
     (``O(n·d)`` per candidate): every other output row ``j`` moves by
     ``(ρ' − ρ)(m_j − v_i) + (1 − ρ')(v'_i − v_i)`` with ``m_j`` the mean of the other values
     under row ``j``'s weights and ``ρ``, ``ρ'`` their total weight before and after, as in
-    :mod:`wsutils.attention`; batched over ``batch`` candidates."""
+    :mod:`wsutils.estimators.attention`; batched over ``batch`` candidates."""
     import time
 
     enc = _encoder(enc)
@@ -842,7 +842,7 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
 
     ``executor``: a ``concurrent.futures`` process pool (e.g. of one-thread workers) over
     which the texts are spread; each worker reads the model by its name
-    (:func:`wsutils.embeddings.load_model`: inherited from this process under ``fork``,
+    (:func:`wsutils.text.embeddings.load_model`: inherited from this process under ``fork``,
     loaded once per worker otherwise) and holds its own copy of the tables.
     Returns ``[(text index, ids, VocabularyChanges), …]`` in the order (text, position), the
     same with or without an executor, and the CPU seconds of the calls (``process_time``
@@ -864,7 +864,7 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
             same = False
         if not same:
             raise ValueError("with an executor, the workers load the model by its name: pass "
-                             "the Encoder that wsutils.embeddings.load_model returned for it "
+                             "the Encoder that wsutils.text.embeddings.load_model returned for it "
                              "(not, e.g., a random_model), or executor=None.")
         args = [(enc.name, t, n, positions, tokens, batch) for t in texts]
         done = list(executor.map(_review_vocabulary, *zip(*args)))
@@ -879,7 +879,7 @@ def substitution_changes(enc, input_ids, position: int, tokens, *,
     returns ``(len(tokens), L)`` float64, entry ``[v, ℓ − 1]`` the relative change
     ``‖H_ℓ' − H_ℓ‖/‖H_ℓ‖`` of the hidden states of layer ``ℓ`` (all positions).
     For ``ℓ ≥ 2`` every row of the layer's input changes, so these are full forward passes,
-    on the model's device (:func:`wsutils.embeddings.load_model` ``device=``)."""
+    on the model's device (:func:`wsutils.text.embeddings.load_model` ``device=``)."""
     enc = _encoder(enc)
     ids = torch.as_tensor(input_ids, dtype=torch.long).flatten().to(enc.device)
     position = check_int("position", position, minimum=0)
@@ -903,7 +903,7 @@ def substitution_changes(enc, input_ids, position: int, tokens, *,
 
 def pair_changes(enc, pairs) -> dict[str, np.ndarray]:
     """The real change of the model on one-word-different sentence pairs
-    (:class:`wsutils.text_attention.Pair`, e.g. :func:`wsutils.text_attention.one_word_pairs`):
+    (:class:`wsutils.text.attention.Pair`, e.g. :func:`wsutils.text.attention.one_word_pairs`):
     for each pair, ``heads`` ``(P, heads)``: the relative change of every head of layer 1
     (:func:`head_map` on the embedding output); ``layers`` ``(P, L)``: the relative change of
     the hidden states of every layer (all positions); ``dist`` ``(P,)``:
@@ -1004,9 +1004,9 @@ def head_grid(enc, inputs, rows, *, control: bool = False, starts: int = 2, step
     """``S^own`` (:prf:ref:`def-own-norm-ws`) of every head of every layer, ``(L, heads)``:
     ``inputs`` is ``(L + 1, n, d)`` (one text, :func:`layer_inputs`); the heads of layer
     ``ℓ`` are searched at ``inputs[ℓ − 1]`` over ``rows`` by :func:`heads_word_sensitivity`
-    (seed :func:`wsutils.seeds.point_seed` ``(seed, ℓ)``). ``control=True`` searches
+    (seed :func:`wsutils.run.seeds.point_seed` ``(seed, ℓ)``). ``control=True`` searches
     :func:`random_head` of each head instead (seed ``point_seed("random head", seed, ℓ, h)``)."""
-    from .seeds import point_seed
+    from ..run.seeds import point_seed
 
     enc = _encoder(enc)
     out = np.empty((enc.layers, enc.heads))

@@ -13,8 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .generalization import LOSSES, SEARCHES, check_Ns
-from .seeds import point_seed
+from . import LOSSES, SEARCHES, check_Ns
+from ..run.seeds import point_seed
 
 __all__ = ["CONFIGS", "NAMES", "flip_lower_bound", "invariant_errors", "flip_values",
            "mean_yD1", "plot_flip", "sweep_points", "sweep_table", "plot_sweep"]
@@ -93,7 +93,7 @@ def sweep_points(*, d: int, n: int, Ns: Sequence[int], seeds: Sequence[int],
                  maps: Sequence[str] = ("rf", "raf", "relu"), searches: Sequence[str] = SEARCHES,
                  data: str = "authors", trainings: Sequence[str] = ("fine_tune",),
                  starts: int = 4, steps: int = 300) -> list[dict]:
-    """Points for :func:`wsutils.sweep.run_grid` of :func:`wsutils.generalization.flip_point`
+    """Points for :func:`wsutils.run.sweep.run_grid` of :func:`wsutils.generalization.flip_point`
     that trace ``y·t_1^Δ`` against ``N`` (output loss only): one point per
     ``(map, search, draw)``, the ``N`` values of a point nested (its first ``N`` texts).
     Draw ``s`` has seed ``point_seed("flip-vs-N", data, d, n, s)``: every map and both

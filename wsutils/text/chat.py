@@ -1,7 +1,7 @@
 """The second panel of the paper's Figure 1 (the book's chapter ``figure-1``): a chat model asked whether a review is
 positive, then whether it is negative — two prompts that differ in one word — answers "No"
 and then "Yes". Runs only when a chat model is available (``WSBOOK_CHAT_MODEL``, read by
-:func:`wsutils.config.chat_model`).
+:func:`wsutils.run.config.chat_model`).
 
 :func:`answer_probabilities` reads the model's next-token distribution right after the prompt
 (greedy decoding, as the authors' ``top_k=1``, would emit its most likely token) and returns the

@@ -37,11 +37,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ._tensor import Array, as_tensor
-from .checks import check_int, check_seed, check_text
-from .maps import flat
-from .device import _device_arg, check_fits, small_work_threads
-from .sensitivity import SensitivityResult, _rows, project_ball, search_setup, sphere_starts
+from .._tensor import Array, as_tensor
+from ..checks import check_int, check_seed, check_text
+from ..maps import flat
+from ..run.device import _device_arg, check_fits, small_work_threads
+from ..sensitivity import SensitivityResult, _rows, project_ball, search_setup, sphere_starts
 
 __all__ = [
     "RFSensitivityResult", "rf_block_seed", "rf_weight_block", "rf_row_law", "rf_preactivation",
@@ -463,8 +463,8 @@ def sample_text(family: str, n: int, d: int, *, seed: int, share: float = 0.5) -
     :func:`wsutils.weights.sample_X`) or ``"common"`` (anisotropic: every row is
     ``√share·m + √(1 − share)·g_i`` rescaled, one common Gaussian ``m`` for the whole text, so
     that rows have cosine ``≈ share`` with each other, as real embeddings share a component)."""
-    from .maps import normalize_rows
-    from .weights import gaussian, sample_X
+    from ..maps import normalize_rows
+    from ..weights import gaussian, sample_X
 
     if family == "isotropic":
         return sample_X(n, d, seed=seed)
@@ -478,7 +478,7 @@ def sample_text(family: str, n: int, d: int, *, seed: int, share: float = 0.5) -
 
 def rf_point(*, family: str, n: int, d: int, seed: int, rows: str = "first",
              steps: int = 30) -> dict:
-    """One grid point of the random-features chapter (for :func:`wsutils.sweep.run_grid`):
+    """One grid point of the random-features chapter (for :func:`wsutils.run.sweep.run_grid`):
     the text ``sample_text(family, n, d, seed=seed)``, ``k = D = n·d``, weights from
     ``seed + 1``; ``rows="first"`` (reduced law, row 0) or ``"all"`` (blocks mode). Returns
     the estimate ``S``, the certified ``lower``/``upper``, and the wall-clock and CPU seconds

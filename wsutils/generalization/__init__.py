@@ -36,12 +36,12 @@ from typing import Callable, Iterator, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from ._tensor import Array, as_tensor, like
-from .checks import check_finite, check_int, check_seed, check_shape, check_unit_rows
-from .maps import Normalisation, attention, flat, normalise_scores, raf, relu_attention
-from .rf_sensitivity import rf_block_seed
-from .sensitivity import cosine_ascent, init_starts, perturb, project_ball
-from .weights import gaussian, sample_W, sample_X
+from .._tensor import Array, as_tensor, like
+from ..checks import check_finite, check_int, check_seed, check_shape, check_unit_rows
+from ..maps import Normalisation, attention, flat, normalise_scores, raf, relu_attention
+from ..estimators.rf import rf_block_seed
+from ..sensitivity import cosine_ascent, init_starts, perturb, project_ball
+from ..weights import gaussian, sample_W, sample_X
 
 __all__ = [
     "LOSSES", "MAPS", "TRAININGS", "SEARCHES", "DATA", "FlipResult",
@@ -662,14 +662,14 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
                search: str = "ours", data: str = "planted", starts: int = 4,
                steps: int | None = None, lr: float | None = None, row: int = 0,
                block_rows: int = 2048, progress: bool = False, normalisation=None) -> dict:
-    """One grid point for :func:`wsutils.sweep.run_grid` on synthetic data: ``max(Ns) + 1``
+    """One grid point for :func:`wsutils.run.sweep.run_grid` on synthetic data: ``max(Ns) + 1``
     texts from :func:`planted_data` (``data="planted"``, rows of norm ``√d``) or
     :func:`authors_data` (``data="authors"``, ``gen.py``'s), drawn with seed ``seed``, then
     :func:`flip_runs` with weights seed ``seed + 3`` (search seed ``seed + 4``) and
     ``search``. The same ``seed`` gives the same texts for every map and both searches.
     ``map="attention"`` takes a ``normalisation`` (a name or a dict of
     :class:`~wsutils.maps.Normalisation`'s fields, so that the point stays plain JSON for
-    :func:`wsutils.sweep.run_grid`; :func:`flip_normalisation`)."""
+    :func:`wsutils.run.sweep.run_grid`; :func:`flip_normalisation`)."""
     flip_normalisation(map, normalisation)
     if data not in DATA:
         raise ValueError(f"data must be one of {DATA}, got {data!r}.")
@@ -699,7 +699,7 @@ def flip_grid(*, d: int, Ns: Sequence[int], seeds: Sequence[int],
 
 
 def flip_table(records: Sequence[dict]) -> list[dict]:
-    """Flatten :func:`wsutils.sweep.run_grid` records of :func:`flip_point` into one row per
+    """Flatten :func:`wsutils.run.sweep.run_grid` records of :func:`flip_point` into one row per
     run, with ``map``, ``n``, ``d``, ``seed``, ``data`` and the run's own fields (and
     ``normalisation``, as the point gave it, for points that have one: ``map="attention"``)."""
     rows = []

@@ -16,9 +16,9 @@ import math
 import numpy as np
 import torch
 
-from ._tensor import Array, as_tensor, row_norms
-from .checks import check_int, check_seed, check_text
-from .sensitivity import _rows, project_ball, search_dtype, search_setup, sphere_starts
+from .._tensor import Array, as_tensor, row_norms
+from ..checks import check_int, check_seed, check_text
+from ..sensitivity import _rows, project_ball, search_dtype, search_setup, sphere_starts
 
 __all__ = ["arccos_map", "drf_limit_change", "drf_limit_sensitivity", "drf_row_law",
            "drf_row_sensitivity", "drf_point"]
@@ -197,14 +197,14 @@ def drf_row_sensitivity(X: Array, L: int, k: int, *, row: int = 0, seed: int = 0
 
 
 def drf_point(*, n: int, d: int, L: int, k: int, seed: int, steps: int = 20) -> dict:
-    """One grid point of the deep-random-features chapter (for :func:`wsutils.sweep.run_grid`):
+    """One grid point of the deep-random-features chapter (for :func:`wsutils.run.sweep.run_grid`):
     an isotropic text from ``seed``, weights from ``seed + 1``, first word, the ascent of
     :func:`drf_row_sensitivity` started also at the wide-limit maximiser ``Δ = x_1``. Returns
     the finite-width estimate ``S``, the wide limit ``S_inf`` and the seconds it took."""
     import time
 
-    from .device import small_work_threads
-    from .weights import sample_X
+    from ..run.device import small_work_threads
+    from ..weights import sample_X
 
     t0 = time.perf_counter()
     X = sample_X(n, d, seed=seed)

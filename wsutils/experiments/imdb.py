@@ -3,7 +3,7 @@
 by a BERT model, and one grid point of the word-sensitivity sweep on them.
 
 :func:`review_matrix` builds ``X`` from one review; :func:`sensitivity_point` is the module-level
-per-point function for :func:`wsutils.sweep.run_grid`: its parameters are JSON values (the
+per-point function for :func:`wsutils.run.sweep.run_grid`: its parameters are JSON values (the
 review is named by its ``review`` id in the loaded dataset), and the model, the dataset and the
 embeddings are loaded once per process (the embeddings through the on-disk cache).
 :func:`flip_point_imdb` is the grid-point function of the generalization experiment
@@ -18,14 +18,14 @@ from typing import Sequence
 
 import numpy as np
 
-from . import config
-from .checks import check_int
-from .attention import attention_word_sensitivity
-from .data import load_imdb, select_reviews
-from .embeddings import embed, load_model, sample_matrix, word_rows
-from .generalization import LOSSES, TRAININGS, check_Ns, flip_runs
-from .maps import raf, relu_attention
-from .weights import sample_W, sample_X
+from ..run import config
+from ..checks import check_int
+from ..estimators.attention import attention_word_sensitivity
+from ..text.data import load_imdb, select_reviews
+from ..text.embeddings import embed, load_model, sample_matrix, word_rows
+from ..generalization import LOSSES, TRAININGS, check_Ns, flip_runs
+from ..maps import raf, relu_attention
+from ..weights import sample_W, sample_X
 
 __all__ = ["MAPS", "review_matrix", "searched_rows", "sensitivity_point", "flip_texts",
            "flip_point_imdb"]
@@ -52,10 +52,10 @@ def _embedded(model: str, imdb: str | None, review: int, max_length: int):
 
 def review_matrix(review: int, n: int, d: int, *, keep: str = "all", model: str | None = None,
                   imdb: str | None = None, max_length: int = 256) -> np.ndarray:
-    """``X ∈ R^{n×d}`` from review ``review`` (its id in :func:`wsutils.data.load_imdb`):
+    """``X ∈ R^{n×d}`` from review ``review`` (its id in :func:`wsutils.text.data.load_imdb`):
     layer-0 embeddings, first ``n`` rows (``keep="all"``: ``[CLS]``, words, ``[SEP]``, padding,
     the authors' choice; ``keep="words"``: word tokens only), first ``d`` coordinates, rows
-    rescaled to ``√d`` (:func:`wsutils.embeddings.sample_matrix`)."""
+    rescaled to ``√d`` (:func:`wsutils.text.embeddings.sample_matrix`)."""
     if keep not in KEEP:
         raise ValueError(f"keep must be one of {KEEP}, got {keep!r}.")
     model = config.model() if model is None else model
@@ -85,7 +85,7 @@ def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, kee
                       rows: int | None = None) -> dict:
     """One point of the sweep: the word sensitivity (:prf:ref:`def-word-sensitivity`) of
     ``map`` — ``"RF"`` (``k = D = n·d``, the exact estimator
-    :func:`wsutils.rf_sensitivity.rf_word_sensitivity`, which never forms ``V``), ``"RAF"`` or
+    :func:`wsutils.estimators.rf.rf_word_sensitivity`, which never forms ``V``), ``"RAF"`` or
     ``"ReLU attention"`` (weights ``W`` drawn with ``seed``) — searched over **every** row
     (``rows=None``), or over ``rows`` of them spread evenly, row 0 included
     (:func:`searched_rows`; ``S`` is then the sup over those rows only).
@@ -96,7 +96,7 @@ def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, kee
     value for the first row alone (``S_first``, what the authors' scripts report), the row
     attaining the sup, the smallest value over the searched rows (``S_row_min``), the number
     of rows searched (``n_rows``) and the wall time of the search."""
-    from .rf_sensitivity import rf_word_sensitivity
+    from ..estimators.rf import rf_word_sensitivity
 
     if map not in (*MAPS, "RF"):
         raise ValueError(f"map must be one of {sorted(MAPS) + ['RF']}, got {map!r}.")
@@ -134,10 +134,10 @@ def flip_texts(*, n: int, d: int, reviews: int, select_seed: int, keep: str = "a
                model: str | None = None, imdb: str | None = None, max_length: int = 256):
     """Labelled texts for the generalization experiment on IMDb: ``reviews`` label-balanced,
     pairwise distinct reviews of fewer than 240 tokens, ``[CLS]``/``[SEP]`` not counted
-    (:func:`wsutils.data.select_reviews` with seed ``select_seed`` and ``unique=True``; they
+    (:func:`wsutils.text.data.select_reviews` with seed ``select_seed`` and ``unique=True``; they
     alternate ``y = −1, +1, …``), embedded at layer 0 through the on-disk cache
-    (:func:`wsutils.embeddings.embed` with the review ids), each cut to ``n × d`` with rows of
-    norm ``√d`` (:func:`wsutils.embeddings.sample_matrix`; ``keep="all"`` keeps
+    (:func:`wsutils.text.embeddings.embed` with the review ids), each cut to ``n × d`` with rows of
+    norm ``√d`` (:func:`wsutils.text.embeddings.sample_matrix`; ``keep="all"`` keeps
     ``[CLS]``, ``[SEP]`` and ``[PAD]`` rows as the authors do, ``"words"`` word tokens only).
 
     Returns ``(Xs, y, review_ids)``: ``(reviews, n, d)`` float64, labels ``±1`` (the reviews'
@@ -164,7 +164,7 @@ def flip_point_imdb(*, map: str, n: int, d: int, Ns: list[int], seed: int, revie
                     losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
                     starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0) -> dict:
     """One grid point of the generalization experiment on IMDb reviews, for
-    :func:`wsutils.sweep.run_grid` (every parameter is a JSON value).
+    :func:`wsutils.run.sweep.run_grid` (every parameter is a JSON value).
 
     The texts are :func:`flip_texts` (``reviews`` reviews drawn with ``select_seed``); the
     training texts are the first ``max(Ns)`` of them (label-balanced when ``max(Ns)`` is even),

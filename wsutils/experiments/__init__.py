@@ -1,0 +1,1 @@
+"""One module per chapter's grids: their grid-point functions (attention, normalisation, imdb)."""

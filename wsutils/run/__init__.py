@@ -1,0 +1,1 @@
+"""Running the book's experiments: the knobs (config), seeds, grids on any executor (sweep), devices, progress."""
