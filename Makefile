@@ -29,7 +29,8 @@ book: env
 # The published book from a cold start: the paper's scale, a fresh _build and embedding cache,
 # timed. The terminal shows each chapter as it executes ("executing <chapter> …", "<chapter>
 # done in N s"), a line a minute while it runs, and its long grids' progress bars
-# (book/_ext/wsbook_sphinx.py with wsutils/run/_progress.py).
+# (book/_ext/wsbook_sphinx.py with wsutils/run/_progress.py). It ends with the per-chapter
+# table of wall s, CPU s and cache hits (book/_ext/wsbook_execute.py).
 paper: env
 	rm -rf _build .wsbook-cache
 	@start=$$(date +%s); WSBOOK_SCALE=paper $(MAKE) --no-print-directory book; status=$$?; \

@@ -21,6 +21,7 @@ before any kernel starts, the kernels inherit it, ``wsutils`` mirrors every bar 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -30,6 +31,9 @@ from typing import Callable
 from sphinx.application import Sphinx
 from sphinx.config import Config
 from sphinx.util import logging
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling module, as Sphinx loads this one
+import wsbook_execute  # noqa: E402
 
 STATIC = Path(__file__).resolve().parents[2] / "_static"  # <repo>/_static
 MATHJAX_ENTRY = "mathjax/es5/tex-mml-chtml.js"
@@ -50,8 +54,10 @@ class BuildProgress:
     ``write`` prints one line (the build's logger; a list's ``append`` in tests)."""
 
     def __init__(self, write: Callable[[str], None], *, poll: float = 0.5,
-                 heartbeat: float = HEARTBEAT) -> None:
-        self.write, self.poll, self.heartbeat = write, poll, heartbeat
+                 heartbeat: float = HEARTBEAT, export: bool = True) -> None:
+        """``export``: set ``WSBOOK_PROGRESS`` in this process, for kernels that inherit it
+        (myst-nb's own execution); the chapter executor passes the path to its kernel."""
+        self.write, self.poll, self.heartbeat, self.export = write, poll, heartbeat, export
         fd, self.path = tempfile.mkstemp(prefix="wsbook-progress-", suffix=".log")
         os.close(fd)
         self.doc: str | None = None
@@ -64,7 +70,8 @@ class BuildProgress:
         self._saved_env = os.environ.get(PROGRESS_ENV)
 
     def start(self) -> "BuildProgress":
-        os.environ[PROGRESS_ENV] = self.path  # before any kernel starts: they inherit it
+        if self.export:
+            os.environ[PROGRESS_ENV] = self.path  # before any kernel starts: they inherit it
         self._thread.start()
         return self
 
@@ -123,10 +130,11 @@ class BuildProgress:
         if self._thread.is_alive():
             self._thread.join()
         self.drain()
-        if self._saved_env is None:
-            os.environ.pop(PROGRESS_ENV, None)
-        else:
-            os.environ[PROGRESS_ENV] = self._saved_env
+        if self.export:
+            if self._saved_env is None:
+                os.environ.pop(PROGRESS_ENV, None)
+            else:
+                os.environ[PROGRESS_ENV] = self._saved_env
         Path(self.path).unlink(missing_ok=True)
 
 
@@ -138,8 +146,71 @@ def _executes(source: str) -> bool:
     return end > 0 and "kernelspec:" in source[:end]
 
 
+def _cache_mode(app: Sphinx) -> bool:
+    return app.config.nb_execution_mode == "cache"
+
+
+def keyed_cache(app: Sphinx, config: Config) -> None:
+    """``execute_notebooks: cache``: the cache folder of this environment (wsbook_execute)."""
+    if config.nb_execution_mode != "cache":
+        return
+    folder = wsbook_execute.cache_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    os.utime(folder)  # the most recently used folder: pruning keeps it
+    wsbook_execute.prune(keep=folder)
+    config.nb_execution_cache_path = str(folder)
+    logger.info(f"execution cache: {folder}")
+
+
 def start_progress(app: Sphinx) -> None:
-    app._wsbook_progress = BuildProgress(logger.info).start()
+    if not _cache_mode(app):  # myst-nb executes while reading: follow it chapter by chapter
+        app._wsbook_progress = BuildProgress(logger.info).start()
+
+
+def prefill(app: Sphinx, env, docnames: list[str]) -> None:
+    """Execute every chapter the cache lacks before Sphinx reads any (wsbook_execute)."""
+    if not _cache_mode(app):
+        return
+    from myst_nb.core.read import create_nb_reader
+
+    jobs = []
+    for docname in sorted(docnames):
+        path = Path(env.doc2path(docname))
+        text = path.read_text(encoding="utf8")
+        if not _executes(text):
+            continue
+        reader = create_nb_reader(str(path), env.myst_config, env.mystnb_config, text)
+        if reader is None:
+            continue
+        notebook = reader.read(text)
+        timeout = notebook.metadata.get("mystnb", {}).get(
+            "execution_timeout", env.mystnb_config.execution_timeout)
+        jobs.append(wsbook_execute.Job(docname, path, notebook, reader.read_fmt, timeout))
+
+    def progress(docname: str) -> BuildProgress:
+        bar = BuildProgress(logger.info, export=False).start()
+        bar.begin(docname)
+        return bar
+
+    runner = wsbook_execute.Prefill(Path(env.mystnb_config.execution_cache_path), logger.info)
+    app._wsbook_rows = runner.rows
+    start = time.monotonic()
+    try:
+        runner.run(jobs, progress)
+    finally:
+        app._wsbook_prefill_seconds = time.monotonic() - start
+
+
+def report(app: Sphinx, exception) -> None:
+    rows = getattr(app, "_wsbook_rows", None)
+    if not rows:
+        return
+    lines = wsbook_execute.format_table(rows[name] for name in sorted(rows))
+    seconds = getattr(app, "_wsbook_prefill_seconds", 0.0)
+    logger.info("chapters (wall s of each chapter's own kernel; CPU s of that kernel and its "
+                f"processes); executing took {seconds:.0f} s wall in all:")
+    for line in lines:
+        logger.info("  " + line)
 
 
 def chapter_started(app: Sphinx, docname: str, source: list[str]) -> None:
@@ -188,10 +259,13 @@ def colab_notebook_links(app: Sphinx, pagename, templatename, context, doctree) 
 
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", use_local_mathjax, priority=900)
+    app.connect("config-inited", keyed_cache)
     # after sphinx-book-theme's launch buttons (priority 501)
     app.connect("html-page-context", colab_notebook_links, priority=600)
     app.connect("builder-inited", start_progress)
+    app.connect("env-before-read-docs", prefill)
     app.connect("source-read", chapter_started)
     app.connect("doctree-read", chapter_read)
     app.connect("build-finished", stop_progress)
+    app.connect("build-finished", report)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -95,6 +95,19 @@ def chat_model() -> str | None:
     return value or None
 
 
+#: Set by the book build for its kernels (``book/_ext/wsbook_execute.py``), not a knob: the
+#: sweep store of the build's execution cache, inside the folder keyed on the package's code,
+#: the data, the pins and the knobs.
+SWEEP_STORE_ENV = "WSBOOK_SWEEP_STORE"
+
+
+def sweep_store() -> Path | None:
+    """The sweep store that :func:`wsutils.run.sweep.run_grid` uses when given none: the book
+    build's (``WSBOOK_SWEEP_STORE``), or ``None`` outside a build (no store)."""
+    value = os.environ.get(SWEEP_STORE_ENV, "").strip()
+    return Path(value) if value else None
+
+
 def settings() -> Settings:
     """All three knobs at once (each validated)."""
     return Settings(scale=scale(), model=model(), imdb=imdb())

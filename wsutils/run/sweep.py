@@ -65,6 +65,8 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 from tqdm.auto import tqdm
 
+from . import config
+
 __all__ = ["StoreWarning", "point_key", "run_grid"]
 
 Record = dict[str, Any]
@@ -307,11 +309,18 @@ def run_grid(
     points: Iterable[Mapping[str, Any]],
     *,
     executor: Executor | None = None,
-    store: str | os.PathLike | None = None,
+    store: str | os.PathLike | None | bool = None,
     progress: bool = True,
     desc: str | None = None,
 ) -> list[Record]:
-    """Evaluate ``fn(**point)`` on every point; see the module docstring."""
+    """Evaluate ``fn(**point)`` on every point; see the module docstring.
+
+    ``store=None`` uses the book build's store (:func:`wsutils.run.config.sweep_store`) when
+    the build set one, else no store; ``store=False`` never stores."""
+    if store is None:
+        store = config.sweep_store()
+    elif store is False:
+        store = None
     points = [dict(p) for p in points]
     if not points:
         raise ValueError("the grid is empty: pass at least one point.")

@@ -1,0 +1,343 @@
+"""Execute the book's chapters before Sphinx reads them: several at a time, longest first, into
+the jupyter-cache that ``execute_notebooks: cache`` reads.
+
+Why: myst-nb executes one chapter at a time, each in its own kernel, while Sphinx reads it, so
+on a 2-core machine one core idles through every cell that runs without a process pool. Here,
+once myst-nb's configuration exists (``env-before-read-docs``), every chapter that the cache
+cannot serve is executed by ``nbclient`` in its own kernel, :func:`lanes` of them at once
+(longest first by :data:`EXPECTED_SECONDS` or the last measured time), and stored in the cache
+with jupyter-cache's own API. myst-nb then finds every chapter in the cache and executes none:
+``jupyter-book build book`` stays the command that builds the book.
+
+What a cached page can depend on (:func:`environment_key`): the cache folder is
+``_build/.jupyter_cache/<key>``, where ``key`` is a SHA-256 of the ``WSBOOK_*`` knobs (the
+scale, model, reviews, chat model; a local model or review path by its files' names, sizes and
+times), every file of ``wsutils/`` and ``data/``, the pinned requirements, ``pyproject.toml``,
+``book/matplotlibrc`` and the Python version. jupyter-cache itself keys each chapter on its
+code cells and kernelspec, so a change of prose re-renders from the cache, a change of one
+chapter's code re-executes that chapter only, and any change to the package, the data, the
+pins or a knob starts a fresh folder (the old ones are pruned, :data:`KEEP`). The sweep store
+that ``wsutils.run.sweep.run_grid`` uses during the build (``WSBOOK_SWEEP_STORE``, set for
+the kernels only) lives inside the same folder, so grids are reused exactly as long as the
+package and the knobs are unchanged.
+
+Kernels talk to the build over IPC sockets (``KernelManager.transport = "ipc"``), not TCP:
+ipykernel warns about unencrypted TCP, and local sockets are what a local build needs. With
+more than one lane, each kernel gets ``OMP_NUM_THREADS`` = cores // lanes (two-thread
+kernels that share two cores wait on each other); chapters that set their own thread count
+keep it.
+
+At the end of the build, :func:`report` prints one table: chapter, wall s, CPU s (the kernel
+and every process it started), and whether the cache served it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The cache folders live here, one per :func:`environment_key`.
+CACHE_ROOT = ROOT / "_build" / ".jupyter_cache"
+#: How many environment folders to keep (the newest by use); older ones are removed.
+KEEP = 4
+#: Knobs that are the build's own plumbing, not inputs of a chapter.
+INTERNAL_ENV = ("WSBOOK_PROGRESS", "WSBOOK_SWEEP_STORE")
+#: The environment variable through which the kernels' ``run_grid`` finds the sweep store.
+SWEEP_ENV = "WSBOOK_SWEEP_STORE"
+#: Files whose bytes are part of the key (besides every file under ``wsutils/`` and ``data/``).
+KEY_FILES = ("requirements.txt", "requirements-model.txt", "pyproject.toml", "book/matplotlibrc")
+#: Only an ordering hint (longest first) before a chapter has been timed on this machine:
+#: wall seconds of each chapter at the paper scale, measured whole on 2 cores (issue 25).
+EXPECTED_SECONDS = {
+    "generalization": 787, "imdb": 717, "relu-attention": 442, "attention": 424,
+    "deep-random-features": 280, "random-features": 192, "trained-attention": 155,
+    "word-sensitivity": 96, "normalisation": 92, "figure-1": 27,
+}
+TIMINGS = CACHE_ROOT / "timings.json"
+
+
+def _digest_tree(h: "hashlib._Hash", folder: Path, root: Path) -> None:
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if "__pycache__" in path.parts or path.suffix == ".pyc":
+            continue
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+
+
+def _describe_path(value: str) -> str:
+    """A local path named by a knob: its files' names, sizes and modification times."""
+    path = Path(value).expanduser()
+    if not path.exists():
+        return value
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    return value + "".join(f"|{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+                           for p in files)
+
+
+def environment_key(env: dict[str, str] | None = None, root: Path = ROOT) -> str:
+    """SHA-256 (hex, 16 characters) of everything outside a chapter that its outputs depend on."""
+    env = os.environ if env is None else env
+    h = hashlib.sha256()
+    knobs = {k: v for k, v in env.items() if k.startswith("WSBOOK_") and k not in INTERNAL_ENV}
+    knobs.setdefault("WSBOOK_SCALE", "quick")
+    for name in sorted(knobs):
+        h.update(f"{name}={_describe_path(knobs[name])}\0".encode())
+    h.update(f"python={sys.version_info[:3]}\0".encode())
+    for name in KEY_FILES:
+        path = root / name
+        h.update(name.encode() + b"\0")
+        h.update(path.read_bytes() if path.is_file() else b"<missing>")
+    for folder in ("wsutils", "data"):
+        if (root / folder).is_dir():
+            _digest_tree(h, root / folder, root)
+    return h.hexdigest()[:16]
+
+
+def cache_folder(env: dict[str, str] | None = None) -> Path:
+    return CACHE_ROOT / environment_key(env)
+
+
+def prune(keep: Path, n_keep: int = KEEP) -> None:
+    """Remove all but the ``n_keep`` most recently used environment folders (``keep`` stays)."""
+    if not CACHE_ROOT.is_dir():
+        return
+    folders = sorted((p for p in CACHE_ROOT.iterdir() if p.is_dir() and p != keep),
+                     key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in folders[max(0, n_keep - 1):]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def lanes(n_chapters: int, cores: int | None = None) -> int:
+    """Chapters executed at once: one per core, at most the number to execute."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+    return max(1, min(cores, n_chapters))
+
+
+def longest_first(names: Iterable[str], measured: dict[str, float]) -> list[str]:
+    """Chapters ordered by their last measured time, else :data:`EXPECTED_SECONDS`, longest first
+    (the longest-processing-time rule: it keeps the last lane from running alone for long)."""
+    def cost(name: str) -> float:
+        return measured.get(name, EXPECTED_SECONDS.get(name, 60.0))
+    return sorted(names, key=lambda name: (-cost(name), name))
+
+
+def _load_timings() -> dict[str, dict[str, float]]:
+    try:
+        return json.loads(TIMINGS.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_timings(timings: dict[str, dict[str, float]]) -> None:
+    TIMINGS.parent.mkdir(parents=True, exist_ok=True)
+    tmp = TIMINGS.with_name(f"{TIMINGS.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(timings, indent=1, sort_keys=True))
+    os.replace(tmp, TIMINGS)
+
+
+@dataclass
+class Row:
+    """One chapter of the end-of-build table."""
+
+    docname: str
+    status: str  # "executed", "cached" or "failed"
+    wall: float | None = None
+    cpu: float | None = None
+
+
+@dataclass
+class Job:
+    docname: str
+    path: Path
+    notebook: object  # nbformat.NotebookNode
+    read_fmt: dict | None
+    timeout: int | None
+    rows: list = field(default_factory=list)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process, of its children it has waited for, and of its live descendants
+    (a chapter's process-pool workers)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        t = proc.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in proc.children(recursive=True):
+            try:
+                c = child.cpu_times()
+                total += c.user + c.system
+            except psutil.Error:
+                pass
+        return total
+    except psutil.Error:
+        return float("nan")
+
+
+def kernel_environment(threads: int | None, progress: str | None, store: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env[SWEEP_ENV] = str(store)
+    if progress is not None:
+        env["WSBOOK_PROGRESS"] = progress
+    if threads is not None:
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[name] = str(threads)
+    return env
+
+
+def execute_one(job: Job, *, env: dict[str, str]) -> tuple[object, float, float]:
+    """Execute one chapter in a fresh kernel over IPC; returns (notebook, wall s, CPU s).
+
+    Raises nbclient's ``CellExecutionError`` (or a timeout) when a cell fails."""
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    # IPC sockets are files named <ip>-<port>: an absolute prefix of this chapter's own, since
+    # the kernel runs in book/ and the build elsewhere, and two kernels start at once.
+    sockets = tempfile.mkdtemp(prefix="wsbook-kernel-")
+    config.KernelManager.ip = os.path.join(sockets, job.docname)
+    cpu = {"seconds": float("nan")}
+
+    def measure(**_kwargs) -> None:  # nbclient hook after each cell, while the kernel is up
+        if client.km is not None and client.km.provisioner is not None:
+            seconds = process_cpu_seconds(client.km.provisioner.pid)
+            if not seconds <= cpu["seconds"]:  # the largest reading (NaN at first)
+                cpu["seconds"] = seconds
+
+    # record_timing=False: cell metadata is part of the cache key (jupyter-cache hashes it)
+    client = NotebookClient(job.notebook, timeout=job.timeout, allow_errors=False,
+                            record_timing=False,
+                            config=config, on_cell_executed=measure,
+                            resources={"metadata": {"path": str(job.path.parent)}})
+    start = time.monotonic()
+    try:
+        client.execute(env=env)
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    return job.notebook, time.monotonic() - start, cpu["seconds"]
+
+
+class Prefill:
+    """Execute the chapters the cache lacks, :func:`lanes` at a time, and cache them."""
+
+    def __init__(self, cache_path: Path, write: Callable[[str], None]) -> None:
+        from jupyter_cache import get_cache
+
+        self.cache_path = cache_path
+        self.cache = get_cache(str(cache_path))
+        self.write = write
+        self.rows: dict[str, Row] = {}
+
+    def is_cached(self, notebook) -> bool:
+        try:
+            self.cache.match_cache_notebook(notebook)
+            return True
+        except KeyError:
+            return False
+
+    def run(self, jobs: list[Job], progress_factory) -> None:
+        todo = []
+        for job in jobs:
+            if self.is_cached(job.notebook):
+                self.rows[job.docname] = Row(job.docname, "cached")
+            else:
+                todo.append(job)
+        if not todo:
+            return
+        timings = _load_timings()
+        scale = os.environ.get("WSBOOK_SCALE", "quick")
+        measured = timings.get(scale, {})
+        order = {name: i for i, name in enumerate(longest_first([j.docname for j in todo],
+                                                                measured))}
+        todo.sort(key=lambda j: order[j.docname])
+        n_lanes = lanes(len(todo))
+        cores = lanes(10**6)
+        threads = max(1, cores // n_lanes) if n_lanes > 1 else None
+        self.write(f"executing {len(todo)} chapter(s), {n_lanes} at a time, longest first"
+                   + (f", {threads} thread(s) each" if threads else "") + ": "
+                   + ", ".join(j.docname for j in todo))
+        failures = []
+        with ThreadPoolExecutor(n_lanes, thread_name_prefix="wsbook-chapter") as pool:
+            pending = {}
+            queue = list(todo)
+
+            def submit(job: Job) -> None:
+                progress = progress_factory(job.docname)
+                env = kernel_environment(threads, progress.path if progress else None,
+                                         self.cache_path / "sweeps")
+                future = pool.submit(execute_one, job, env=env)
+                pending[future] = (job, progress)
+
+            while queue and len(pending) < n_lanes:
+                submit(queue.pop(0))
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    job, progress = pending.pop(future)
+                    if progress is not None:
+                        progress.stop()
+                    try:
+                        notebook, wall, cpu = future.result()
+                    except Exception as err:  # a failing cell: report, start nothing new
+                        failures.append((job, err))
+                        self.rows[job.docname] = Row(job.docname, "failed")
+                        self.write(f"{job.docname} FAILED: {type(err).__name__}")
+                        queue.clear()
+                        continue
+                    self._store(job, notebook, wall)
+                    self.rows[job.docname] = Row(job.docname, "executed", wall, cpu)
+                    measured[job.docname] = round(wall, 1)
+                    self.write(f"{job.docname} done in {wall:.0f} s ({cpu:.0f} CPU s)")
+                    if queue:
+                        submit(queue.pop(0))
+        timings[scale] = measured
+        _save_timings(timings)
+        if failures:
+            job, err = failures[0]
+            from sphinx.errors import ExtensionError
+
+            raise ExtensionError(f"executing {job.path} failed:\n{err}")
+
+    def _store(self, job: Job, notebook, wall: float) -> None:
+        from jupyter_cache.base import CacheBundleIn
+
+        if job.read_fmt is not None:
+            record = self.cache.add_nb_to_project(str(job.path), read_data=job.read_fmt)
+        else:
+            record = self.cache.add_nb_to_project(str(job.path))
+        self.cache.cache_notebook_bundle(
+            CacheBundleIn(notebook, record.uri, data={"execution_seconds": wall}),
+            check_validity=False, overwrite=True)
+
+
+def format_table(rows: Iterable[Row]) -> list[str]:
+    """The end-of-build table, one line a chapter and a total."""
+    rows = list(rows)
+    lines = [f"{'chapter':<24} {'wall s':>8} {'CPU s':>8}  cache",
+             f"{'-' * 24} {'-' * 8} {'-' * 8}  --------"]
+    for r in rows:
+        wall = f"{r.wall:8.0f}" if r.wall is not None else f"{'–':>8}"
+        cpu = f"{r.cpu:8.0f}" if r.cpu is not None else f"{'–':>8}"
+        status = {"executed": "executed", "cached": "hit", "failed": "FAILED"}[r.status]
+        lines.append(f"{r.docname:<24} {wall} {cpu}  {status}")
+    executed = [r for r in rows if r.status == "executed"]
+    if executed:
+        lines.append(f"{'all executed':<24} {sum(r.wall for r in executed):8.0f} "
+                     f"{sum(r.cpu for r in executed if r.cpu == r.cpu):8.0f}  "
+                     f"({len(executed)} executed, {len(rows) - len(executed)} from the cache)")
+    return lines

@@ -1,0 +1,171 @@
+"""The book build's chapter executor (book/_ext/wsbook_execute.py): what the execution cache is
+keyed on, the order and number of chapters run at once, and a real execution of small
+notebooks into a jupyter-cache over IPC kernels."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _executor():
+    """The module as Sphinx loads it: ``book/_ext`` on the path (``local_extensions``)."""
+    folder = str(ROOT / "book" / "_ext")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module("wsbook_execute")
+
+
+ex = _executor()
+
+
+def _tree(tmp_path: Path) -> Path:
+    """A copy of what the key reads: wsutils/, data/ and the pinned files."""
+    root = tmp_path / "repo"
+    (root / "wsutils").mkdir(parents=True)
+    (root / "wsutils" / "maps.py").write_text("x = 1\n")
+    (root / "data").mkdir()
+    (root / "data" / "reviews.txt").write_text("a review\n")
+    (root / "book").mkdir()
+    for name in ex.KEY_FILES:
+        (root / name).write_text(f"{name} v1\n")
+    return root
+
+
+def test_the_key_follows_every_input_of_a_chapter(tmp_path):
+    root = _tree(tmp_path)
+    env = {"WSBOOK_SCALE": "paper"}
+    key = ex.environment_key(env, root)
+    assert ex.environment_key(dict(env), root) == key                       # deterministic
+    assert ex.environment_key({"WSBOOK_SCALE": "quick"}, root) != key       # the scale
+    assert ex.environment_key({}, root) == ex.environment_key({"WSBOOK_SCALE": "quick"}, root)
+    assert ex.environment_key({**env, "WSBOOK_MODEL": "bert-base-uncased"}, root) != key
+    # the build's own plumbing is not an input
+    assert ex.environment_key({**env, "WSBOOK_PROGRESS": "/x", "WSBOOK_SWEEP_STORE": "/y"},
+                              root) == key
+    (root / "wsutils" / "maps.py").write_text("x = 2\n")                    # the package
+    assert ex.environment_key(env, root) != key
+    key = ex.environment_key(env, root)
+    (root / "wsutils" / "sub").mkdir()
+    (root / "wsutils" / "sub" / "new.py").write_text("")                    # a new module
+    assert ex.environment_key(env, root) != key
+    key = ex.environment_key(env, root)
+    (root / "requirements.txt").write_text("torch==9\n")                    # a pin
+    assert ex.environment_key(env, root) != key
+    key = ex.environment_key(env, root)
+    (root / "data" / "reviews.txt").write_text("another review\n")          # the data
+    assert ex.environment_key(env, root) != key
+    key = ex.environment_key(env, root)
+    pycache = root / "wsutils" / "__pycache__"
+    pycache.mkdir()
+    (pycache / "maps.cpython-311.pyc").write_bytes(b"\0")                   # not bytecode
+    assert ex.environment_key(env, root) == key
+
+
+def test_a_local_model_folder_is_keyed_on_its_files(tmp_path):
+    root = _tree(tmp_path)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    env = {"WSBOOK_MODEL": str(model)}
+    key = ex.environment_key(env, root)
+    (model / "config.json").write_text('{"layer_norm_eps": 1e-5}')
+    assert ex.environment_key(env, root) != key
+
+
+def test_longest_first_and_lanes():
+    names = ["figure-1", "imdb", "attention", "new-chapter"]
+    assert ex.longest_first(names, {}) == ["imdb", "attention", "new-chapter", "figure-1"]
+    assert ex.longest_first(names, {"figure-1": 5000.0})[0] == "figure-1"   # measured wins
+    assert ex.lanes(10, cores=2) == 2
+    assert ex.lanes(1, cores=16) == 1
+    assert ex.lanes(0, cores=2) == 1
+
+
+def test_table_has_a_row_per_chapter_and_a_total():
+    rows = [ex.Row("attention", "executed", 12.0, 20.0), ex.Row("imdb", "cached")]
+    lines = ex.format_table(rows)
+    assert lines[0].split() == ["chapter", "wall", "s", "CPU", "s", "cache"]
+    assert lines[2].split() == ["attention", "12", "20", "executed"]
+    assert lines[3].split() == ["imdb", "–", "–", "hit"]
+    assert "1 executed, 1 from the cache" in lines[4]
+
+
+def _job(tmp_path: Path, name: str, source: str):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    path = tmp_path / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return ex.Job(name, path, nbformat.read(path, as_version=4), None, 120)
+
+
+BURN = """
+import os, time
+t = time.process_time()
+while time.process_time() - t < 0.3:
+    pass
+print(os.environ["WSBOOK_SWEEP_STORE"], os.environ.get("OMP_NUM_THREADS"))
+"""
+
+
+def test_chapters_are_executed_into_the_cache_and_then_served_from_it(tmp_path, capfd):
+    cache = tmp_path / "cache"
+    lines: list[str] = []
+    jobs = [_job(tmp_path, "one", BURN), _job(tmp_path, "two", "print(1 + 1)")]
+    runner = ex.Prefill(cache, lines.append)
+    runner.run(jobs, lambda name: None)
+    assert {r.docname: r.status for r in runner.rows.values()} == {"one": "executed",
+                                                                  "two": "executed"}
+    one = runner.rows["one"]
+    assert one.wall > 0 and one.cpu >= 0.3                     # the kernel's own CPU time
+    out = jobs[0].notebook.cells[0].outputs[0]["text"].split()
+    assert out[0] == str(cache / "sweeps")                      # the build's sweep store
+    assert out[1] == ("1" if ex.lanes(2) > 1 else "None")
+    assert "without encryption" not in capfd.readouterr().err   # IPC, not TCP
+    # a second build finds both in the cache and executes nothing
+    again = ex.Prefill(cache, lines.append)
+    fresh = [_job(tmp_path, "one", BURN), _job(tmp_path, "two", "print(1 + 1)")]
+    again.run(fresh, lambda name: pytest.fail("nothing should execute"))
+    assert {r.status for r in again.rows.values()} == {"cached"}
+    # an edited code cell is a different notebook
+    assert not again.is_cached(_job(tmp_path, "two", "print(2 + 2)").notebook)
+
+
+def test_a_failing_chapter_fails_the_build_and_is_not_cached(tmp_path):
+    from sphinx.errors import ExtensionError
+
+    cache = tmp_path / "cache"
+    runner = ex.Prefill(cache, lambda line: None)
+    bad = _job(tmp_path, "bad", "assert 1 == 2, 'the claim does not hold'")
+    with pytest.raises(ExtensionError, match="the claim does not hold"):
+        runner.run([bad], lambda name: None)
+    assert runner.rows["bad"].status == "failed"
+    assert not ex.Prefill(cache, lambda line: None).is_cached(
+        _job(tmp_path, "bad", "assert 1 == 2, 'the claim does not hold'").notebook)
+    shutil.rmtree(cache)
+
+
+def test_run_grid_uses_the_build_store_only_when_the_build_sets_one(tmp_path, monkeypatch):
+    from wsutils.run import config
+    from wsutils.run.sweep import run_grid
+    from sweep_points import rf_sensitivity
+
+    point = dict(n=3, d=4, steps=2)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(config.SWEEP_STORE_ENV, raising=False)
+    run_grid(rf_sensitivity, [dict(point, seed=0)], progress=False)
+    assert not any(tmp_path.iterdir())                                      # no store
+    monkeypatch.setenv(config.SWEEP_STORE_ENV, str(tmp_path / "store"))
+    first = run_grid(rf_sensitivity, [dict(point, seed=1)], progress=False)
+    assert len(list((tmp_path / "store").glob("*.json"))) == 1
+    assert run_grid(rf_sensitivity, [dict(point, seed=1)], progress=False) == first
+    run_grid(rf_sensitivity, [dict(point, seed=2)], progress=False, store=False)  # opted out
+    assert len(list((tmp_path / "store").glob("*.json"))) == 1
