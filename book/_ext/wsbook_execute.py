@@ -198,8 +198,26 @@ def kernel_environment(threads: int | None, progress: str | None, store: Path) -
     return env
 
 
-def execute_one(job: Job, *, env: dict[str, str]) -> tuple[object, float, float]:
-    """Execute one chapter in a fresh kernel over IPC; returns (notebook, wall s, CPU s).
+@dataclass
+class CellCost:
+    """One code cell's cost: wall and CPU seconds (kernel and its processes)."""
+
+    docname: str
+    index: int
+    line: str  # the cell's first line of code
+    wall: float
+    cpu: float
+
+
+def _first_line(source: str) -> str:
+    lines = [x.strip() for x in source.splitlines()]
+    code = [x for x in lines if x and not x.startswith("#")]
+    return (code or lines or [""])[0][:60]
+
+
+def execute_one(job: Job, *, env: dict[str, str]) -> tuple[object, float, float, list]:
+    """Execute one chapter in a fresh kernel over IPC; returns (notebook, wall s, CPU s, the
+    cells' :class:`CellCost`).
 
     Raises nbclient's ``CellExecutionError`` (or a timeout) when a cell fails."""
     from nbclient import NotebookClient
@@ -211,25 +229,36 @@ def execute_one(job: Job, *, env: dict[str, str]) -> tuple[object, float, float]
     # the kernel runs in book/ and the build elsewhere, and two kernels start at once.
     sockets = tempfile.mkdtemp(prefix="wsbook-kernel-")
     config.KernelManager.ip = os.path.join(sockets, job.docname)
-    cpu = {"seconds": float("nan")}
+    cpu = {"seconds": float("nan"), "cell": (0.0, 0.0)}
+    cells: list[CellCost] = []
 
-    def measure(**_kwargs) -> None:  # nbclient hook after each cell, while the kernel is up
-        if client.km is not None and client.km.provisioner is not None:
-            seconds = process_cpu_seconds(client.km.provisioner.pid)
-            if not seconds <= cpu["seconds"]:  # the largest reading (NaN at first)
-                cpu["seconds"] = seconds
+    def cpu_now() -> float:
+        if client.km is None or client.km.provisioner is None:
+            return float("nan")
+        seconds = process_cpu_seconds(client.km.provisioner.pid)
+        if not seconds <= cpu["seconds"]:  # the largest reading (NaN at first)
+            cpu["seconds"] = seconds
+        return cpu["seconds"]
+
+    def before(**_kwargs) -> None:  # nbclient hooks, while the kernel is up
+        cpu["cell"] = (time.monotonic(), cpu_now())
+
+    def after(cell=None, cell_index=0, **_kwargs) -> None:
+        t0, c0 = cpu["cell"]
+        cells.append(CellCost(job.docname, cell_index, _first_line(cell.source if cell else ""),
+                              time.monotonic() - t0, cpu_now() - c0))
 
     # record_timing=False: cell metadata is part of the cache key (jupyter-cache hashes it)
     client = NotebookClient(job.notebook, timeout=job.timeout, allow_errors=False,
-                            record_timing=False,
-                            config=config, on_cell_executed=measure,
+                            record_timing=False, config=config,
+                            on_cell_execute=before, on_cell_executed=after,
                             resources={"metadata": {"path": str(job.path.parent)}})
     start = time.monotonic()
     try:
         client.execute(env=env)
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
-    return job.notebook, time.monotonic() - start, cpu["seconds"]
+    return job.notebook, time.monotonic() - start, cpu["seconds"], cells
 
 
 class Prefill:
@@ -242,6 +271,7 @@ class Prefill:
         self.cache = get_cache(str(cache_path))
         self.write = write
         self.rows: dict[str, Row] = {}
+        self.cells: list[CellCost] = []
 
     def is_cached(self, notebook) -> bool:
         try:
@@ -292,7 +322,7 @@ class Prefill:
                     if progress is not None:
                         progress.stop()
                     try:
-                        notebook, wall, cpu = future.result()
+                        notebook, wall, cpu, cells = future.result()
                     except Exception as err:  # a failing cell: report, start nothing new
                         failures.append((job, err))
                         self.rows[job.docname] = Row(job.docname, "failed")
@@ -300,6 +330,7 @@ class Prefill:
                         queue.clear()
                         continue
                     self._store(job, notebook, wall)
+                    self.cells += cells
                     self.rows[job.docname] = Row(job.docname, "executed", wall, cpu)
                     measured[job.docname] = round(wall, 1)
                     self.write(f"{job.docname} done in {wall:.0f} s ({cpu:.0f} CPU s)")
@@ -323,6 +354,13 @@ class Prefill:
         self.cache.cache_notebook_bundle(
             CacheBundleIn(notebook, record.uri, data={"execution_seconds": wall}),
             check_validity=False, overwrite=True)
+
+
+def costliest_cells(cells: Iterable[CellCost], n: int = 12) -> list[str]:
+    """The ``n`` code cells of the largest CPU time, one line each."""
+    top = sorted(cells, key=lambda c: -(c.cpu if c.cpu == c.cpu else c.wall))[:n]
+    return [f"{c.docname:<22} cell {c.index:>3} {c.wall:7.0f} s {c.cpu:7.0f} CPU s  {c.line}"
+            for c in top]
 
 
 def format_table(rows: Iterable[Row]) -> list[str]:

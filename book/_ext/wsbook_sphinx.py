@@ -193,7 +193,7 @@ def prefill(app: Sphinx, env, docnames: list[str]) -> None:
         return bar
 
     runner = wsbook_execute.Prefill(Path(env.mystnb_config.execution_cache_path), logger.info)
-    app._wsbook_rows = runner.rows
+    app._wsbook_rows, app._wsbook_runner = runner.rows, runner
     start = time.monotonic()
     try:
         runner.run(jobs, progress)
@@ -211,6 +211,11 @@ def report(app: Sphinx, exception) -> None:
                 f"processes); executing took {seconds:.0f} s wall in all:")
     for line in lines:
         logger.info("  " + line)
+    runner = getattr(app, "_wsbook_runner", None)
+    if runner is not None and runner.cells:
+        logger.info("the costliest cells (wall s, CPU s, first line of code):")
+        for line in wsbook_execute.costliest_cells(runner.cells):
+            logger.info("  " + line)
 
 
 def chapter_started(app: Sphinx, docname: str, source: list[str]) -> None:
