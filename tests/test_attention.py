@@ -10,6 +10,9 @@ from hypothesis import strategies as st
 
 import wsutils as ws
 from wsutils.estimators import attention as at
+from wsutils.maps import attention_scores
+
+from justified import assert_justified, stochastic_upper
 
 MAPS = {"raf": ws.raf, "relu": ws.relu_attention}
 
@@ -65,17 +68,24 @@ def test_fast_objective_equals_full_map(kind):
 
 
 @pytest.mark.parametrize("kind", ["raf", "relu"])
-def test_fast_estimator_agrees_with_generic(kind):
+def test_fast_estimator_and_generic_are_each_justified(kind):
+    """The fast and the generic search are different floating-point computations: each
+    answer is checked on its own (``justified``, issue 23 item 13), within the bracket
+    ``[certified_lower_bound, 3√(nd)/‖φ(X)‖]`` (both start from the take-over constructions)."""
     X, W = _text(10, 6, 5)
-    gen = ws.word_sensitivity(lambda Z: MAPS[kind](Z, W), X, steps=25, starts=3, seed=7)
-    fast = at.attention_word_sensitivity(X, W, kind=kind, steps=25, starts=3, seed=7)
-    assert gen.row == fast.row and gen.per_row.keys() == fast.per_row.keys()
-    for r in gen.per_row:
-        np.testing.assert_allclose(fast.per_row[r], gen.per_row[r], rtol=1e-7)
-    np.testing.assert_allclose(fast.value, gen.value, rtol=1e-7)
-    np.testing.assert_allclose(ws.relative_change(lambda Z: MAPS[kind](Z, W), X, fast.row,
-                                                  fast.Delta), fast.value, rtol=1e-12)
-    assert np.linalg.norm(fast.Delta) <= math.sqrt(6)
+    phi = lambda Z: MAPS[kind](Z, W)  # noqa: E731
+    cands = torch.cat([at.takeover_candidates(X, W, r) for r in range(10)])
+    lower = {r: at.certified_lower_bound(X, W, r, kind=kind) for r in range(10)}
+    upper = stochastic_upper(X, phi(X))
+    # the fast update's rounding (error model of test_fast_update_matches_full_map_...)
+    tol = 2 * 100 * 4 * (10 + 6) * max(1.0, float(attention_scores(X, W).abs().max())) \
+        * 1.1e-16
+    gen = ws.word_sensitivity(phi, X, init=cands, steps=25, starts=3, seed=7)
+    fast = at.attention_word_sensitivity(X, W, kind=kind, init=cands, steps=25, starts=3,
+                                         seed=7)
+    for res in (gen, fast):
+        assert res.per_row.keys() == set(range(10))
+        assert_justified(res, phi, X, lower=lower, upper=upper, tol=tol)
 
 
 def test_relu_all_zero_rows_handled():
