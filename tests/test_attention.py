@@ -125,3 +125,32 @@ def test_bad_input():
         at.attention_word_sensitivity(X * 2, W)
     with pytest.raises(ValueError, match="starts"):
         at.attention_word_sensitivity(X, W, starts=0)
+
+
+@pytest.mark.parametrize("kind", ["raf", "relu", "hardmax", "sparsemax"])
+def test_certified_lower_bound_is_the_best_construction(kind):
+    """Issue 23 item 14: ``certified_lower_bound`` is at least every construction the book
+    proves something for, at d = 128, n = 64: the row and key take-overs and their blends,
+    the doubling Δ = x_i (prop-norm-double, and its bound for the sharp normalisations) and,
+    for ReLU attention, the orthogonal take-over (prop-relu-takeover)."""
+    from wsutils.estimators.relu import relu_orthogonal_takeover
+    from wsutils.experiments.normalisation import DOUBLING, doubling_bound
+    from wsutils.maps import Normalisation, attention
+    n, d = 64, 128
+    X, W = _text(n, d, 11)
+    norm = kind if kind in at.KINDS else Normalisation(kind)
+    name = {"raf": "softmax"}.get(kind, kind)
+    phi = lambda Z: attention(Z, W, normalisation=name)  # noqa: E731
+    for row in (0, 17):
+        cert = at.certified_lower_bound(X, W, row, kind=norm)
+        each = [ws.relative_change(phi, X, row, D) for D in at.takeover_candidates(X, W, row)]
+        each.append(ws.relative_change(phi, X, row, X[row]))               # the doubling
+        if kind == "relu":
+            each.append(relu_orthogonal_takeover(X, W, row).change)
+        assert cert >= max(each) * (1 - 1e-12), (row, cert, each)
+        if name in DOUBLING:
+            assert cert >= doubling_bound(X, W, row, name)["bound"] * (1 - 1e-12)
+        # the estimator started from the constructions ends at or above the certificate
+        est = at.attention_word_sensitivity(X, W, kind=norm, rows=row, starts=1, steps=2,
+                                            takeovers=True)
+        assert est.value >= cert * (1 - 1e-9)
