@@ -11,6 +11,8 @@ import wsutils as ws
 from wsutils.estimators.relu import (attention_fro2_model, far_slope_prediction, lse_model,
                                      relu_orthogonal_takeover, relu_upper_bound,
                                      relu_zeta_estimate, slope_standard_error)
+from wsutils.estimators import authors as au
+from wsutils.estimators.attention import _FastObjective
 from wsutils.estimators.authors import authors_estimator, authors_map, authors_replica
 
 
@@ -83,12 +85,34 @@ def test_far_model_and_slope_error():
 
 
 @pytest.mark.parametrize("kind", ["raf", "relu"])
-def test_authors_replica_is_their_search(kind):
+def test_authors_replica_takes_their_steps(kind):
+    """``authors_replica`` computes the iterates of ``authors_estimator`` with another
+    objective: a different floating-point computation, so after 60 steps of lr 10 the two
+    paths need not agree to rounding on every machine (issue 23 item 13). What is the same
+    on every machine is the step map: from each iterate of the authors' own path, one step of
+    each loss gives the same next iterate (to 1e-12 of the ball's radius; the two gradients
+    agree to ~1e-15, measured)."""
     X, W = _text(8, 12, 7)
-    full = authors_estimator(X, W, seed=3, kind=kind, steps=60)
-    fast = authors_replica(X, W, seed=3, kind=kind, steps=60)
-    np.testing.assert_allclose(full, fast, rtol=1e-9)
-    assert fast.in_ball <= fast.as_run * (1 + 1e-9) or fast.ratio <= 1
+    Xt, Wt, n, d, steps, lr, x0 = au._setup(X, W, kind, 3, 10.0, 60)
+    fn = au._MAPS[kind]
+    phi = fn(Xt, Wt).reshape(-1)
+    obj = _FastObjective(Xt, Wt, kind)
+    scale = obj.base_norm / math.sqrt(n * d)
+    xt, rest, row = x0.clone(), Xt[1:], torch.zeros(1, dtype=torch.long)
+    for _ in range(steps):
+        x = xt.clone().requires_grad_(True)
+        feats = fn(torch.cat([x[None], rest]), Wt).reshape(-1)
+        (g_full,) = torch.autograd.grad(-torch.sqrt(torch.mean((feats - phi) ** 2)), x)
+        D = (xt - Xt[0]).requires_grad_(True)
+        (g_fast,) = torch.autograd.grad(-scale * obj(row, D[None])[0], D)
+        nxt = au._project(xt - lr * g_full, x0, math.sqrt(d))
+        alt = au._project(xt - lr * g_fast, x0, math.sqrt(d))
+        assert float(torch.linalg.vector_norm(nxt - alt)) <= 1e-12 * math.sqrt(d)
+        xt = nxt
+    for run in (authors_estimator(X, W, seed=3, kind=kind, steps=60),
+                authors_replica(X, W, seed=3, kind=kind, steps=60)):
+        assert math.isfinite(run.as_run) and 0 <= run.in_ball
+        assert run.in_ball <= run.as_run * (1 + 1e-9) or run.ratio <= 1
 
 
 def test_authors_ball_is_centred_at_the_noisy_start():

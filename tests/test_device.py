@@ -8,6 +8,8 @@ import torch
 import wsutils as ws
 from wsutils.run.device import describe_device, pick_device
 
+from justified import assert_justified
+
 n, d = 6, 4
 
 
@@ -40,8 +42,12 @@ def test_cuda_gives_the_cpu_numbers():
     for name, t in on_gpu.items():
         assert t.device.type == "cuda", name
         torch.testing.assert_close(t.cpu(), on_cpu[name], rtol=1e-10, atol=1e-12)
-    # same seeds, same starts: the float64 searches agree up to rounding
-    np.testing.assert_allclose(r_gpu.value, r_cpu.value, rtol=1e-6)
+    # the two searches are different floating-point computations and need not follow one
+    # path (issue 23 item 13): each answer is the float64 relative change at its own Δ,
+    # evaluated on the CPU, and lies in the ball
+    X, W = on_cpu["X"], on_cpu["W"]
+    for r in (r_gpu, r_cpu):
+        assert_justified(r, lambda Z: ws.raf(Z, W.to(Z.device)), X)
 
 
 def test_pick_device():

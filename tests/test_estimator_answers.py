@@ -16,8 +16,9 @@ from wsutils.estimators.drf import _draw_law, drf_row_sensitivity
 from wsutils.text.embeddings import sample_matrix
 from wsutils.maps import attention_scores
 from wsutils.estimators.rf import rf_relative_change, rf_row_law
-from wsutils.sensitivity import search_dtype
+from wsutils.sensitivity import cosine_ascent, perturb, search_dtype
 
+from justified import assert_justified, stochastic_upper
 from test_ball import assert_in_ball
 
 MAPS = {"raf": ws.raf, "relu": ws.relu_attention}
@@ -58,25 +59,61 @@ def test_fast_update_matches_full_map_at_every_score_scale(kind):
 
 
 @pytest.mark.parametrize("scale", [1, 30, 300, 1e4])
-def test_fast_estimator_agrees_with_generic_for_large_scores(scale):
+def test_fast_and_generic_answers_are_each_justified_at_every_score_scale(scale):
     """Issue 14 item 1: at W·30 the fast estimator reported per-row values of 1e78 and inf
-    and found 0.45 where the generic search found 1.57. Every per-row value is now the float64
-    relative change at its own returned Δ. Up to W·30, same seed, same starts and same steps
-    make the two searches follow the same path, so every per-row value agrees; beyond, the
-    landscape is so sharp (softmax at temperature ≥ 1/300) that rounding-level differences of
-    the gradient send the paths to different local maxima, and only the self-consistency of
-    each answer is a fair check."""
-    X = ws.sample_X(8, 16, seed=0)
-    W = ws.sample_W(16, seed=1) * scale
-    fast = at.attention_word_sensitivity(X, W, steps=30, starts=3, seed=0)
-    gen = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, steps=30, starts=3, seed=0)
-    for r in gen.per_row:
-        if scale <= 30:
-            np.testing.assert_allclose(fast.per_row[r], gen.per_row[r], rtol=1e-6)
-        assert math.isfinite(fast.per_row[r])
-        np.testing.assert_allclose(
-            fast.per_row[r], _full_change64("raf", X, W, r, fast.per_row_Delta[r]), rtol=1e-12)
-    assert fast.value == max(fast.per_row.values())
+    and found 0.45 where the generic search found 1.57. Issue 23 item 13: the two searches
+    are different floating-point computations, so they need not follow one ascent path (at
+    W·30 they part on some CPUs and not on others). What holds on every machine is asserted
+    for each answer on its own: every per-row value is the float64 relative change at its
+    own Δ in the ball, and it lies in the certified bracket ``[certified_lower_bound,
+    3√(nd)/‖φ(X)‖]``: each search starts from every row's take-over constructions too and
+    keeps its best iterate, so it ends at or above the best of them (up to the fast update's
+    rounding, bounded as in ``test_fast_update_matches_full_map_at_every_score_scale``)."""
+    n, d = 8, 16
+    X = ws.sample_X(n, d, seed=0)
+    W = ws.sample_W(d, seed=1) * scale
+    upper = stochastic_upper(X, ws.raf(X, W))
+    tol = 100 * 4 * (n + d) * max(1.0, float(attention_scores(X, W).abs().max())) * 1.1e-16
+    # every row's take-over constructions, as extra starts of every row's search
+    cands = torch.cat([at.takeover_candidates(X, W, r) for r in range(n)])
+    lower = {r: at.certified_lower_bound(X, W, r) for r in range(n)}
+    fast = at.attention_word_sensitivity(X, W, init=cands, steps=30, starts=3, seed=0)
+    gen = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, init=cands, steps=30, starts=3,
+                              seed=0)
+    for res in (fast, gen):
+        assert_justified(res, lambda Z: ws.raf(Z, W), X, lower=lower, upper=upper,
+                         tol=2 * tol)
+
+
+def test_fast_and_generic_agree_at_a_converged_maximum():
+    """Issue 23 item 13: agreement between the two code paths is asserted where it does not
+    depend on the path. After 300 steps at W·1 each answer is a converged local maximum of
+    the *other* code path's objective: 50 further small steps of the other objective from it
+    gain less than 1e-8 relatively (measured: < 1e-11; at W·30, 300 steps are not enough,
+    the gain is 2e-3, so that scale is not asserted here). Where the two answers sit at the
+    same maximum (their Δ within 1e-6·√d), their values agree to 1e-9."""
+    n, d = 8, 16
+    X = ws.sample_X(n, d, seed=0)
+    W = ws.sample_W(d, seed=1)
+    fast = at.attention_word_sensitivity(X, W, steps=300, starts=3, seed=0)
+    gen = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, steps=300, starts=3, seed=0)
+    rows = torch.arange(n)
+    base = ws.raf(X, W)
+    obj = at._FastObjective(X, W, "raf")
+    objectives = {
+        "fast": lambda D: obj(rows, D),
+        "full": lambda D: (ws.raf(perturb(X, rows, D), W) - base).flatten(1).norm(dim=1)
+        / base.norm()}
+    for res, other in ((fast, "full"), (gen, "fast")):
+        D = torch.as_tensor(np.stack([res.per_row_Delta[r] for r in range(n)]))
+        v = np.array([res.per_row[r] for r in range(n)])
+        polished, _ = cosine_ascent(objectives[other], D.clone(), math.sqrt(d), steps=50,
+                                    lr=1e-3)
+        assert np.all(polished.numpy() <= v * (1 + 1e-8)), (other, polished.numpy() - v)
+    for r in range(n):
+        gap = np.linalg.norm(fast.per_row_Delta[r] - gen.per_row_Delta[r])
+        if gap <= 1e-6 * math.sqrt(d):
+            np.testing.assert_allclose(fast.per_row[r], gen.per_row[r], rtol=1e-9)
 
 
 def test_relu_attention_is_scale_invariant_even_for_huge_W():

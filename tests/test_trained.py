@@ -117,15 +117,25 @@ def test_own_norm_problem(enc, H):
         tr.own_norm_problem(phi, np.zeros((3, d)))
 
 
-def test_fast_head_estimator_matches_generic(enc, H):
+def test_fast_head_estimator_and_generic_are_each_justified(enc, H):
+    """The rank-one head objective and the full head map are different floating-point
+    computations, so the two searches need not follow one path on every machine (issue 23
+    item 13). Each answer's values are the head map's relative changes at its own Δ, and at
+    each of those Δ the rank-one objective gives the full map's value."""
     head = tr.head_weights(enc, 2, 3)
     X = H[1, 0].astype(np.float64)
     kw = dict(rows=[1, 4], starts=3, steps=15, seed=5, dtype=torch.float64)
     fast = tr.head_word_sensitivity(head, X, **kw)
     slow = tr.own_norm_word_sensitivity(tr.head_map(head), X, **kw)
-    assert fast.row == slow.row
-    for r in (1, 4):
-        assert fast.per_row[r] == pytest.approx(slow.per_row[r], rel=1e-8)
+    Z, _, scale = tr.own_norm_problem(tr.head_map(head), X)
+    obj = tr._HeadObjective(head, Z * scale, scale)
+    for res in (fast, slow):
+        for r in (1, 4):
+            D = res.per_row_Delta[r]
+            v = relative_change(tr.head_map(head), X, r, D)
+            assert res.per_row[r] == pytest.approx(v, rel=1e-9)
+            Dz = torch.as_tensor(D) / scale[r, 0]             # Δ in the own-norm coordinates
+            assert float(obj(torch.tensor([r]), Dz[None])[0]) == pytest.approx(v, rel=1e-9)
     # the Δ is in X's coordinates, within the own-norm ball, and attains the value
     D = fast.Delta
     assert np.linalg.norm(D) <= np.linalg.norm(X[fast.row]) * (1 + 1e-12)

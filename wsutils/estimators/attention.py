@@ -3,8 +3,9 @@
 
 - :func:`row_takeover` and :func:`key_takeover` build explicit perturbations ``Δ`` with
   ``‖Δ‖ ≤ √d`` (:prf:ref:`def-takeover`); :func:`takeover_candidates` stacks them with a few
-  blends; :func:`certified_lower_bound` is the best relative change they attain, a certified
-  lower bound on ``S(X)``.
+  blends; :func:`certified_lower_bound` is the best relative change attained by every
+  construction the book proves something for (these, the doubling ``Δ = x_i`` and, for ReLU
+  attention, the orthogonal take-over), a certified lower bound on ``S(X)``.
 - :func:`takeover_certificate` computes every quantity of :prf:ref:`thm-raf-high` (margin,
   self-weight, ``κ(X) = ‖X‖_op/√d``, ``‖A‖_F``) and the lower bound the theorem proves.
 - :func:`attention_word_sensitivity` runs the search of
@@ -35,6 +36,7 @@ from .._tensor import Array, as_tensor, like
 from ..checks import check_int, check_seed, check_shape, check_text, check_unit_rows
 from ..maps import (Normalisation, _general_attention, _pow2_above, _raf, _sparsemax_threshold,
                    attention_scores, normalise_scores)
+from .relu import _orthogonal_points
 from ..sensitivity import (SensitivityResult, _ascend, _changes64, _rows, certify, check_lr,
                           project_ball, search_setup, search_dtype)
 
@@ -166,10 +168,57 @@ def takeover_candidates(X: Array, W: Array, row: int,
     return like(_takeover_candidates(Xt, Wt, _one_row(row, n), blends), X)
 
 
+def _constructions(Xt: torch.Tensor, Wt: torch.Tensor, i: int, kind) -> torch.Tensor:
+    """Every explicit ``Δ`` the book proves something for at row ``i``, as an ``m × d`` array
+    in the exact ball, in ``Xt``'s dtype: the take-over candidates of :prf:ref:`def-takeover`
+    (:func:`takeover_candidates`), the doubling ``Δ = x_i`` of :prf:ref:`prop-norm-double`,
+    and for ReLU attention the orthogonal take-over points of :prf:ref:`prop-relu-takeover`
+    (``y = 2c`` and ``y = c + ‖c‖e`` with a positive self-score, computed in float64;
+    none where ``K_i = {0}``, i.e. typically ``n − 1 ≥ d``)."""
+    d = Xt.shape[1]
+    cands = [_takeover_candidates(Xt, Wt, i),
+             project_ball(Xt[i:i + 1].clone(), math.sqrt(d))]
+    if _normalisation(kind).name == "relu":
+        points = _orthogonal_cached(Xt.to(torch.float64), Wt.to(torch.float64), i)
+        if points is not None:
+            cands.append(project_ball(points.to(Xt.dtype), math.sqrt(d)))
+    return torch.cat(cands)
+
+
+_ORTHO_CACHE: list = []   # [(X64, W64, i, points)], the last _ORTHO_KEEP rows asked for
+_ORTHO_KEEP = 4
+
+
+def _orthogonal_cached(X64: torch.Tensor, W64: torch.Tensor, i: int):
+    """The orthogonal take-over points of row ``i`` as a ``m × d`` float64 tensor (``None``
+    where the construction does not apply), from
+    :func:`wsutils.estimators.relu._orthogonal_points` (an SVD, ``O(d²·n + d³)``). The last
+    few results are kept and reused when ``X``, ``W`` and ``i`` equal a kept key exactly
+    (``O(n·d + d²)`` comparisons): :func:`certified_lower_bound` and the search's starts ask
+    for the same rows."""
+    for Xk, Wk, ik, pts in _ORTHO_CACHE:
+        if ik == i and Xk.shape == X64.shape and Wk.shape == W64.shape \
+                and Xk.device == X64.device and torch.equal(Xk, X64) and torch.equal(Wk, W64):
+            return None if pts is None else pts.clone()
+    try:
+        _, points = _orthogonal_points(X64, W64, i)
+    except ValueError:
+        points = []
+    pts = torch.stack([D for _, D in points]) if points else None
+    _ORTHO_CACHE[:] = (_ORTHO_CACHE + [(X64.clone(), W64.clone(), i, pts)])[-_ORTHO_KEEP:]
+    return None if pts is None else pts.clone()
+
+
 def certified_lower_bound(X: Array, W: Array, row: int, *,
                           kind: str | Normalisation = "raf") -> float:
-    """``max_Δ ‖φ(X_row(Δ)) − φ(X)‖/‖φ(X)‖`` over :func:`takeover_candidates`: an explicit
-    ``Δ`` in the ball, hence a certified lower bound on ``S_φ(X)`` (:prf:ref:`def-word-sensitivity`).
+    """The best certificate the book proves for ``kind`` at word ``row``:
+    ``max_Δ ‖φ(X_row(Δ)) − φ(X)‖/‖φ(X)‖`` over every construction of ``_constructions``, the
+    row and key take-overs and their blends (:func:`takeover_candidates`,
+    :prf:ref:`def-takeover`), the doubling ``Δ = x_row`` (:prf:ref:`prop-norm-double`) and,
+    for ReLU attention, the orthogonal take-over (:prf:ref:`prop-relu-takeover`,
+    :func:`wsutils.estimators.relu.relu_orthogonal_takeover`). Each is an explicit ``Δ`` in
+    the ball, so the value is a certified lower bound on ``S_φ(X)``
+    (:prf:ref:`def-word-sensitivity`), at least each construction's own relative change.
     ``kind`` is ``"raf"`` (eq. :eq:`eq-raf`), ``"relu"`` (eq. :eq:`eq-relu-attention`) or a
     :class:`wsutils.maps.Normalisation` (eq. :eq:`eq-general-attention`).
     Everything is computed in float64, whatever the dtype of ``X`` and ``W``."""
@@ -177,7 +226,7 @@ def certified_lower_bound(X: Array, W: Array, row: int, *,
     Xt, Wt, n, d = _prepare(X, W)
     i = _one_row(row, n)
     X64, W64 = Xt.to(torch.float64), Wt.to(torch.float64)
-    cands = _takeover_candidates(X64, W64, i)
+    cands = _constructions(X64, W64, i, kind)
     vals = _changes64(lambda Z: fn(Z, W64), X64, [i] * cands.shape[0], cands)
     return float(vals.max())
 
@@ -583,8 +632,8 @@ def attention_word_sensitivity(
     from ``seed``, same steps, best iterate kept, every requested row searched, ``init`` extra
     starts), with the relative change evaluated in ``O(n·d)`` per start and step instead of
     ``O(n²·d + n·d²)`` (``_FastObjective``, stable for every score scale).
-    ``takeovers=True`` adds the constructions of :func:`takeover_candidates` for the row being
-    searched as extra starts. Every reported value (``value`` and ``per_row``) is recomputed
+    ``takeovers=True`` adds every construction of :func:`certified_lower_bound` for the row
+    being searched as extra starts (so the estimate is at least that certificate). Every reported value (``value`` and ``per_row``) is recomputed
     with the full map in float64 from the returned ``Delta``/``per_row_Delta``.
     """
     fn = _kernel(kind)
@@ -602,14 +651,15 @@ def attention_word_sensitivity(
 
     S = starts + (0 if extra is None else extra.shape[0])
     if takeovers:
-        found = {}
+        found, most = {}, 0
         for r in row_list:
-            cands = _takeover_candidates(Xt, Wt, r)
+            cands = _constructions(Xt, Wt, r, kind)
+            most = max(most, cands.shape[0])
             init_r = cands if extra is None else torch.cat([extra, cands])
             found.update(_ascend(objective, Xt, [r], starts=starts, steps=steps,
                                  seed=(seed + r) % 2**63, extra=init_r, lr=lr,
                                  max_batch_elements=max_batch_elements, progress=False))
-        S += cands.shape[0]
+        S += most                     # the constructions of the row that has the most
     else:
         found = _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
                         extra=extra, lr=lr, max_batch_elements=max_batch_elements,

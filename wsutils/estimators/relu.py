@@ -72,18 +72,12 @@ class ReluTakeover:
     change: float
 
 
-def relu_orthogonal_takeover(X: Array, W: Array, row: int = 0) -> ReluTakeover:
-    """The orthogonal take-over of :prf:ref:`prop-relu-takeover` for ReLU attention
-    (eq. :eq:`eq-relu-attention`) at word ``row``.
-
-    ``K_i`` is the orthogonal complement of ``span{W x_k : k ≠ i}``; its dimension is at least
-    ``d − n + 1``. With ``c = P_K x_i`` and ``e`` a unit top eigenvector of ``(W + Wᵀ)/2``
-    compressed to ``K_i`` (signed so that ``eᵀc ≥ 0``), two points of ``K_i`` with
-    ``‖y − x_i‖ = ‖x_i‖ = √d`` are tried: ``y = 2c`` and ``y = c + ‖c‖e``. The one with a
-    positive self-score ``yᵀWy/√d`` and the larger relative change is returned. Raises ``ValueError`` when ``K_i = {0}`` (typically
-    ``n − 1 ≥ d``) or when neither point has a positive self-score.
-    """
-    Xt, Wt, n, d, i = _prepare(X, W, row)
+def _orthogonal_points(Xt: torch.Tensor, Wt: torch.Tensor, i: int):
+    """The two points of :func:`relu_orthogonal_takeover` (trusted float64 input, any row
+    norms): ``(dim K_i, [(name, Δ)])`` with ``Δ = y − x_i`` projected onto the exact ball,
+    for each of ``y = 2c`` and ``y = c + ‖c‖e`` whose self-score ``yᵀWy`` is positive (the
+    list may be empty). Raises ``ValueError`` when ``K_i = {0}``."""
+    n, d = Xt.shape
     others = torch.cat([Xt[:i], Xt[i + 1:]])
     B = others @ Wt.T                                  # rows (W x_k)ᵀ, k ≠ i
     U, sv, Vh = torch.linalg.svd(B, full_matrices=True)
@@ -101,12 +95,27 @@ def relu_orthogonal_takeover(X: Array, W: Array, row: int = 0) -> ReluTakeover:
     if float(e @ c) < 0:
         e = -e
     y_cap = c + torch.linalg.vector_norm(c) * e
+    points = [(name, project_ball((y - xi)[None], math.sqrt(d))[0])
+              for name, y in (("2c", 2 * c), ("c+|c|e", y_cap)) if float(y @ Wt @ y) > 0]
+    return int(N.shape[1]), points
+
+
+def relu_orthogonal_takeover(X: Array, W: Array, row: int = 0) -> ReluTakeover:
+    """The orthogonal take-over of :prf:ref:`prop-relu-takeover` for ReLU attention
+    (eq. :eq:`eq-relu-attention`) at word ``row``.
+
+    ``K_i`` is the orthogonal complement of ``span{W x_k : k ≠ i}``; its dimension is at least
+    ``d − n + 1``. With ``c = P_K x_i`` and ``e`` a unit top eigenvector of ``(W + Wᵀ)/2``
+    compressed to ``K_i`` (signed so that ``eᵀc ≥ 0``), two points of ``K_i`` with
+    ``‖y − x_i‖ = ‖x_i‖ = √d`` are tried: ``y = 2c`` and ``y = c + ‖c‖e``. The one with a
+    positive self-score ``yᵀWy/√d`` and the larger relative change is returned. Raises ``ValueError`` when ``K_i = {0}`` (typically
+    ``n − 1 ≥ d``) or when neither point has a positive self-score.
+    """
+    Xt, Wt, n, d, i = _prepare(X, W, row)
+    dim_K, points = _orthogonal_points(Xt, Wt, i)
     phi = lambda Z: relu_attention(Z, Wt)  # noqa: E731
     best = None
-    for name, y in (("2c", 2 * c), ("c+|c|e", y_cap)):
-        if float(y @ Wt @ y) <= 0:
-            continue
-        Delta = project_ball((y - xi)[None], math.sqrt(d))[0]
+    for name, Delta in points:
         change = relative_change(phi, Xt, i, Delta)
         if best is None or change > best[2]:
             best = (name, Delta, change)
@@ -122,7 +131,7 @@ def relu_orthogonal_takeover(X: Array, W: Array, row: int = 0) -> ReluTakeover:
     base = relu_attention(Xt, Wt)
     row_bound = float(torch.linalg.vector_norm(Xp[i] - base[i]) / torch.linalg.vector_norm(base))
     return ReluTakeover(
-        Delta=like(Delta, X), dim_K=int(N.shape[1]), candidate=name, self_score=float(s_row[i]),
+        Delta=like(Delta, X), dim_K=dim_K, candidate=name, self_score=float(s_row[i]),
         max_cross=float(cross.abs().max()) if cross.numel() else 0.0,
         self_weight=float(a[i] / a.sum()), row_bound=row_bound, change=change)
 
