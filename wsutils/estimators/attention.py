@@ -61,10 +61,17 @@ def _prepare(X: Array, W: Array, device=None, check_norms: bool = False):
 
 
 def _weights(W: Array, Xt: torch.Tensor) -> torch.Tensor:
+    """The search's copy of ``W``: in ``Xt``'s dtype (rounded if ``W`` is wider)."""
+    return _weights64(W, Xt).to(Xt.dtype)
+
+
+def _weights64(W: Array, Xt: torch.Tensor) -> torch.Tensor:
+    """The caller's ``W`` in float64 (exact from its own dtype), on ``Xt``'s device: every
+    certified value and every take-over uses it, never the search's rounded copy."""
     d = Xt.shape[1]
-    Wt = as_tensor(W, dtype=Xt.dtype, device=Xt.device, name="W")
+    Wt = as_tensor(W, device=Xt.device, name="W")
     check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
-    return Wt
+    return Wt.to(torch.float64)
 
 
 def _one_row(row, n: int) -> int:
@@ -133,14 +140,14 @@ def row_takeover(X: Array, W: Array, row: int) -> Array:
     eigenvector of ``(W + Wᵀ)/2`` (computed in float64), with the sign that makes
     ``uᵀx_row ≥ 0``; projected onto the exact ball. Returned in ``X``'s search dtype."""
     Xt, Wt, n, d = _prepare(X, W)
-    return like(_row_takeover(Xt, Wt, _one_row(row, n)), X)
+    return like(_row_takeover(Xt, _weights64(W, Xt), _one_row(row, n)), X)
 
 
 def key_takeover(X: Array, W: Array, row: int) -> Array:
     """The key take-over ``Δ = √d·Wᵀm/‖Wᵀm‖`` (:prf:ref:`def-takeover`), ``m`` the mean row of
     ``X``: it raises the score of key ``row`` in every query row at once."""
     Xt, Wt, n, d = _prepare(X, W)
-    return like(_key_takeover(Xt, Wt, _one_row(row, n)), X)
+    return like(_key_takeover(Xt, _weights64(W, Xt), _one_row(row, n)), X)
 
 
 def _takeover_candidates(Xt, Wt, i, blends=(0.25, 0.5, 0.75)) -> torch.Tensor:
@@ -163,7 +170,7 @@ def takeover_candidates(X: Array, W: Array, row: int,
     blends = tuple(blends)
     if not all(isinstance(t, numbers.Real) and math.isfinite(t) for t in blends):
         raise ValueError(f"blends must be finite real numbers, got {blends}.")
-    return like(_takeover_candidates(Xt, Wt, _one_row(row, n), blends), X)
+    return like(_takeover_candidates(Xt, _weights64(W, Xt), _one_row(row, n), blends), X)
 
 
 def certified_lower_bound(X: Array, W: Array, row: int, *,
@@ -176,7 +183,7 @@ def certified_lower_bound(X: Array, W: Array, row: int, *,
     fn = _kernel(kind)
     Xt, Wt, n, d = _prepare(X, W)
     i = _one_row(row, n)
-    X64, W64 = Xt.to(torch.float64), Wt.to(torch.float64)
+    X64, W64 = Xt.to(torch.float64), _weights64(W, Xt)       # the caller's W, not Wt
     cands = _takeover_candidates(X64, W64, i)
     vals = _changes64(lambda Z: fn(Z, W64), X64, [i] * cands.shape[0], cands)
     return float(vals.max())
@@ -210,7 +217,7 @@ def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
     ``S ≥ [(1+√2)·a'_ii − 1 − κ‖a_i‖] / (κ‖A‖_F)`` with ``a'_ii = 1/(1 + e^{−margin})``."""
     Xt, Wt, n, d = _prepare(X, W, check_norms=True)
     i = _one_row(row, n)
-    Xt, Wt = Xt.to(torch.float64), Wt.to(torch.float64)
+    Xt, Wt = Xt.to(torch.float64), _weights64(W, Xt)          # the caller's W, not rounded
     lam, _ = _top_eigvec(Wt)
     Delta = _row_takeover(Xt, Wt, i)
     Xp = Xt.clone()
@@ -585,12 +592,13 @@ def attention_word_sensitivity(
     ``O(n²·d + n·d²)`` (``_FastObjective``, stable for every score scale).
     ``takeovers=True`` adds the constructions of :func:`takeover_candidates` for the row being
     searched as extra starts. Every reported value (``value`` and ``per_row``) is recomputed
-    with the full map in float64 from the returned ``Delta``/``per_row_Delta``.
+    with the full map in float64 from the returned ``Delta``/``per_row_Delta``, with the
+    caller's ``W`` (exactly; the search alone uses ``W`` in ``X``'s dtype).
     """
     fn = _kernel(kind)
     Xt, row_list, extra = search_setup(X, rows=rows, starts=starts, steps=steps, init=init,
                                        device=device)
-    Wt = _weights(W, Xt)
+    Wt, W64 = _weights(W, Xt), _weights64(W, Xt)      # the search's copy; the caller's W
     seed, lr = check_seed(seed), check_lr(lr)
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     obj = _FastObjective(Xt, Wt, kind)
@@ -604,7 +612,7 @@ def attention_word_sensitivity(
     if takeovers:
         found = {}
         for r in row_list:
-            cands = _takeover_candidates(Xt, Wt, r)
+            cands = _takeover_candidates(Xt, W64, r)
             init_r = cands if extra is None else torch.cat([extra, cands])
             found.update(_ascend(objective, Xt, [r], starts=starts, steps=steps,
                                  seed=(seed + r) % 2**63, extra=init_r, lr=lr,
@@ -614,6 +622,5 @@ def attention_word_sensitivity(
         found = _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
                         extra=extra, lr=lr, max_batch_elements=max_batch_elements,
                         progress=progress)
-    W64 = Wt.to(torch.float64)
     return certify(lambda Z: fn(Z, W64), Xt, found, starts=S, steps=steps, seed=seed,
                    max_batch_elements=max_batch_elements)
