@@ -247,20 +247,21 @@ def _entmax_threshold(z: torch.Tensor, alpha: float, iters: int = 64,
     ``−inf``: so the threshold of the ``k`` largest entries is at most that of the whole row
     (equal to it when the support has at most ``k`` entries, as for every row of the
     chapter's texts but a few). Every bisection iterate ``lo`` has mass ``≥ 1``, so
-    ``lo ≤ τ`` up to the rounding of that sum; 64 halvings of the bracket
-    ``[m − 1, m − n^{1−α}]`` (``m = (α−1)·max z``) reach one ulp of ``m`` for ``|m| ≤ 2^{10}``.
+    ``lo ≤ τ`` up to the rounding of that sum; the bisection runs on ``(α−1)(z − max z)``
+    (translation invariance), so 64 halvings of the bracket ``[−1, −n^{1−α}]`` reach one
+    ulp of 1 whatever ``(α−1)·max z``; ``(α−1)·max z`` is added back at the end.
     Cost ``O(n·k·iters)`` for ``n`` rows, instead of ``O(n²·iters)``."""
-    zz = (alpha - 1) * z
+    top = z.amax(dim=-1, keepdim=True)
+    zz = (alpha - 1) * (z - top)          # shifted: the bisection keeps its digits at any α
     n = z.shape[-1]
     if k < n:
         zz = torch.topk(zz, k, dim=-1).values
-    m = zz.amax(dim=-1, keepdim=True)
-    lo, hi = m - 1, m - float(n) ** (1 - alpha)
+    lo, hi = torch.full_like(top, -1.0), torch.full_like(top, -float(n) ** (1 - alpha))
     for _ in range(iters):
         mid = (lo + hi) / 2
         mass = torch.clamp(zz - mid, min=0).pow(1 / (alpha - 1)).sum(dim=-1, keepdim=True)
         lo, hi = torch.where(mass >= 1, mid, lo), torch.where(mass >= 1, hi, mid)
-    return lo
+    return lo + (alpha - 1) * top
 
 
 def _support_floor(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
@@ -602,6 +603,9 @@ def attention_word_sensitivity(
     seed, lr = check_seed(seed), check_lr(lr)
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     obj = _FastObjective(Xt, Wt, kind)
+    if not math.isfinite(obj.base_norm):
+        raise ValueError("φ(X) is not finite (NaN or infinite entries): the scores or the "
+                         "normalisation's parameters are outside the range it is accurate in.")
     if not obj.base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
 
