@@ -154,3 +154,32 @@ def test_certified_lower_bound_is_the_best_construction(kind):
         est = at.attention_word_sensitivity(X, W, kind=norm, rows=row, starts=1, steps=2,
                                             takeovers=True)
         assert est.value >= cert * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("kind", ["raf", "relu", ws.maps.Normalisation("sparsemax"),
+                                  ws.maps.Normalisation("hardmax")], ids=str)
+def test_float32_X_with_float64_W_is_certified_for_the_callers_W(kind):
+    """A float32 text with float64 weights: the search may run in float32, but every
+    certified value is the relative change under the caller's ``W`` (not ``W`` rounded to
+    float32) at the returned ``Δ``."""
+    from wsutils.sensitivity import relative_change
+
+    X, W = _text(6, 4, seed=3)
+    rng = np.random.default_rng(5)
+    W = np.asarray(W, dtype=np.float64) * (1 + 1e-6 * rng.standard_normal((4, 4)))
+    assert not np.array_equal(W.astype(np.float32).astype(np.float64), W)
+    X32 = torch.as_tensor(X, dtype=torch.float32)     # a float32 tensor: searched in float32
+    X64 = X32.double()                                  # the same text, exactly
+    norm = at._normalisation(kind)
+
+    def phi(Z):
+        return ws.maps.attention(Z, W, normalisation=norm)
+    res = at.attention_word_sensitivity(X32, W, kind=kind, starts=2, steps=15, seed=0)
+    assert res.value == pytest.approx(relative_change(phi, X64, res.row, res.Delta), rel=1e-12)
+    for r, v in res.per_row.items():
+        assert v == pytest.approx(relative_change(phi, X64, r, res.per_row_Delta[r]), rel=1e-12)
+    for row in range(6):
+        assert at.certified_lower_bound(X32, W, row, kind=kind) == \
+            at.certified_lower_bound(X64, W, row, kind=kind)
+    if kind == "raf":
+        assert at.takeover_certificate(X32, W, 2) == at.takeover_certificate(X64, W, 2)

@@ -166,7 +166,7 @@ def test_bad_arguments_are_refused():
         attention(X, W, normalisation="sparsemax", alpha=1.5)
     with pytest.raises(ValueError, match="bias applies only"):
         attention(X, W, normalisation="softmax", bias=0.0)
-    with pytest.raises(ValueError, match="alpha must be a finite number > 1"):
+    with pytest.raises(ValueError, match="alpha must be a finite number ≥ 1.0001"):
         attention(X, W, normalisation="entmax", alpha=1.0)
     with pytest.raises(ValueError, match="beta must be a finite number > 0"):
         attention(X, W, beta=0.0)
@@ -443,3 +443,22 @@ def test_cosine_law_tail_and_median_maximum_by_simulation():
     t = (u[:, 0] / torch.linalg.vector_norm(u, dim=1)).numpy()
     emp = np.array([(t > x).mean() for x in tau])
     assert np.all(np.abs(emp - p) < 5 * np.sqrt(p * (1 - p) / t.size))
+
+
+def test_entmax_refuses_inaccurate_alpha_and_is_finite_at_large_alpha(monkeypatch):
+    """Near α = 1 the bisection's error grows like u/(α − 1) (1e-5 at α − 1 = 1e-12): refused,
+    softmax is that limit. At α = 1e20 the output used to be all NaN with no error: it is the
+    hardmax limit. A map whose output is not finite is a ValueError that says so."""
+    X, W = ws.sample_X(6, 4, seed=0), ws.sample_W(4, seed=1)
+    for a in (1 + 1e-12, 1 + 1e-6, 1 + 0.99e-4):
+        with pytest.raises(ValueError, match="alpha"):
+            Normalisation("entmax", alpha=a)
+    Normalisation("entmax", alpha=ws.maps.ENTMAX_MIN_ALPHA)
+    big = attention(X, W, normalisation="entmax", alpha=1e20)
+    np.testing.assert_allclose(big, attention(X, W, normalisation="hardmax"), rtol=1e-12)
+    S = at.attention_word_sensitivity(X, W, kind=Normalisation("entmax", alpha=1e20),
+                                      starts=1, steps=3)
+    assert math.isfinite(S.value)
+    monkeypatch.setattr(ws.maps, "normalise_scores", lambda s, norm: s * math.nan)
+    with pytest.raises(ValueError, match="not finite"):
+        attention(X, W, normalisation="entmax", alpha=2.5)

@@ -131,9 +131,9 @@ def test_sweep_killed_midway_resumes_to_identical_numbers(tmp_path, monkeypatch)
     for f in store.glob("*.json"):                       # every stored file is complete
         json.loads(f.read_text())
 
-    calls = []
-    monkeypatch.setattr(sweep_points, "rf_sensitivity",
-                        lambda *a: calls.append(a) or rf_sensitivity(*a))
+    calls = []      # counted through time.sleep: a replaced rf_sensitivity is other code,
+    sleep = time.sleep                      # hence another key (test_sweep_store)
+    monkeypatch.setattr(sweep_points.time, "sleep", lambda s: calls.append(s) or sleep(s))
     resumed = run_grid(slow_rf_sensitivity, KILL_GRID, store=store, progress=False)
     assert len(calls) == len(KILL_GRID) - stored         # only the missing points ran
     monkeypatch.undo()

@@ -199,3 +199,50 @@ def test_a_running_writers_tmp_file_is_kept(tmp_path):
     live.write_text("{")
     run_grid(cube, [{"x": 5}], store=tmp_path, progress=False)
     assert live.exists()
+
+
+def test_the_key_follows_the_code_that_runs_not_the_file_on_disk(tmp_path, monkeypatch):
+    """A module edited on disk but not reloaded (a notebook without autoreload) runs its old
+    code: its results must not be stored under the new code's key, where a later process
+    (running the new code) would read them back as valid."""
+    import importlib
+
+    name = "wsbook_edited_on_disk_probe"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / f"{name}.py").write_text("def f(x):\n    return {'y': x + 1}\n")
+    monkeypatch.syspath_prepend(str(src))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    store = tmp_path / "store"
+    try:
+        m = importlib.import_module(name)
+        before = point_key(m.f, {"x": 1})
+        (src / f"{name}.py").write_text("def f(x):\n    return {'y': x * 100}  # new\n")
+        assert point_key(m.f, {"x": 1}) == before           # the same code still runs
+        assert run_grid(m.f, [{"x": 1}], store=store, progress=False)[0]["y"] == 2
+        importlib.invalidate_caches()
+        m = importlib.reload(m)                             # now the new code runs
+        assert point_key(m.f, {"x": 1}) != before
+        assert run_grid(m.f, [{"x": 1}], store=store, progress=False)[0]["y"] == 100
+    finally:
+        sys.modules.pop(name, None)
+
+
+def test_the_key_covers_what_fn_calls_and_reads_in_its_package(tmp_path):
+    """``fn``'s key follows the functions, classes and constants it reaches through its
+    module's globals inside its own package (and wsutils): a changed helper is a new key."""
+    name = "wsbook_helper_probe"
+    body = "def f(x):\n    return {'y': helper(x) + OFFSET}\n"
+    try:
+        keys = []
+        for helper, offset in (("x + 1", 0), ("x + 2", 0), ("x + 1", 1)):
+            m = _module_with(name, f"OFFSET = {offset}\ndef helper(x):\n    return {helper}\n"
+                             + body)
+            keys.append(point_key(m.f, {"x": 1}))
+            assert run_grid(m.f, [{"x": 1}], store=tmp_path,
+                            progress=False)[0]["y"] == eval(helper, {"x": 1}) + offset
+        assert len(set(keys)) == 3
+        m = _module_with(name, "OFFSET = 0\ndef helper(x):\n    return x + 1\n" + body)
+        assert point_key(m.f, {"x": 1}) == keys[0]          # the same code, the same key
+    finally:
+        sys.modules.pop(name, None)

@@ -378,3 +378,11 @@ def test_unreachable_hub_fails_at_once(monkeypatch):
         data.load_imdb()
     with pytest.raises(RuntimeError, match="unreachable"):
         em._resolve("bert-base-uncased")
+
+
+def test_texts_that_are_not_strings_are_a_type_error(enc):
+    """``embed([None, nan])`` used to embed the strings "None" and "nan"."""
+    for bad in ([None, "a film"], ["a film", float("nan")], [b"bytes"], [3]):
+        with pytest.raises(TypeError, match="texts"):
+            em.embed(bad, model=enc, max_length=8, cache_dir=False)
+    assert em.embed([np.str_("a film")], model=enc, max_length=8, cache_dir=False).shape[0] == 1

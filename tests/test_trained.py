@@ -374,3 +374,40 @@ def test_vocabulary_search_is_vocabulary_changes_at_every_position_with_or_witho
         tr.vocabulary_search(enc, ["film"], 6, [1], tokens=tokens)
     with pytest.raises(ValueError, match="positions"):
         tr.vocabulary_search(enc, texts, 6, [6], tokens=tokens)
+
+
+def test_texts_longer_than_the_models_positions_are_a_value_error(enc):
+    """The fixture has 64 positions: a longer text is refused by name, not by a torch size
+    mismatch or an IndexError deep inside."""
+    P = int(enc.model.config.max_position_embeddings)
+    ids = [2] + [5] * P + [3]
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        tr.vocabulary_changes(enc, ids, 1, tokens=[6, 7])
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        tr.vocabulary_changes(enc, ids, 1, tokens=[6, 7], method="direct")
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        tr.substitution_changes(enc, ids, 1, [6, 7])
+    long_text = " ".join(["good"] * (P + 10))
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        tr.vocabulary_search(enc, [long_text], P + 2, [1], tokens=[6, 7])
+
+
+def test_non_integer_token_ids_are_a_type_error(enc):
+    """No silent truncation: 100.7 is not token 100, a float id array is not an id array."""
+    ids = enc.tokenizer(TEXTS[0], truncation=True, max_length=8)["input_ids"]
+    with pytest.raises(TypeError, match="tokens"):
+        tr.vocabulary_changes(enc, ids, 1, tokens=[10.7])
+    with pytest.raises(TypeError, match="input_ids"):
+        tr.vocabulary_changes(enc, np.asarray(ids, dtype=float), 1, tokens=[10])
+    with pytest.raises(TypeError, match="input_ids"):
+        tr.substitution_changes(enc, [float(i) for i in ids], 1, [10])
+    with pytest.raises(TypeError, match="tokens"):
+        tr.substitution_changes(enc, ids, 1, [10.0])
+    with pytest.raises(TypeError, match="tokens"):
+        tr.vocabulary_search(enc, TEXTS[:1], 6, [1], tokens=[10.5])
+    with pytest.raises(TypeError, match="tokens"):
+        tr.vocabulary_changes(enc, ids, 1, tokens=[True, False])
+    # integer arrays of any integer type, lists and tensors stay accepted
+    a = tr.vocabulary_changes(enc, np.asarray(ids, dtype=np.int32), 1, tokens=[10, 11])
+    b = tr.vocabulary_changes(enc, torch.tensor(ids), 1, tokens=np.array([10, 11], np.uint8))
+    np.testing.assert_array_equal(a.values, b.values)

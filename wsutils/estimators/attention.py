@@ -63,10 +63,17 @@ def _prepare(X: Array, W: Array, device=None, check_norms: bool = False):
 
 
 def _weights(W: Array, Xt: torch.Tensor) -> torch.Tensor:
+    """The search's copy of ``W``: in ``Xt``'s dtype (rounded if ``W`` is wider)."""
+    return _weights64(W, Xt).to(Xt.dtype)
+
+
+def _weights64(W: Array, Xt: torch.Tensor) -> torch.Tensor:
+    """The caller's ``W`` in float64 (exact from its own dtype), on ``Xt``'s device: every
+    certified value and every take-over uses it, never the search's rounded copy."""
     d = Xt.shape[1]
-    Wt = as_tensor(W, dtype=Xt.dtype, device=Xt.device, name="W")
+    Wt = as_tensor(W, device=Xt.device, name="W")
     check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
-    return Wt
+    return Wt.to(torch.float64)
 
 
 def _one_row(row, n: int) -> int:
@@ -135,14 +142,14 @@ def row_takeover(X: Array, W: Array, row: int) -> Array:
     eigenvector of ``(W + Wᵀ)/2`` (computed in float64), with the sign that makes
     ``uᵀx_row ≥ 0``; projected onto the exact ball. Returned in ``X``'s search dtype."""
     Xt, Wt, n, d = _prepare(X, W)
-    return like(_row_takeover(Xt, Wt, _one_row(row, n)), X)
+    return like(_row_takeover(Xt, _weights64(W, Xt), _one_row(row, n)), X)
 
 
 def key_takeover(X: Array, W: Array, row: int) -> Array:
     """The key take-over ``Δ = √d·Wᵀm/‖Wᵀm‖`` (:prf:ref:`def-takeover`), ``m`` the mean row of
     ``X``: it raises the score of key ``row`` in every query row at once."""
     Xt, Wt, n, d = _prepare(X, W)
-    return like(_key_takeover(Xt, Wt, _one_row(row, n)), X)
+    return like(_key_takeover(Xt, _weights64(W, Xt), _one_row(row, n)), X)
 
 
 def _takeover_candidates(Xt, Wt, i, blends=(0.25, 0.5, 0.75)) -> torch.Tensor:
@@ -165,7 +172,7 @@ def takeover_candidates(X: Array, W: Array, row: int,
     blends = tuple(blends)
     if not all(isinstance(t, numbers.Real) and math.isfinite(t) for t in blends):
         raise ValueError(f"blends must be finite real numbers, got {blends}.")
-    return like(_takeover_candidates(Xt, Wt, _one_row(row, n), blends), X)
+    return like(_takeover_candidates(Xt, _weights64(W, Xt), _one_row(row, n), blends), X)
 
 
 def _constructions(Xt: torch.Tensor, Wt: torch.Tensor, i: int, kind) -> torch.Tensor:
@@ -225,7 +232,7 @@ def certified_lower_bound(X: Array, W: Array, row: int, *,
     fn = _kernel(kind)
     Xt, Wt, n, d = _prepare(X, W)
     i = _one_row(row, n)
-    X64, W64 = Xt.to(torch.float64), Wt.to(torch.float64)
+    X64, W64 = Xt.to(torch.float64), _weights64(W, Xt)       # the caller's W, not Wt
     cands = _constructions(X64, W64, i, kind)
     vals = _changes64(lambda Z: fn(Z, W64), X64, [i] * cands.shape[0], cands)
     return float(vals.max())
@@ -259,7 +266,7 @@ def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
     ``S ≥ [(1+√2)·a'_ii − 1 − κ‖a_i‖] / (κ‖A‖_F)`` with ``a'_ii = 1/(1 + e^{−margin})``."""
     Xt, Wt, n, d = _prepare(X, W, check_norms=True)
     i = _one_row(row, n)
-    Xt, Wt = Xt.to(torch.float64), Wt.to(torch.float64)
+    Xt, Wt = Xt.to(torch.float64), _weights64(W, Xt)          # the caller's W, not rounded
     lam, _ = _top_eigvec(Wt)
     Delta = _row_takeover(Xt, Wt, i)
     Xp = Xt.clone()
@@ -289,20 +296,21 @@ def _entmax_threshold(z: torch.Tensor, alpha: float, iters: int = 64,
     ``−inf``: so the threshold of the ``k`` largest entries is at most that of the whole row
     (equal to it when the support has at most ``k`` entries, as for every row of the
     chapter's texts but a few). Every bisection iterate ``lo`` has mass ``≥ 1``, so
-    ``lo ≤ τ`` up to the rounding of that sum; 64 halvings of the bracket
-    ``[m − 1, m − n^{1−α}]`` (``m = (α−1)·max z``) reach one ulp of ``m`` for ``|m| ≤ 2^{10}``.
+    ``lo ≤ τ`` up to the rounding of that sum; the bisection runs on ``(α−1)(z − max z)``
+    (translation invariance), so 64 halvings of the bracket ``[−1, −n^{1−α}]`` reach one
+    ulp of 1 whatever ``(α−1)·max z``; ``(α−1)·max z`` is added back at the end.
     Cost ``O(n·k·iters)`` for ``n`` rows, instead of ``O(n²·iters)``."""
-    zz = (alpha - 1) * z
+    top = z.amax(dim=-1, keepdim=True)
+    zz = (alpha - 1) * (z - top)          # shifted: the bisection keeps its digits at any α
     n = z.shape[-1]
     if k < n:
         zz = torch.topk(zz, k, dim=-1).values
-    m = zz.amax(dim=-1, keepdim=True)
-    lo, hi = m - 1, m - float(n) ** (1 - alpha)
+    lo, hi = torch.full_like(top, -1.0), torch.full_like(top, -float(n) ** (1 - alpha))
     for _ in range(iters):
         mid = (lo + hi) / 2
         mass = torch.clamp(zz - mid, min=0).pow(1 / (alpha - 1)).sum(dim=-1, keepdim=True)
         lo, hi = torch.where(mass >= 1, mid, lo), torch.where(mass >= 1, hi, mid)
-    return lo
+    return lo + (alpha - 1) * top
 
 
 def _support_floor(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
@@ -633,16 +641,21 @@ def attention_word_sensitivity(
     starts), with the relative change evaluated in ``O(n·d)`` per start and step instead of
     ``O(n²·d + n·d²)`` (``_FastObjective``, stable for every score scale).
     ``takeovers=True`` adds every construction of :func:`certified_lower_bound` for the row
-    being searched as extra starts (so the estimate is at least that certificate). Every reported value (``value`` and ``per_row``) is recomputed
-    with the full map in float64 from the returned ``Delta``/``per_row_Delta``.
+    being searched as extra starts (so the estimate is at least that certificate). Every
+    reported value (``value`` and ``per_row``) is recomputed with the full map in float64
+    from the returned ``Delta``/``per_row_Delta``, with the caller's ``W`` (exactly; the
+    search alone uses ``W`` in ``X``'s dtype).
     """
     fn = _kernel(kind)
     Xt, row_list, extra = search_setup(X, rows=rows, starts=starts, steps=steps, init=init,
                                        device=device)
-    Wt = _weights(W, Xt)
+    Wt, W64 = _weights(W, Xt), _weights64(W, Xt)      # the search's copy; the caller's W
     seed, lr = check_seed(seed), check_lr(lr)
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     obj = _FastObjective(Xt, Wt, kind)
+    if not math.isfinite(obj.base_norm):
+        raise ValueError("φ(X) is not finite (NaN or infinite entries): the scores or the "
+                         "normalisation's parameters are outside the range it is accurate in.")
     if not obj.base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
 
@@ -653,7 +666,7 @@ def attention_word_sensitivity(
     if takeovers:
         found, most = {}, 0
         for r in row_list:
-            cands = _constructions(Xt, Wt, r, kind)
+            cands = _constructions(Xt, W64, r, kind)
             most = max(most, cands.shape[0])
             init_r = cands if extra is None else torch.cat([extra, cands])
             found.update(_ascend(objective, Xt, [r], starts=starts, steps=steps,
@@ -664,6 +677,5 @@ def attention_word_sensitivity(
         found = _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
                         extra=extra, lr=lr, max_batch_elements=max_batch_elements,
                         progress=progress)
-    W64 = Wt.to(torch.float64)
     return certify(lambda Z: fn(Z, W64), Xt, found, starts=S, steps=steps, seed=seed,
                    max_batch_elements=max_batch_elements)

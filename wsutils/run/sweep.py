@@ -24,14 +24,19 @@ What the store trusts:
 
 - **Keys are unambiguous.** A point's key is a SHA-256 over the canonical JSON (sorted keys,
   shortest round-trip floats) of its parameters, of ``fn``'s qualified name and of a digest of
-  ``fn``'s source (its code object where no source exists). A parameter that is not a plain
+  the code that runs (``_code_digest``: ``fn``'s code objects, defaults and closure, and
+  recursively those of the functions, classes and plain constants its names reach in its own
+  top-level package and in ``wsutils``; read from memory, not from the source file, so a
+  module edited on disk but not reloaded keeps its old key). A parameter that is not a plain
   JSON value (``None``, bools, ints, floats, strings, lists/tuples, dicts with string keys;
   numpy scalars count as their Python value) is a :class:`TypeError`: an array's or a
   callable's text form (``str``) is not a name for it (a large array prints elided, two
   lambdas print alike). With a store, ``fn`` itself must be named by its qualified name:
   lambdas, nested functions, ``functools.partial`` objects and bound methods are refused.
-  Two functions with one name but different code get different keys; what ``fn`` calls or
-  reads from globals is *not* in the key: clear the store when that changes.
+  Two functions with one name but different code get different keys, and so do two whose
+  helpers in the package differ; what the digest does not reach (code outside those
+  packages, data files, environment variables, mutable global state) is *not* in the key:
+  clear the store when that changes.
 - **Records are verified.** Each file holds the full point, ``fn``'s name and a SHA-256 of
   the canonical JSON of all of it and of the record. A file that does not parse, belongs to
   another point or whose checksum does not match (edited, truncated, emptied, written by an
@@ -47,9 +52,7 @@ What the store trusts:
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
-import marshal
 import numbers
 import os
 import re
@@ -57,6 +60,7 @@ import socket
 import sys
 import tempfile
 import time
+import types
 import warnings
 from concurrent.futures import Executor, as_completed
 from pathlib import Path
@@ -140,15 +144,138 @@ def _fn_name(fn: Callable) -> str:
     return f"{module}.{qualname}"
 
 
+def _const(c: Any) -> str:
+    """A canonical text of a code constant or plain module-level value (frozensets sorted, so
+    that the key does not depend on the string hash seed; object addresses dropped)."""
+    if isinstance(c, (frozenset, set)):
+        return f"{type(c).__name__}({sorted(_const(v) for v in c)})"
+    if isinstance(c, tuple):
+        return "(" + ",".join(_const(v) for v in c) + ")"
+    if isinstance(c, (list, dict)):
+        try:
+            return type(c).__name__ + ":" + _canonical(c)
+        except (TypeError, ValueError):
+            return type(c).__name__
+    if c is None or isinstance(c, (bool, int, float, complex, str, bytes)) or c is Ellipsis:
+        return f"{type(c).__name__}:{c!r}"
+    text = repr(c)
+    return type(c).__qualname__ if " at 0x" in text else f"{type(c).__qualname__}:{text}"
+
+
+_PLAIN_GLOBALS = (bool, int, float, complex, str, bytes, tuple, frozenset)
+
+
+class _CodeHasher:
+    """The digest of :func:`_code_digest`: walks ``fn``'s code objects and what their names
+    reach inside ``roots`` (top-level package names)."""
+
+    def __init__(self, roots: set[str]):
+        self.h = hashlib.sha256()
+        self.roots = roots
+        self.seen: set[int] = set()
+
+    def feed(self, *parts: Any) -> None:
+        for p in parts:
+            b = p if isinstance(p, bytes) else str(p).encode()
+            self.h.update(len(b).to_bytes(8, "little") + b)
+
+    def inside(self, obj: Any) -> bool:
+        mod = getattr(obj, "__module__", None)
+        return isinstance(mod, str) and mod.split(".")[0] in self.roots
+
+    def code(self, code: types.CodeType, scope: dict, names: set[str]) -> None:
+        self.feed("code", code.co_code, code.co_names, code.co_varnames, code.co_freevars,
+                  code.co_cellvars, code.co_argcount, code.co_posonlyargcount,
+                  code.co_kwonlyargcount, code.co_flags)
+        names.update(code.co_names)
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                self.code(c, scope, names)
+            else:
+                self.feed(_const(c))
+
+    def obj(self, obj: Any) -> None:
+        if id(obj) in self.seen:
+            self.feed("seen", getattr(obj, "__qualname__", type(obj).__name__))
+            return
+        self.seen.add(id(obj))
+        wrapped = getattr(obj, "__wrapped__", None)
+        if wrapped is not None and not isinstance(obj, types.FunctionType):
+            self.feed("wrapper", type(obj).__qualname__)
+            self.obj(wrapped)
+            return
+        if isinstance(obj, (types.MethodType, staticmethod, classmethod)):
+            self.obj(obj.__func__)
+            return
+        if isinstance(obj, property):
+            for f in (obj.fget, obj.fset, obj.fdel):
+                if f is not None:
+                    self.obj(f)
+            return
+        if isinstance(obj, type):
+            self.feed("class", obj.__module__, obj.__qualname__,
+                      [b.__qualname__ for b in obj.__mro__])
+            for k, v in sorted(vars(obj).items()):
+                if isinstance(v, (types.FunctionType, staticmethod, classmethod, property)):
+                    self.feed(k)
+                    self.obj(v)
+                elif isinstance(v, _PLAIN_GLOBALS) and not k.startswith("__"):
+                    self.feed(k, _const(v))
+            return
+        if not isinstance(obj, types.FunctionType):
+            self.feed("object", _const(obj))
+            return
+        self.feed("function", obj.__module__, obj.__qualname__, _const(obj.__defaults__),
+                  _const(tuple(sorted((obj.__kwdefaults__ or {}).items()))))
+        names: set[str] = set()
+        self.code(obj.__code__, obj.__globals__, names)
+        for cell in obj.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:          # an empty cell
+                continue
+            if self.inside(value) or isinstance(value, type):
+                self.obj(value) if self.inside(value) else self.feed(_const(value))
+            else:
+                self.feed("cell", _const(value))
+        self.names(obj.__globals__, names)
+
+    def names(self, scope: dict, names: set[str]) -> None:
+        """Follow the names a code object uses: globals of the package (functions, classes,
+        plain constants) and, for a module of the package, its attributes of those names."""
+        modules = []
+        for name in sorted(names):
+            if name not in scope:
+                continue
+            value = scope[name]
+            if isinstance(value, types.ModuleType):
+                if value.__name__.split(".")[0] in self.roots:
+                    modules.append(value)
+            elif self.inside(value) and (callable(value) or isinstance(value, type)):
+                self.feed("global", name)
+                self.obj(value)
+            elif isinstance(value, _PLAIN_GLOBALS):
+                self.feed("global", name, _const(value))
+        for mod in modules:
+            for name in sorted(names):
+                value = getattr(mod, name, None)
+                if value is not None and self.inside(value) and callable(value):
+                    self.feed("attribute", mod.__name__, name)
+                    self.obj(value)
+
+
 def _code_digest(fn: Callable) -> str:
-    """SHA-256 of ``fn``'s source text, or of its code object where no source is available,
-    so that two functions with one name but different bodies have different keys."""
-    try:
-        text = inspect.getsource(fn).encode()
-    except (OSError, TypeError):
-        code = getattr(fn, "__code__", None)
-        text = marshal.dumps(code) if code is not None else repr(fn).encode()
-    return hashlib.sha256(text).hexdigest()
+    """SHA-256 of the code that runs when ``fn`` is called: its code object (bytecode,
+    constants, names; not line numbers or the file name), defaults and closure, and,
+    recursively, those of the functions and classes (and the plain constants) that its
+    names reach in its own top-level package and in :mod:`wsutils`. Read from the objects in
+    memory, not from the source file, so a module edited on disk but not reloaded keeps the
+    key of the code that actually runs."""
+    mod = getattr(fn, "__module__", None)
+    roots = {"wsutils"} | ({mod.split(".")[0]} if isinstance(mod, str) else set())
+    hasher = _CodeHasher(roots)
+    hasher.obj(fn)
+    return hasher.h.hexdigest()
 
 
 def _plain_point(point: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,7 +290,11 @@ def point_key(fn: Callable, point: Mapping[str, Any]) -> str:
     canonical JSON of ``fn``'s qualified name, its code digest and the point's parameters.
     A TypeError for a parameter that is not plain JSON or an ``fn`` without a unique name
     (module docstring)."""
-    blob = {"fn": _fn_name(fn), "code": _code_digest(fn), "point": _plain_point(point)}
+    return _key(_fn_name(fn), _code_digest(fn), _plain_point(point))
+
+
+def _key(fn_name: str, code: str, plain: dict) -> str:
+    blob = {"fn": fn_name, "code": code, "point": plain}
     return hashlib.sha256(_canonical(blob).encode()).hexdigest()[:24]
 
 
@@ -333,7 +464,8 @@ def run_grid(
     todo = list(range(len(points)))
     if folder is not None:
         fn_name = _fn_name(fn)
-        keys = [point_key(fn, p) for p in points]
+        code = _code_digest(fn)                 # once: it walks fn's package
+        keys = [_key(fn_name, code, p) for p in plain]
         folder.mkdir(parents=True, exist_ok=True)
         _remove_stale_tmp(folder)
         todo = []

@@ -294,6 +294,13 @@ def embed(texts: Sequence[str], *, model: str | Encoder | None = None, layer: in
     """
     if isinstance(texts, str):
         raise ValueError("texts must be a list of strings, not one string: wrap it in a list.")
+    texts = list(texts)
+    bad = [j for j, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise TypeError(f"texts must be strings; entries {bad[:5]} are "
+                        f"{sorted({type(texts[j]).__name__ for j in bad})} (e.g. "
+                        f"{texts[bad[0]]!r}): a missing text is not the string 'None' or "
+                        "'nan'; drop those entries or replace them.")
     texts = [str(t) for t in texts]
     if not texts:
         raise ValueError("texts is empty: pass at least one text.")

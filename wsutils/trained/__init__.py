@@ -94,6 +94,33 @@ def _layer_index(enc: Encoder, layer) -> int:
     return layer
 
 
+def _token_ids(name: str, x, device=None) -> torch.Tensor:
+    """``x`` (a list, array or tensor of token ids) as a flat ``torch.long`` tensor; a
+    TypeError unless every entry is an integer (a float id is not rounded, a bool is not an
+    id)."""
+    if isinstance(x, torch.Tensor):
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integer token ids, got a {x.dtype} tensor.")
+        return x.detach().to(device=device, dtype=torch.long).flatten()
+    a = np.asarray(x)
+    if a.size == 0:
+        return torch.zeros(0, dtype=torch.long, device=device)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer token ids, got {a.dtype} entries (e.g. "
+                        f"{a.flatten()[0]!r}); pass ints: a float id is not rounded.")
+    return torch.as_tensor(a.astype(np.int64), device=device).flatten()
+
+
+def _check_length(enc: Encoder, n: int) -> None:
+    """A ValueError for a text of ``n`` tokens beyond the model's position embeddings."""
+    P = getattr(enc.model.config, "max_position_embeddings", None)
+    if P is not None and n > int(P):
+        raise ValueError(f"the text has {n} tokens, more than the model's "
+                         f"max_position_embeddings = {int(P)} ({enc.name}): cut it to at most "
+                         f"{int(P)} tokens (tokenizer(..., truncation=True, "
+                         f"max_length={int(P)})).")
+
+
 @dataclass(frozen=True)
 class Head:
     """One attention head: ``W_Q``, ``W_K``, ``W_V`` (``d × d_h``), their biases (``d_h``), and
@@ -703,8 +730,9 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
     if method not in ("factored", "direct"):
         raise ValueError(f"method must be 'factored' or 'direct', got {method!r}.")
     dev = torch.device(device) if device is not None else enc.device
-    ids = torch.as_tensor(input_ids, dtype=torch.long).flatten().to(dev)
+    ids = _token_ids("input_ids", input_ids, dev)
     n = len(ids)
+    _check_length(enc, n)
     position = check_int("position", position, minimum=0)
     if position >= n:
         raise ValueError(f"position must be below n = {n}, got {position}.")
@@ -713,7 +741,7 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
     if tokens is None:
         tokens = torch.arange(V)
         tokens = tokens[tokens != int(ids[position])]
-    tokens = torch.as_tensor(tokens, dtype=torch.long).flatten()
+    tokens = _token_ids("tokens", tokens)
     if len(tokens) == 0 or int(tokens.min()) < 0 or int(tokens.max()) >= V:
         raise ValueError(f"tokens must be a non-empty list of ids in [0, {V}).")
     t0 = time.perf_counter()
@@ -853,8 +881,9 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
     positions = [check_int("positions[]", i, minimum=0) for i in positions]
     if not texts or not positions or max(positions) >= n:
         raise ValueError(f"pass at least one text and positions in [0, {n}).")
+    _check_length(enc, n)
     if tokens is not None:
-        tokens = np.asarray(tokens, dtype=np.int64)
+        tokens = _token_ids("tokens", tokens).numpy()
     if executor is None:
         done = [_review_vocabulary(enc, t, n, positions, tokens, batch) for t in texts]
     else:
@@ -881,11 +910,12 @@ def substitution_changes(enc, input_ids, position: int, tokens, *,
     For ``ℓ ≥ 2`` every row of the layer's input changes, so these are full forward passes,
     on the model's device (:func:`wsutils.text.embeddings.load_model` ``device=``)."""
     enc = _encoder(enc)
-    ids = torch.as_tensor(input_ids, dtype=torch.long).flatten().to(enc.device)
+    ids = _token_ids("input_ids", input_ids, enc.device)
+    _check_length(enc, len(ids))
     position = check_int("position", position, minimum=0)
     if position >= len(ids):
         raise ValueError(f"position must be below n = {len(ids)}, got {position}.")
-    tokens = torch.as_tensor(tokens, dtype=torch.long).flatten()
+    tokens = _token_ids("tokens", tokens)
     out = []
     with torch.no_grad():
         H = torch.stack(enc.model(input_ids=ids[None], output_hidden_states=True)
