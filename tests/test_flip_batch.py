@@ -97,3 +97,46 @@ def test_batched_flip_runs_keep_the_invariants_and_run_every_search(map):
         assert abs(r["D1"] - r["y"] - rhs) < 1e-9
         assert r["search_loss"] == pytest.approx((r["D1"] + r["y"]) ** 2, rel=1e-9) \
             if r["loss"] == "output" else True
+
+
+@pytest.mark.parametrize("kind", ["rf", "raf"])
+def test_authors_searches_take_the_authors_steps(kind):
+    """Zero and one step (no long path to follow): the batch gives the numbers of
+    ``authors_search`` run alone; the last iterate is returned and ``min_loss`` ≤ ``loss``."""
+    model = _models()[kind]
+    p = model.phi_row(torch.zeros(1, 4, dtype=torch.float64)).shape[1]
+    Ws = torch.randn(3, p, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    taus = [-1.0, 0.5, 2.0]
+    for steps in (0, 1):
+        got = G.authors_searches(model, Ws, taus, 4, lr=0.7, steps=steps)
+        for j, tau in enumerate(taus):
+            one = G.authors_search(lambda D: model.readout(D, Ws[j]), 4, tau, lr=0.7,
+                                   steps=steps)
+            torch.testing.assert_close(got[j].Delta, one.Delta, rtol=1e-12, atol=1e-12)
+            assert got[j].value == pytest.approx(one.value, rel=1e-12, abs=1e-12)
+            assert got[j].min_loss <= got[j].loss and got[j].start == 0
+    with pytest.raises(ValueError, match="lr"):
+        G.authors_searches(model, Ws, taus, 4, lr=-1.0, steps=3)
+    with pytest.raises(ValueError, match="one target per row"):
+        G.authors_searches(model, Ws, taus[:2], 4, lr=1.0, steps=3)
+
+
+@pytest.mark.parametrize("map", G.MAPS)
+def test_both_searches_in_one_point_are_the_two_points(map):
+    """``search=["ours", "authors"]`` builds the features once; every number that does not
+    depend on the search equals that of the two separate points, and each search keeps its
+    own steps (ours: ``steps``; the authors': ``gen.py``'s)."""
+    kw = dict(map=map, n=4, d=6, Ns=[8, 10], seed=2, data="authors", losses=["output"],
+              trainings=["fine_tune"])
+    both = G.flip_point(**kw, search=["ours", "authors"], steps=20, starts=3)["runs"]
+    ours = G.flip_point(**kw, search="ours", steps=20, starts=3)["runs"]
+    auth = G.flip_point(**kw, search="authors")["runs"]
+    assert [r["search"] for r in both] == ["ours"] * len(ours) + ["authors"] * len(auth)
+    for r, o in zip(both, ours + auth):
+        assert r["search"] == o["search"] and r["N"] == o["N"]
+        for key in ("t0", "t1", "interp_err", "rho", "norm_phi_theta0", "y"):
+            assert r[key] == o[key], key
+    with pytest.raises(ValueError, match="distinct"):
+        G.flip_point(**kw, search=["ours", "ours"])
+    with pytest.raises(ValueError, match="search must be"):
+        G.flip_point(**kw, search=[])

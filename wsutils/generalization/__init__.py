@@ -49,7 +49,7 @@ __all__ = [
     "planted_data", "authors_data", "rf_block_seed", "rf_blocks", "sample_V_blocked",
     "rf_preactivations", "attention_features", "flip_grid", "flip_table", "FlipModel",
     "rf_flip_model", "attention_flip_model", "flip_target", "search_flip", "search_flips",
-    "authors_search",
+    "authors_search", "authors_searches",
     "authors_lr_steps", "flip_runs", "flip_point", "GENERAL", "flip_normalisation",
 ]
 
@@ -462,14 +462,7 @@ def search_flips(model: FlipModel, Ws: torch.Tensor, targets: Sequence[float], d
     check_finite("Ws", Ws)
     check_finite("targets", tau)
     radius = math.sqrt(d)
-    batched = model.batched
-    if batched is None:                     # one read-out per vector, looped
-        def batched(W, dt):
-            Wd = W.to(dt)
-            def f(Delta, idx):
-                return torch.stack([model.readout(Delta[b:b + 1], Wd[int(idx[b])])[0]
-                                    for b in range(Delta.shape[0])])
-            return f
+    batched = _batched_readout(model)
     idx = torch.arange(S).repeat_interleave(starts)
     Delta = _flip_starts(d, starts, seed).repeat(S, 1).to(dtype)
     f, td = batched(Ws, dtype), tau.to(dtype)[idx]
@@ -487,6 +480,55 @@ def search_flips(model: FlipModel, Ws: torch.Tensor, targets: Sequence[float], d
         out.append(FlipResult(Delta=best[b], value=float(vals[b]), loss=float(loss[b]),
                               start=a, min_loss=float(loss[b])))
     return out
+
+
+def _batched_readout(model: FlipModel):
+    """``model.batched``, or a loop over ``model.readout`` where the model has none."""
+    if model.batched is not None:
+        return model.batched
+
+    def batched(W, dt):
+        Wd = W.to(dt)
+
+        def f(Delta, idx):
+            return torch.stack([model.readout(Delta[b:b + 1], Wd[int(idx[b])])[0]
+                                for b in range(Delta.shape[0])])
+        return f
+    return batched
+
+
+def authors_searches(model: FlipModel, Ws: torch.Tensor, targets: Sequence[float], d: int, *,
+                     lr: float, steps: int) -> list[FlipResult]:
+    """``len(targets)`` runs of :func:`authors_search` in one batch, in float64: run ``j``
+    takes the read-out vector ``Ws[j]`` and target ``targets[j]``; the rows of the batch do not
+    interact (the loss is a sum over rows and the projection acts row by row), so each run
+    follows, in exact arithmetic, the path of :func:`authors_search` alone (same start
+    ``Δ = 0``, same plain steps, last iterate returned, ``min_loss`` along the path)."""
+    steps = check_int("steps", steps, minimum=0)
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a positive number, got {lr!r}.")
+    Ws = as_tensor(Ws, dtype=torch.float64)
+    tau = torch.as_tensor(list(targets), dtype=torch.float64).reshape(-1)
+    if Ws.ndim != 2 or tau.shape[0] != Ws.shape[0] or tau.shape[0] == 0:
+        raise ValueError(f"need Ws as a matrix (S, p) and one target per row, got shape "
+                         f"{tuple(Ws.shape)} and {tau.shape[0]} targets.")
+    S, radius = Ws.shape[0], math.sqrt(d)
+    idx = torch.arange(S)
+    f = _batched_readout(model)(Ws, torch.float64)
+    Delta = torch.zeros(S, d, dtype=torch.float64)
+    min_loss = torch.full((S,), math.inf, dtype=torch.float64)
+    for _ in range(steps):
+        Delta.requires_grad_(True)
+        loss = (f(Delta, idx) - tau) ** 2
+        (grad,) = torch.autograd.grad(loss.sum(), Delta)
+        min_loss = torch.minimum(min_loss, loss.detach())
+        with torch.no_grad():
+            Delta = project_ball(Delta.detach() - lr * grad, radius)
+    with torch.no_grad():
+        vals = f(Delta, idx)
+    loss = (vals - tau) ** 2
+    return [FlipResult(Delta=Delta[j], value=float(vals[j]), loss=float(loss[j]), start=0,
+                       min_loss=min(float(min_loss[j]), float(loss[j]))) for j in range(S)]
 
 
 def authors_lr_steps(map: str, n: int) -> tuple[float, int]:
@@ -685,13 +727,15 @@ def _search_key(loss: str, N: int, training: str) -> tuple:
     return {"output": (loss, N, training), "align_rt": (loss, N), "align_ft": (loss,)}[loss]
 
 
-def _run_batched(model: FlipModel, Ws: torch.Tensor, taus: list[float], d: int, opts: dict,
-                 search_dtype) -> list[FlipResult]:
-    """Every search of a point in one batch (:func:`search_flips`), on one thread (as
-    :func:`_run_search`)."""
+def _run_batched(search: str, model: FlipModel, Ws: torch.Tensor, taus: list[float], d: int,
+                 opts: dict, search_dtype) -> list[FlipResult]:
+    """Every search of a point in one batch (:func:`search_flips`, :func:`authors_searches`),
+    on one thread (as :func:`_run_search`)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        if search == "authors":
+            return authors_searches(model, Ws, taus, d, **opts)
         return search_flips(model, Ws, taus, d, search_dtype=search_dtype, **opts)
     finally:
         torch.set_num_threads(threads)
@@ -737,8 +781,11 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
     ``search="ours"``: :func:`search_flip` (``starts`` starts, ``steps`` steps, default 300,
     step size ``lr``, default 0.3, best iterate); ``search="authors"``: :func:`authors_search`
     with ``gen.py``'s ``lr`` and ``steps`` (:func:`authors_lr_steps`) unless given.
+    ``search=["ours", "authors"]`` (a list of distinct searches) runs each on the same
+    features, built once; ``starts``, ``steps`` and ``lr`` are then our search's, and the
+    authors' search takes ``gen.py``'s.
 
-    Returns ``{"runs": [...]}``, one dict per ``(N, training, loss)``, with the invariants
+    Returns ``{"runs": [...]}``, one dict per ``(search, N, training, loss)``, with the invariants
     (``max |Φθ₀ − Y|``, ``‖Δ‖``), the quantities of :prf:ref:`prop-flip-bound` and the two
     terms of eq. :eq:`eq-flip-identity`: ``base_term = t_0^Δ − t_0`` (bounded by
     ``rel_change·norm_phi_theta0``, ``norm_phi_theta0 = ‖φ‖·‖θ₀‖``) and
@@ -750,19 +797,24 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
     map and ``normalisation`` (:func:`flip_normalisation`); the records are those of the
     other maps (with ``"softmax"`` and ``"relu"`` equal to those of ``"raf"`` and ``"relu"``).
 
-    ``batch_searches`` (our search only): the point's searches (up to 10: six output, three
-    align_rt, one align_ft) run as one batch (:func:`search_flips`) with iterations in
+    ``batch_searches``: the point's searches (up to 10: six output, three align_rt, one
+    align_ft) run as one batch, ours by :func:`search_flips` with iterations in
     ``search_dtype`` (float32 by default; every recorded number is float64, computed at the
-    returned ``Δ``); ``batch_searches=False`` runs them one after another in float64
-    (:func:`search_flip`), as before. Both follow the same paths in exact arithmetic.
+    returned ``Δ``), the authors' by :func:`authors_searches` (float64, as theirs);
+    ``batch_searches=False`` runs them one after another in float64 (:func:`search_flip`,
+    :func:`authors_search`), as before. Batched or not, each search follows the same path in
+    exact arithmetic; float32 iterations follow it to single-precision rounding.
     """
     norm = flip_normalisation(map, normalisation)
     search_dtype = _flip_dtype(search_dtype)
     bad = [x for x in losses if x not in LOSSES] + [x for x in trainings if x not in TRAININGS]
     if bad:
         raise ValueError(f"unknown losses/trainings {bad}; use {LOSSES} and {TRAININGS}.")
-    if search not in SEARCHES:
-        raise ValueError(f"search must be one of {SEARCHES}, got {search!r}.")
+    searches = [search] if isinstance(search, str) else list(search)
+    if not searches or any(not isinstance(s, str) or s not in SEARCHES for s in searches) \
+            or len(set(searches)) != len(searches):
+        raise ValueError(f"search must be one of {SEARCHES} or a list of distinct ones, got "
+                         f"{search!r}.")
     Ns = check_Ns(Ns)
     Xs, X = as_tensor(Xs, dtype=torch.float64), as_tensor(X, dtype=torch.float64)
     Y = as_tensor(Y, dtype=torch.float64).reshape(-1)
@@ -773,16 +825,19 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
     Phi_all, phi, model = _features(map, Xs[:Nmax], X, seed=seed, row=row,
                                     block_rows=block_rows, progress=progress,
                                     normalisation=norm)
-    if search == "authors":
-        lr0, steps0 = authors_lr_steps(map, n)
-        opts = dict(lr=lr0 if lr is None else lr, steps=steps0 if steps is None else steps)
-    else:
-        opts = dict(starts=starts, steps=300 if steps is None else steps,
-                    lr=0.3 if lr is None else lr, seed=seed + 1)
+    several = len(searches) > 1
+    all_opts = {}
+    for s_name in searches:
+        if s_name == "authors":
+            lr0, steps0 = authors_lr_steps(map, n)
+            all_opts[s_name] = dict(lr=lr0 if lr is None or several else lr,
+                                    steps=steps0 if steps is None or several else steps)
+        else:
+            all_opts[s_name] = dict(starts=starts, steps=300 if steps is None else steps,
+                                    lr=0.3 if lr is None else lr, seed=seed + 1)
     check_finite("phi", phi)                # the door: Phi_all is checked by gram_cholesky
     norm_phi = float(torch.linalg.vector_norm(phi))
-    cache: dict = {}
-    runs = []
+    runs: list[dict] = []
     # The Cholesky factor of a leading block of K is the leading block of K's factor.
     L_all = gram_cholesky(Phi_all)
     fits = {}
@@ -803,11 +858,24 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
                 key = _search_key(loss, N, training)
                 if key not in targets:
                     targets[key] = flip_target(loss, theta1=theta1, phi=phi, y=y, Pphi=Pphi)
-    if search == "ours" and batch_searches:
-        keys = list(targets)
-        found = _run_batched(model, torch.stack([targets[k][0] for k in keys]),
-                             [targets[k][1] for k in keys], d, opts, search_dtype)
-        cache = dict(zip(keys, found))
+    for search in searches:
+        opts = all_opts[search]
+        cache = {}
+        if batch_searches:
+            keys = list(targets)
+            found = _run_batched(search, model, torch.stack([targets[k][0] for k in keys]),
+                                 [targets[k][1] for k in keys], d, opts, search_dtype)
+            cache = dict(zip(keys, found))
+        runs += _flip_records(search, model, cache, targets, fits, Ns, trainings, losses,
+                              phi, y, d, opts, norm_phi)
+    return {"runs": runs}
+
+
+def _flip_records(search, model, cache, targets, fits, Ns, trainings, losses, phi, y, d, opts,
+                  norm_phi) -> list[dict]:
+    """The records of :func:`flip_runs` for one search (``cache``: the searches already run,
+    by key; the others run here one by one)."""
+    runs = []
     for N in sorted(set(Ns)):
         for training in trainings:
             theta0, Pphi, interp_err, theta1 = fits[N, training]
@@ -833,7 +901,7 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
                     norm_phi_theta0=norm_phi * float(torch.linalg.vector_norm(theta0)),
                     base_term=D0 - t0, sens_term=(c - 1) * (y - t0),
                     search_loss=res.loss, min_loss=res.min_loss, start=res.start))
-    return {"runs": runs}
+    return runs
 
 
 def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
