@@ -82,13 +82,18 @@ def searched_rows(n: int, rows: int | None) -> list[int] | None:
 
 def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, keep: str,
                       seed: int, steps: int, starts: int, model: str, imdb: str | None,
-                      rows: int | None = None) -> dict:
+                      rows: int | None = None, rf_mode: str = "rows") -> dict:
     """One point of the sweep: the word sensitivity (:prf:ref:`def-word-sensitivity`) of
     ``map`` — ``"RF"`` (``k = D = n·d``, the exact estimator
     :func:`wsutils.estimators.rf.rf_word_sensitivity`, which never forms ``V``), ``"RAF"`` or
     ``"ReLU attention"`` (weights ``W`` drawn with ``seed``) — searched over **every** row
     (``rows=None``), or over ``rows`` of them spread evenly, row 0 included
     (:func:`searched_rows`; ``S`` is then the sup over those rows only).
+
+    ``rf_mode`` (RF only): ``"rows"`` draws ``V flat(X)`` jointly with the searched column
+    blocks only (:func:`wsutils.estimators.rf.rf_rows_law`, :prf:ref:`prop-rf-rows-law`: a
+    draw of the same law as ``"blocks"``, which draws all ``n`` blocks to form
+    ``V flat(X)``); with every row searched the two are the same draw.
 
     ``source="imdb"``: the text of review ``review`` (:func:`review_matrix`, rows ``keep``);
     ``source="gaussian"``: i.i.d. rows of norm ``√d`` drawn with seed ``review`` (the synthetic
@@ -100,6 +105,8 @@ def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, kee
 
     if map not in (*MAPS, "RF"):
         raise ValueError(f"map must be one of {sorted(MAPS) + ['RF']}, got {map!r}.")
+    if rf_mode not in ("rows", "blocks"):
+        raise ValueError(f"rf_mode must be 'rows' or 'blocks', got {rf_mode!r}.")
     if source == "imdb":
         X = review_matrix(review, n, d, keep=keep, model=model, imdb=imdb)
     elif source == "gaussian":
@@ -109,7 +116,8 @@ def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, kee
     picked = searched_rows(n, rows)
     t0 = time.perf_counter()
     if map == "RF":
-        r = rf_word_sensitivity(X, n * d, rows=picked, seed=seed, starts=starts, steps=steps)
+        r = rf_word_sensitivity(X, n * d, rows=picked, seed=seed, starts=starts, steps=steps,
+                                mode="blocks" if picked is None else rf_mode)
     else:
         # the search of wsutils.sensitivity.word_sensitivity, in O(n·d) per start and step
         r = attention_word_sensitivity(X, sample_W(d, seed=seed), kind=_KINDS[map],
@@ -162,7 +170,8 @@ def flip_point_imdb(*, map: str, n: int, d: int, Ns: list[int], seed: int, revie
                     select_seed: int, held_out: int, keep: str = "all", model: str | None = None,
                     imdb: str | None = None, max_length: int = 256,
                     losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
-                    starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0) -> dict:
+                    starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0,
+                    batch_searches: bool = True, search_dtype: str = "float32") -> dict:
     """One grid point of the generalization experiment on IMDb reviews, for
     :func:`wsutils.run.sweep.run_grid` (every parameter is a JSON value).
 
@@ -170,7 +179,7 @@ def flip_point_imdb(*, map: str, n: int, d: int, Ns: list[int], seed: int, revie
     training texts are the first ``max(Ns)`` of them (label-balanced when ``max(Ns)`` is even),
     the new text is the one at position ``held_out ≥ max(Ns)`` (never a training text), with
     its sentiment as label ``y``. Then :func:`wsutils.generalization.flip_runs` with weights
-    seed ``seed`` (search seed ``seed + 1``). Returns ``{"runs": [...], "review": id of the new
+    seed ``seed`` (search seed ``seed + 1``; ``batch_searches``, ``search_dtype`` as there). Returns ``{"runs": [...], "review": id of the new
     text, "y": its label}``.
     """
     Ns = check_Ns(Ns)
@@ -183,5 +192,5 @@ def flip_point_imdb(*, map: str, n: int, d: int, Ns: list[int], seed: int, revie
                             model=model, imdb=imdb, max_length=max_length)
     out = flip_runs(map, Xs[:Nmax], y[:Nmax], Xs[held_out], float(y[held_out]), Ns=Ns,
                     seed=seed, losses=losses, trainings=trainings, starts=starts, steps=steps,
-                    lr=lr, row=row)
+                    lr=lr, row=row, batch_searches=batch_searches, search_dtype=search_dtype)
     return {**out, "review": int(ids[held_out]), "y": float(y[held_out])}

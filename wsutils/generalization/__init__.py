@@ -48,7 +48,8 @@ __all__ = [
     "gram_cholesky", "min_norm_interpolator", "project_out", "fine_tune", "retrain",
     "planted_data", "authors_data", "rf_block_seed", "rf_blocks", "sample_V_blocked",
     "rf_preactivations", "attention_features", "flip_grid", "flip_table", "FlipModel",
-    "rf_flip_model", "attention_flip_model", "flip_target", "search_flip", "authors_search",
+    "rf_flip_model", "attention_flip_model", "flip_target", "search_flip", "search_flips",
+    "authors_search", "authors_searches",
     "authors_lr_steps", "flip_runs", "flip_point", "GENERAL", "flip_normalisation",
 ]
 
@@ -407,6 +408,129 @@ def search_flip(readout: Callable[[torch.Tensor], torch.Tensor], d: int, target:
     return FlipResult(Delta=best_Delta[j], value=value, loss=loss, start=j, min_loss=loss)
 
 
+def _flip_starts(d: int, starts: int, seed: int) -> torch.Tensor:
+    """The starts of :func:`search_flip` (float64): ``Δ = 0``, then ``starts − 1`` uniform
+    points of the sphere ``‖Δ‖ = √d`` from ``seed``, on the exact ball."""
+    g = torch.Generator().manual_seed(check_seed(seed))
+    Delta = torch.randn(starts, d, generator=g, dtype=torch.float64)
+    Delta *= math.sqrt(d) / torch.linalg.vector_norm(Delta, dim=-1, keepdim=True)
+    Delta[0] = 0.0
+    return project_ball(Delta, math.sqrt(d))
+
+
+_FLIP_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _flip_dtype(value) -> torch.dtype:
+    if value in _FLIP_DTYPES.values():
+        return value
+    if isinstance(value, str) and value.strip().lower().removeprefix("torch.") in _FLIP_DTYPES:
+        return _FLIP_DTYPES[value.strip().lower().removeprefix("torch.")]
+    raise ValueError(f"search_dtype must be torch.float32, torch.float64, 'float32' or "
+                     f"'float64', got {value!r}.")
+
+
+def search_flips(model: FlipModel, Ws: torch.Tensor, targets: Sequence[float], d: int, *,
+                 starts: int = 4, steps: int = 300, lr: float = 0.3, seed: int = 0,
+                 search_dtype: torch.dtype | str = torch.float64) -> list[FlipResult]:
+    """``len(targets)`` searches of :func:`search_flip` in one batch: search ``j`` minimises
+    ``(⟨φ(X_i(Δ)), Ws[j]⟩ − targets[j])²`` (eq. :eq:`eq-output-loss` /
+    :eq:`eq-align-loss`) over ``‖Δ‖ ≤ √d`` from the starts :func:`search_flip` uses with
+    ``seed`` (the same for every ``j``), with the same steps (:func:`wsutils.sensitivity.
+    cosine_ascent`). The rows of the batch do not interact (the loss is a sum over rows), so
+    each search follows, in exact arithmetic, the path it follows alone; one step of the
+    ``S·starts`` rows reads the weights once instead of ``S`` times.
+
+    ``search_dtype``: the precision of the iterations (float32: half the bytes per step). The
+    search only proposes ``Δ``: the best iterate of every start is projected onto the exact
+    ball in float64 and read out again in float64, the start with the smallest float64 loss
+    wins, and every returned number (``value``, ``loss``) is float64. Returns one
+    :class:`FlipResult` per target, in order."""
+    d = check_int("d", d, minimum=1)
+    starts = check_int("starts", starts, minimum=1)
+    steps = check_int("steps", steps, minimum=0)
+    dtype = _flip_dtype(search_dtype)
+    Ws = as_tensor(Ws, dtype=torch.float64)
+    if Ws.ndim != 2:
+        raise ValueError(f"Ws must be the read-out vectors as a matrix (S, p), got shape "
+                         f"{tuple(Ws.shape)}.")
+    tau = torch.as_tensor(list(targets), dtype=torch.float64).reshape(-1)
+    S = Ws.shape[0]
+    if tau.shape[0] != S or S == 0:
+        raise ValueError(f"need one target per read-out vector, got {tau.shape[0]} targets for "
+                         f"{S} vectors.")
+    check_finite("Ws", Ws)
+    check_finite("targets", tau)
+    radius = math.sqrt(d)
+    batched = _batched_readout(model)
+    idx = torch.arange(S).repeat_interleave(starts)
+    Delta = _flip_starts(d, starts, seed).repeat(S, 1).to(dtype)
+    f, td = batched(Ws, dtype), tau.to(dtype)[idx]
+    _, best = cosine_ascent(lambda D: -(f(D, idx) - td) ** 2, Delta, radius, steps=steps,
+                            lr=lr, exact_result=False)
+    best = project_ball(best.to(torch.float64), radius)
+    with torch.no_grad():
+        vals = f(best, idx) if dtype == torch.float64 else batched(Ws, torch.float64)(best, idx)
+    loss = (vals - tau[idx]) ** 2
+    out = []
+    for j in range(S):
+        grp = loss[j * starts:(j + 1) * starts]
+        a = int(torch.argmin(torch.where(torch.isnan(grp), math.inf, grp)))
+        b = j * starts + a
+        out.append(FlipResult(Delta=best[b], value=float(vals[b]), loss=float(loss[b]),
+                              start=a, min_loss=float(loss[b])))
+    return out
+
+
+def _batched_readout(model: FlipModel):
+    """``model.batched``, or a loop over ``model.readout`` where the model has none."""
+    if model.batched is not None:
+        return model.batched
+
+    def batched(W, dt):
+        Wd = W.to(dt)
+
+        def f(Delta, idx):
+            return torch.stack([model.readout(Delta[b:b + 1], Wd[int(idx[b])])[0]
+                                for b in range(Delta.shape[0])])
+        return f
+    return batched
+
+
+def authors_searches(model: FlipModel, Ws: torch.Tensor, targets: Sequence[float], d: int, *,
+                     lr: float, steps: int) -> list[FlipResult]:
+    """``len(targets)`` runs of :func:`authors_search` in one batch, in float64: run ``j``
+    takes the read-out vector ``Ws[j]`` and target ``targets[j]``; the rows of the batch do not
+    interact (the loss is a sum over rows and the projection acts row by row), so each run
+    follows, in exact arithmetic, the path of :func:`authors_search` alone (same start
+    ``Δ = 0``, same plain steps, last iterate returned, ``min_loss`` along the path)."""
+    steps = check_int("steps", steps, minimum=0)
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a positive number, got {lr!r}.")
+    Ws = as_tensor(Ws, dtype=torch.float64)
+    tau = torch.as_tensor(list(targets), dtype=torch.float64).reshape(-1)
+    if Ws.ndim != 2 or tau.shape[0] != Ws.shape[0] or tau.shape[0] == 0:
+        raise ValueError(f"need Ws as a matrix (S, p) and one target per row, got shape "
+                         f"{tuple(Ws.shape)} and {tau.shape[0]} targets.")
+    S, radius = Ws.shape[0], math.sqrt(d)
+    idx = torch.arange(S)
+    f = _batched_readout(model)(Ws, torch.float64)
+    Delta = torch.zeros(S, d, dtype=torch.float64)
+    min_loss = torch.full((S,), math.inf, dtype=torch.float64)
+    for _ in range(steps):
+        Delta.requires_grad_(True)
+        loss = (f(Delta, idx) - tau) ** 2
+        (grad,) = torch.autograd.grad(loss.sum(), Delta)
+        min_loss = torch.minimum(min_loss, loss.detach())
+        with torch.no_grad():
+            Delta = project_ball(Delta.detach() - lr * grad, radius)
+    with torch.no_grad():
+        vals = f(Delta, idx)
+    loss = (vals - tau) ** 2
+    return [FlipResult(Delta=Delta[j], value=float(vals[j]), loss=float(loss[j]), start=0,
+                       min_loss=min(float(min_loss[j]), float(loss[j]))) for j in range(S)]
+
+
 def authors_lr_steps(map: str, n: int) -> tuple[float, int]:
     """The learning rate and step count of ``gen.py``'s search: random features ``lr = 100``,
     300 steps; softmax and ReLU attention ``lr = 1``, ``50·n`` steps (and so, by our choice,
@@ -458,6 +582,10 @@ class FlipModel:
     phi_row: Callable[[torch.Tensor], torch.Tensor]
     readout: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     change_bound: float = math.nan
+    #: ``batched(Ws, dtype)`` → ``f(Δ, idx)``: ``f(Δ, idx)_b = ⟨φ(X_i(Δ_b)), Ws[idx_b]⟩``,
+    #: several read-out vectors ``Ws`` (``S × p``) in one batch, computed in ``dtype``
+    #: (:func:`search_flips`); ``None``: :func:`search_flips` loops over ``readout``.
+    batched: Callable | None = None
 
 
 def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
@@ -469,7 +597,15 @@ def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
         return torch.relu(h + Delta @ Vi.T)
 
     bound = float(torch.linalg.matrix_norm(Vi, ord=2)) * math.sqrt(d)
-    return FlipModel(phi_row, lambda Delta, w: phi_row(Delta) @ w, bound)
+
+    def batched(Ws, dtype):
+        hd, Vd, Wd = h.to(dtype), Vi.to(dtype), Ws.to(dtype)
+
+        def f(Delta, idx):
+            return (torch.relu(hd + Delta @ Vd.T) * Wd[idx]).sum(-1)
+        return f
+
+    return FlipModel(phi_row, lambda Delta, w: phi_row(Delta) @ w, bound, batched)
 
 
 def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int, *,
@@ -505,7 +641,27 @@ def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int, 
         G[:, :, row] = xi @ Th.T                             # θ_r · x_i'
         return (A * G).sum(dim=(-1, -2))
 
-    return FlipModel(phi_row, readout)
+    def batched(Ws, dtype):
+        # readout for one Θ per row of the batch (Θ_b = Ws[idx_b] as n × d), in dtype
+        Xd, Wd, Qd, S0d = X.to(dtype), W.to(dtype), Q.to(dtype), S0.to(dtype)
+        Th = Ws.to(dtype).reshape(-1, n, d)
+        G0 = Th @ Xd.T                                       # S × n × n: θ_r · x_c
+
+        def f(Delta, idx):
+            B = Delta.shape[0]
+            xi = Xd[row] + Delta
+            qi = xi @ Wd
+            S = S0d.expand(B, n, n).clone()
+            S[:, :, row] = xi @ Qd.T / s
+            S[:, row, :] = qi @ Xd.T / s
+            S[:, row, row] = (qi * xi).sum(-1) / s
+            A = normalise_scores(S, norm)
+            G = G0[idx]
+            G[:, :, row] = torch.einsum("bd,brd->br", xi, Th[idx])
+            return (A * G).sum(dim=(-1, -2))
+        return f
+
+    return FlipModel(phi_row, readout, batched=batched)
 
 
 def _features(map: str, Xs: torch.Tensor, X: torch.Tensor, *, seed: int, row: int,
@@ -565,11 +721,54 @@ def _run_search(search: str, model: FlipModel, w: torch.Tensor, tau: float, d: i
         torch.set_num_threads(threads)
 
 
+def _search_key(loss: str, N: int, training: str) -> tuple:
+    """The searches a point needs: the output loss depends on ``(N, training)``, align_rt on
+    ``N``, align_ft on neither."""
+    return {"output": (loss, N, training), "align_rt": (loss, N), "align_ft": (loss,)}[loss]
+
+
+def _run_batched(search: str, model: FlipModel, Ws: torch.Tensor, taus: list[float], d: int,
+                 opts: dict, search_dtype) -> list[FlipResult]:
+    """Every search of a point in one batch (:func:`search_flips`, :func:`authors_searches`),
+    on one thread (as :func:`_run_search`)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        if search == "authors":
+            return authors_searches(model, Ws, taus, d, **opts)
+        return search_flips(model, Ws, taus, d, search_dtype=search_dtype, **opts)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _min_norm(P: torch.Tensor, Y: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
+    """:func:`min_norm_interpolator` for checked inputs (no check here)."""
+    return P.T @ _gram_solve(L, Y)
+
+
+def _project(P: torch.Tensor, f: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
+    """:func:`project_out` for checked inputs (no check here)."""
+    return f - P.T @ _gram_solve(L, P @ f)
+
+
+def _retrain(f: torch.Tensor, y: float, theta0: torch.Tensor, Pf: torch.Tensor,
+             rtol: float = 1e-10) -> torch.Tensor:
+    """:func:`retrain` from ``θ₀`` and ``Pφ`` already computed (checked inputs): the same
+    formula, the same refusal."""
+    nrm2 = float(Pf @ Pf)
+    if not nrm2 > (rtol * float(torch.linalg.vector_norm(f))) ** 2:
+        raise ValueError("φ(X) lies in the span of the training features (‖Pφ‖ ≈ 0): the new "
+                         "text is a combination of the old ones and cannot get its own label.")
+    return theta0 + Pf * (float(y) - float(f @ theta0)) / nrm2
+
+
 def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence[int],
               seed: int, losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
               search: str = "ours", starts: int = 4, steps: int | None = None,
               lr: float | None = None, row: int = 0, unit_rows: bool = True,
-              block_rows: int = 2048, progress: bool = False, normalisation=None) -> dict:
+              block_rows: int = 2048, progress: bool = False, normalisation=None,
+              batch_searches: bool = True, search_dtype: torch.dtype | str = "float32"
+              ) -> dict:
     """The generalization experiment on given data (:prf:ref:`def-flip-problem`): training
     texts ``Xs`` (``N × n × d``, rows of norm ``√d`` unless ``unit_rows=False``, as in
     ``gen.py``'s synthetic data), their labels ``Y`` (``±1``), the new text ``X``
@@ -582,8 +781,11 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
     ``search="ours"``: :func:`search_flip` (``starts`` starts, ``steps`` steps, default 300,
     step size ``lr``, default 0.3, best iterate); ``search="authors"``: :func:`authors_search`
     with ``gen.py``'s ``lr`` and ``steps`` (:func:`authors_lr_steps`) unless given.
+    ``search=["ours", "authors"]`` (a list of distinct searches) runs each on the same
+    features, built once; ``starts``, ``steps`` and ``lr`` are then our search's, and the
+    authors' search takes ``gen.py``'s.
 
-    Returns ``{"runs": [...]}``, one dict per ``(N, training, loss)``, with the invariants
+    Returns ``{"runs": [...]}``, one dict per ``(search, N, training, loss)``, with the invariants
     (``max |Φθ₀ − Y|``, ``‖Δ‖``), the quantities of :prf:ref:`prop-flip-bound` and the two
     terms of eq. :eq:`eq-flip-identity`: ``base_term = t_0^Δ − t_0`` (bounded by
     ``rel_change·norm_phi_theta0``, ``norm_phi_theta0 = ‖φ‖·‖θ₀‖``) and
@@ -594,13 +796,25 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
     ``map="attention"`` (:data:`GENERAL`) runs the same experiment with the general attention
     map and ``normalisation`` (:func:`flip_normalisation`); the records are those of the
     other maps (with ``"softmax"`` and ``"relu"`` equal to those of ``"raf"`` and ``"relu"``).
+
+    ``batch_searches``: the point's searches (up to 10: six output, three align_rt, one
+    align_ft) run as one batch, ours by :func:`search_flips` with iterations in
+    ``search_dtype`` (float32 by default; every recorded number is float64, computed at the
+    returned ``Δ``), the authors' by :func:`authors_searches` (float64, as theirs);
+    ``batch_searches=False`` runs them one after another in float64 (:func:`search_flip`,
+    :func:`authors_search`), as before. Batched or not, each search follows the same path in
+    exact arithmetic; float32 iterations follow it to single-precision rounding.
     """
     norm = flip_normalisation(map, normalisation)
+    search_dtype = _flip_dtype(search_dtype)
     bad = [x for x in losses if x not in LOSSES] + [x for x in trainings if x not in TRAININGS]
     if bad:
         raise ValueError(f"unknown losses/trainings {bad}; use {LOSSES} and {TRAININGS}.")
-    if search not in SEARCHES:
-        raise ValueError(f"search must be one of {SEARCHES}, got {search!r}.")
+    searches = [search] if isinstance(search, str) else list(search)
+    if not searches or any(not isinstance(s, str) or s not in SEARCHES for s in searches) \
+            or len(set(searches)) != len(searches):
+        raise ValueError(f"search must be one of {SEARCHES} or a list of distinct ones, got "
+                         f"{search!r}.")
     Ns = check_Ns(Ns)
     Xs, X = as_tensor(Xs, dtype=torch.float64), as_tensor(X, dtype=torch.float64)
     Y = as_tensor(Y, dtype=torch.float64).reshape(-1)
@@ -611,32 +825,65 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
     Phi_all, phi, model = _features(map, Xs[:Nmax], X, seed=seed, row=row,
                                     block_rows=block_rows, progress=progress,
                                     normalisation=norm)
-    if search == "authors":
-        lr0, steps0 = authors_lr_steps(map, n)
-        opts = dict(lr=lr0 if lr is None else lr, steps=steps0 if steps is None else steps)
-    else:
-        opts = dict(starts=starts, steps=300 if steps is None else steps,
-                    lr=0.3 if lr is None else lr, seed=seed + 1)
+    several = len(searches) > 1
+    all_opts = {}
+    for s_name in searches:
+        if s_name == "authors":
+            lr0, steps0 = authors_lr_steps(map, n)
+            all_opts[s_name] = dict(lr=lr0 if lr is None or several else lr,
+                                    steps=steps0 if steps is None or several else steps)
+        else:
+            all_opts[s_name] = dict(starts=starts, steps=300 if steps is None else steps,
+                                    lr=0.3 if lr is None else lr, seed=seed + 1)
+    check_finite("phi", phi)                # the door: Phi_all is checked by gram_cholesky
     norm_phi = float(torch.linalg.vector_norm(phi))
-    cache: dict = {}
-    runs = []
+    runs: list[dict] = []
     # The Cholesky factor of a leading block of K is the leading block of K's factor.
     L_all = gram_cholesky(Phi_all)
+    fits = {}
+    targets: dict = {}                      # search key -> (w, τ), in the order first met
     for N in sorted(set(Ns)):
         Phi, YN = Phi_all[:N], Y[:N]
         L = L_all[:N, :N]
-        theta0 = min_norm_interpolator(Phi, YN, L=L)
-        Pphi = project_out(Phi, phi, L=L)
+        # Phi_all, Y and phi were checked at the door (_check_flip_data, _features): the
+        # helpers below trust them (no check_finite pass over the N × p matrix per call)
+        theta0 = _min_norm(Phi, YN, L)
+        Pphi = _project(Phi, phi, L)
         interp_err = float((Phi @ theta0 - YN).abs().max())
-        t0 = float(phi @ theta0)
         for training in trainings:
             theta1 = fine_tune(theta0, phi, y) if training == "fine_tune" else \
-                retrain(Phi, YN, phi, y, L=L)
+                _retrain(phi, y, theta0, Pphi)
+            fits[N, training] = (theta0, Pphi, interp_err, theta1)
             for loss in losses:
-                key = {"output": (loss, N, training), "align_rt": (loss, N),
-                       "align_ft": (loss,)}[loss]
+                key = _search_key(loss, N, training)
+                if key not in targets:
+                    targets[key] = flip_target(loss, theta1=theta1, phi=phi, y=y, Pphi=Pphi)
+    for search in searches:
+        opts = all_opts[search]
+        cache = {}
+        if batch_searches:
+            keys = list(targets)
+            found = _run_batched(search, model, torch.stack([targets[k][0] for k in keys]),
+                                 [targets[k][1] for k in keys], d, opts, search_dtype)
+            cache = dict(zip(keys, found))
+        runs += _flip_records(search, model, cache, targets, fits, Ns, trainings, losses,
+                              phi, y, d, opts, norm_phi)
+    return {"runs": runs}
+
+
+def _flip_records(search, model, cache, targets, fits, Ns, trainings, losses, phi, y, d, opts,
+                  norm_phi) -> list[dict]:
+    """The records of :func:`flip_runs` for one search (``cache``: the searches already run,
+    by key; the others run here one by one)."""
+    runs = []
+    for N in sorted(set(Ns)):
+        for training in trainings:
+            theta0, Pphi, interp_err, theta1 = fits[N, training]
+            t0 = float(phi @ theta0)
+            for loss in losses:
+                key = _search_key(loss, N, training)
                 if key not in cache:
-                    w, tau = flip_target(loss, theta1=theta1, phi=phi, y=y, Pphi=Pphi)
+                    w, tau = targets[key]
                     cache[key] = _run_search(search, model, w, tau, d, opts)
                 res = cache[key]
                 with torch.no_grad():
@@ -654,14 +901,15 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
                     norm_phi_theta0=norm_phi * float(torch.linalg.vector_norm(theta0)),
                     base_term=D0 - t0, sens_term=(c - 1) * (y - t0),
                     search_loss=res.loss, min_loss=res.min_loss, start=res.start))
-    return {"runs": runs}
+    return runs
 
 
 def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
                losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
                search: str = "ours", data: str = "planted", starts: int = 4,
                steps: int | None = None, lr: float | None = None, row: int = 0,
-               block_rows: int = 2048, progress: bool = False, normalisation=None) -> dict:
+               block_rows: int = 2048, progress: bool = False, normalisation=None,
+               batch_searches: bool = True, search_dtype: str = "float32") -> dict:
     """One grid point for :func:`wsutils.run.sweep.run_grid` on synthetic data: ``max(Ns) + 1``
     texts from :func:`planted_data` (``data="planted"``, rows of norm ``√d``) or
     :func:`authors_data` (``data="authors"``, ``gen.py``'s), drawn with seed ``seed``, then
@@ -669,7 +917,8 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
     ``search``. The same ``seed`` gives the same texts for every map and both searches.
     ``map="attention"`` takes a ``normalisation`` (a name or a dict of
     :class:`~wsutils.maps.Normalisation`'s fields, so that the point stays plain JSON for
-    :func:`wsutils.run.sweep.run_grid`; :func:`flip_normalisation`)."""
+    :func:`wsutils.run.sweep.run_grid`; :func:`flip_normalisation`). ``batch_searches`` and
+    ``search_dtype`` (``"float32"`` or ``"float64"``) as in :func:`flip_runs`."""
     flip_normalisation(map, normalisation)
     if data not in DATA:
         raise ValueError(f"data must be one of {DATA}, got {data!r}.")
@@ -682,7 +931,8 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
     return flip_runs(map, Xs, Y, X, y, Ns=Ns, seed=seed + 3, losses=losses,
                      trainings=trainings, search=search, starts=starts, steps=steps, lr=lr,
                      row=row, unit_rows=data == "planted", block_rows=block_rows,
-                     progress=progress, normalisation=normalisation)
+                     progress=progress, normalisation=normalisation,
+                     batch_searches=batch_searches, search_dtype=search_dtype)
 
 
 def flip_grid(*, d: int, Ns: Sequence[int], seeds: Sequence[int],

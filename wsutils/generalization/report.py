@@ -94,8 +94,10 @@ def sweep_points(*, d: int, n: int, Ns: Sequence[int], seeds: Sequence[int],
                  data: str = "authors", trainings: Sequence[str] = ("fine_tune",),
                  starts: int = 4, steps: int = 300) -> list[dict]:
     """Points for :func:`wsutils.run.sweep.run_grid` of :func:`wsutils.generalization.flip_point`
-    that trace ``y·t_1^Δ`` against ``N`` (output loss only): one point per
-    ``(map, search, draw)``, the ``N`` values of a point nested (its first ``N`` texts).
+    that trace ``y·t_1^Δ`` against ``N`` (output loss only): one point per ``(map, draw)``
+    running every search of ``searches`` on features built once (one per
+    ``(map, search, draw)`` when ``searches`` has one search), the ``N`` values of a point
+    nested (its first ``N`` texts).
     Draw ``s`` has seed ``point_seed("flip-vs-N", data, d, n, s)``: every map and both
     searches see the same texts; ``steps``/``starts`` apply to our search only (the authors'
     search takes ``gen.py``'s, :func:`wsutils.generalization.authors_lr_steps`)."""
@@ -104,6 +106,11 @@ def sweep_points(*, d: int, n: int, Ns: Sequence[int], seeds: Sequence[int],
     for s in seeds:
         seed = point_seed("flip-vs-N", data, d, n, s)
         for m in maps:
+            if len(searches) > 1:       # one point: the features are built once for both
+                points.append(dict(map=m, n=n, d=d, Ns=list(Ns), seed=seed,
+                                   search=list(searches), data=data, losses=["output"],
+                                   trainings=list(trainings), starts=starts, steps=steps))
+                continue
             for search in searches:
                 opts = dict(starts=starts, steps=steps) if search == "ours" else {}
                 points.append(dict(map=m, n=n, d=d, Ns=list(Ns), seed=seed, search=search,

@@ -1,0 +1,121 @@
+"""The flip experiment's searches: one after another in float64 against one batch in float32.
+
+A point of the generalization experiment (``book/generalization.md``, ``book/imdb.md``) runs
+up to 10 searches (six output-loss, three align_rt, one align_ft), 4 starts each. Before
+(``batch_searches=False, search_dtype="float64"``): :func:`wsutils.generalization.search_flip`
+once per search, each step a 4-column product over the weights. After (the default):
+:func:`wsutils.generalization.search_flips`, the 40 rows in one batch, iterations in float32,
+every recorded number float64 at the returned ``Δ``. Both on the same point (same texts,
+weights and starts), one thread, in one process, alternately; the whole point is timed
+(features, Gram matrix and searches), CPU seconds.
+
+``python -m benchmarks.bench_flip_batch --configs rf:40,raf:40,raf:120,relu:120``
+(the paper grid's configurations at ``d = 768``, ``N ∈ {1100, 1200, 1300}``, 300 steps).
+``--linalg raf:120``: the per-``N`` linear algebra with ``check_finite`` on every call
+against once per point (item 7 of issue 25).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from wsutils import generalization as G
+
+VARIANTS = {"old": dict(batch_searches=False, search_dtype="float64"),
+            "batched64": dict(batch_searches=True, search_dtype="float64"),
+            "new": dict(batch_searches=True, search_dtype="float32")}
+
+
+def one(m: str, n: int, d: int, Ns: list[int], steps: int, variant: str):
+    c0 = time.process_time()
+    out = G.flip_point(map=m, n=n, d=d, Ns=Ns, seed=0, starts=4, steps=steps,
+                       **VARIANTS[variant])
+    return time.process_time() - c0, out["runs"]
+
+
+def linalg(m: str, n: int, d: int, Ns: list[int]) -> None:
+    """The per-``N`` linear algebra of a point, before (the public functions, each checking
+    its ``N × p`` input with ``check_finite``: five passes per ``N``) and after (checked once
+    at the door, then ``G._min_norm``, ``G._project``, ``G._retrain``), same ``Φ``, same
+    process, alternately; the results are the same numbers (same formulas)."""
+    Xs, Y, X, y = G.planted_data(max(Ns), n, d, seed=0)
+    Phi_all, phi, _ = G._features(m, Xs, X, seed=3, row=0, block_rows=2048, progress=False)
+    L_all = G.gram_cholesky(Phi_all)
+
+    def old():
+        out = []
+        for N in Ns:
+            Phi, L = Phi_all[:N], L_all[:N, :N]
+            t0 = G.min_norm_interpolator(Phi, Y[:N], L=L)
+            Pphi = G.project_out(Phi, phi, L=L)
+            out.append((t0, Pphi, G.retrain(Phi, Y[:N], phi, y, L=L)))
+        return out
+
+    def new():
+        G.check_finite("phi", phi)
+        out = []
+        for N in Ns:
+            Phi, L = Phi_all[:N], L_all[:N, :N]
+            t0 = G._min_norm(Phi, Y[:N], L)
+            Pphi = G._project(Phi, phi, L)
+            out.append((t0, Pphi, G._retrain(phi, y, t0, Pphi)))
+        return out
+
+    times = {"old": [], "new": []}
+    for _ in range(2):
+        for name, fn in (("old", old), ("new", new)):
+            c0 = time.process_time()
+            res = fn()
+            times[name].append(time.process_time() - c0)
+            if name == "old":
+                ref = res
+    same = all(torch.equal(a, b) for r, q in zip(ref, res) for a, b in zip(r, q))
+    print(f"linear algebra per point, {m} n = {n}, p = {Phi_all.shape[1]}, N ∈ {Ns}: "
+          f"checked per call {min(times['old']):.1f} s, checked once {min(times['new']):.1f} s "
+          f"(best of 2, CPU s); same numbers: {same}", flush=True)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", default="rf:40,raf:40,raf:120,relu:120")
+    ap.add_argument("--d", type=int, default=768)
+    ap.add_argument("--Ns", default="1100,1200,1300")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--variants", default="old,new")
+    ap.add_argument("--linalg", default="", help="map:n, e.g. raf:120: time the per-N "
+                    "linear algebra with and without the repeated check_finite, and stop")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    Ns = [int(v) for v in args.Ns.split(",")]
+    variants = args.variants.split(",")
+    if args.linalg:
+        m, n = args.linalg.split(":")
+        linalg(m, int(n), args.d, Ns)
+        return
+    print(f"torch {torch.__version__}, 1 thread; d = {args.d}, N ∈ {Ns}, 4 starts, "
+          f"{args.steps} steps; CPU s per point")
+    print(f"{'map':<6}{'n':>5}" + "".join(f"{v:>11}" for v in variants)
+          + f"{'ratio':>8}  max |Δ y·t1Δ|  old / new: max y·t1Δ(output), min y·t1Δ(align)")
+    for spec in args.configs.split(","):
+        m, n = spec.split(":")
+        n = int(n)
+        res = {v: one(m, n, args.d, Ns, args.steps, v) for v in variants}
+        yD1 = {v: [r["y"] * r["D1"] for r in runs] for v, (_, runs) in res.items()}
+        a, b = variants[0], variants[-1]
+        diff = max(abs(x - y) for x, y in zip(yD1[a], yD1[b]))
+
+        def summary(v):
+            runs = res[v][1]
+            out = [r["y"] * r["D1"] for r in runs if r["loss"] == "output"]
+            al = [r["y"] * r["D1"] for r in runs if r["loss"] != "output"]
+            return f"{max(out):+.4f}/{min(al):+.4f}"
+        print(f"{m:<6}{n:>5}" + "".join(f"{res[v][0]:>11.1f}" for v in variants)
+              + f"{res[a][0] / res[b][0]:>7.1f}×  {diff:>12.2e}  {summary(a)}  {summary(b)}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

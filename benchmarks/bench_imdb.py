@@ -1,0 +1,94 @@
+"""IMDb chapter at the paper's scale: one RF sweep point, old law against new, side by side.
+
+The sweep (``book/imdb.md``) searches random features on 16 rows of ``n``
+(:func:`wsutils.experiments.imdb.searched_rows`). Before: ``mode="blocks"`` draws all ``n``
+column blocks of ``V`` to form ``V flat(X)`` and then re-draws the 16 it searches
+(``(n + 16)·k·d`` normals). After: ``mode="rows"`` (:func:`wsutils.estimators.rf.rf_rows_law`,
+the joint law of ``V flat(X)`` and the searched blocks, ``prop-rf-rows-law``) draws each
+searched block to form ``V flat(X)`` and once more in the search (``32·k·d``). Both on the same
+text and seed, one thread, in one process, alternately (A, B, A, B; best of the repeats).
+
+The per-point CPU seconds are multiplied out over the chapter's paper grid (``n`` in
+10…200, ``d`` in 192, 384, 768, 3 reviews, plus Gaussian texts at ``d = 192``) in
+``--grid`` mode, from a fit ``t(n, d) = a·(draws)·k·d + b·rows·k·d`` per mode.
+
+``python -m benchmarks.bench_imdb --points 100x384,150x768``
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from wsutils.estimators.rf import rf_word_sensitivity
+from wsutils.experiments.imdb import searched_rows
+from wsutils.weights import sample_X
+
+RF_ROWS, STEPS, STARTS = 16, 20, 2                 # the chapter's paper-scale RF search
+
+
+def one(n: int, d: int, mode: str, seed: int = 0) -> tuple[float, float, object]:
+    X = sample_X(n, d, seed=seed)
+    t0, c0 = time.perf_counter(), time.process_time()
+    r = rf_word_sensitivity(X, n * d, rows=searched_rows(n, RF_ROWS), seed=seed + 1,
+                            starts=STARTS, steps=STEPS, mode=mode)
+    return time.perf_counter() - t0, time.process_time() - c0, r
+
+
+def _units(n: int, d: int, mode: str) -> tuple[float, float]:
+    """(block draws, searched rows), each in units of ``k·d`` normals (``k = n·d``)."""
+    m = min(n, RF_ROWS)
+    draws = n + m if mode == "blocks" or n <= RF_ROWS else 2 * m
+    return draws * n * d * d, m * n * d * d
+
+
+def grid_estimate(measured: dict, h: int = 384, texts: int = 3) -> dict:
+    """CPU s of the chapter's RF sweep at the paper's scale (``d ∈ {h/4, h/2, h}``,
+    ``n ∈ {10, 20, 50, 100, 150, 200}``, ``texts`` reviews per point and as many Gaussian
+    texts at ``d = h/4``), from ``t = a·draws + b·rows`` fitted by least squares to the measured
+    ``{(n, d, mode): cpu_s}`` (``draws``, ``rows`` from :func:`_units`)."""
+    import numpy as np
+
+    A = np.array([_units(n, d, mode) for (n, d, mode) in measured])
+    a, b = np.linalg.lstsq(A, np.array(list(measured.values())), rcond=None)[0]
+    grid = [(n, d) for d in (h // 4, h // 2, h) for n in (10, 20, 50, 100, 150, 200)]
+    grid += [(n, h // 4) for n in (10, 20, 50, 100, 150, 200)]
+    return {mode: texts * sum(a * u + b * v for u, v in (_units(n, d, mode) for n, d in grid))
+            for mode in ("blocks", "rows")} | {"a": a, "b": b}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", default="100x384,150x768", help="n x d, comma separated")
+    ap.add_argument("--repeats", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, 1 thread; RF sweep point, {RF_ROWS} rows, "
+          f"{STARTS} starts, {STEPS} steps, k = n·d")
+    print(f"{'n':>5}{'d':>5}  {'blocks CPU s':>13}{'rows CPU s':>12}{'ratio':>7}"
+          f"  {'S blocks':>9}{'S rows':>9}  {'lower ≤ S ≤ upper (rows)':>28}")
+    measured = {}
+    for spec in args.points.split(","):
+        n, d = (int(v) for v in spec.split("x"))
+        best = {}
+        for _ in range(args.repeats):
+            for mode in ("blocks", "rows"):
+                wall, cpu, r = one(n, d, mode)
+                if mode not in best or cpu < best[mode][1]:
+                    best[mode] = (wall, cpu, r)
+        (_, cb, rb), (_, cr, rr) = best["blocks"], best["rows"]
+        measured[n, d, "blocks"], measured[n, d, "rows"] = cb, cr
+        print(f"{n:>5}{d:>5}  {cb:>13.1f}{cr:>12.1f}{cb / cr:>6.1f}×  {rb.value:>9.4f}"
+              f"{rr.value:>9.4f}  {rr.lower:>9.4f} ≤ {rr.value:.4f} ≤ {rr.upper:.4f}",
+              flush=True)
+    if len(measured) >= 4:
+        est = grid_estimate(measured)
+        print(f"fit: {est['a'] * 1e9:.2f} s per 1e9 normals drawn, {est['b'] * 1e9:.2f} s per "
+              f"1e9 (k·d per searched row); the chapter's paper RF grid (72 points, h = 384): "
+              f"blocks {est['blocks']:.0f} CPU s, rows {est['rows']:.0f} CPU s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Batched flip searches (``wsutils.generalization.search_flips``) and the batched read-outs
+of the flip models."""
+
+import math
+
+import pytest
+import torch
+
+import wsutils as ws
+from wsutils import generalization as G
+
+
+def _models(n=5, d=4, row=2, seed=0):
+    X = ws.sample_X(n, d, seed=seed)
+    W = ws.sample_W(d, seed=seed + 1)
+    H, Vi = G.rf_preactivations(X[None], 17, seed=seed + 2, row=row, dtype=torch.float64)
+    return {"rf": G.rf_flip_model(H[0], Vi),
+            "raf": G.attention_flip_model(X, W, "raf", row),
+            "relu": G.attention_flip_model(X, W, "relu", row),
+            "sparsemax": G.attention_flip_model(X, W, "attention", row,
+                                                normalisation="sparsemax")}
+
+
+@pytest.mark.parametrize("kind", ["rf", "raf", "relu", "sparsemax"])
+def test_batched_readout_is_the_readout_of_each_vector(kind):
+    model = _models()[kind]
+    g = torch.Generator().manual_seed(3)
+    p = model.phi_row(torch.zeros(1, 4, dtype=torch.float64)).shape[1]
+    Ws = torch.randn(3, p, generator=g, dtype=torch.float64)
+    Delta = torch.randn(7, 4, generator=g, dtype=torch.float64)
+    idx = torch.tensor([0, 2, 1, 1, 0, 2, 2])
+    got = model.batched(Ws, torch.float64)(Delta, idx)
+    want = torch.stack([model.readout(Delta[b:b + 1], Ws[int(idx[b])])[0] for b in range(7)])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    f32 = model.batched(Ws, torch.float32)(Delta.float(), idx)
+    assert f32.dtype == torch.float32
+    torch.testing.assert_close(f32.double(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["rf", "raf"])
+def test_without_steps_each_search_keeps_the_start_search_flip_keeps(kind):
+    """No step taken: the batch and the one-by-one search compare the same starts (no
+    search path is followed), so they return the same start and Δ."""
+    model = _models()[kind]
+    p = model.phi_row(torch.zeros(1, 4, dtype=torch.float64)).shape[1]
+    Ws = torch.randn(3, p, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    taus = [-1.0, 0.5, 2.0]
+    got = G.search_flips(model, Ws, taus, 4, starts=5, steps=0, seed=7)
+    for j, tau in enumerate(taus):
+        one = G.search_flip(lambda D: model.readout(D, Ws[j]), 4, tau, starts=5, steps=0,
+                            seed=7)
+        assert got[j].start == one.start
+        torch.testing.assert_close(got[j].Delta, one.Delta, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_search_flips_reach_reachable_targets_in_the_ball(dtype):
+    d = 9
+    a = torch.arange(1.0, d + 1, dtype=torch.float64)
+    model = G.FlipModel(phi_row=lambda D: D, readout=lambda D, w: D @ w)   # no batched form
+    Ws = torch.stack([a, -2 * a])
+    taus = [-float(a.norm()), 3 * float(a.norm())]
+    res = G.search_flips(model, Ws, taus, d, starts=3, steps=100, seed=1, search_dtype=dtype)
+    for r, w, tau in zip(res, Ws, taus):
+        assert r.Delta.dtype == torch.float64
+        assert float(r.Delta.norm()) <= math.sqrt(d)
+        assert r.value == float(r.Delta @ w)                 # float64 at the returned Δ
+        assert r.loss == (r.value - tau) ** 2 and r.min_loss == r.loss
+        assert abs(r.value - tau) < 1e-3 * abs(tau)
+
+
+def test_search_flips_bad_input():
+    model = _models()["rf"]
+    with pytest.raises(ValueError, match="one target per"):
+        G.search_flips(model, torch.ones(2, 17), [1.0], 4)
+    with pytest.raises(ValueError, match="search_dtype"):
+        G.search_flips(model, torch.ones(1, 17), [1.0], 4, search_dtype="float16")
+    with pytest.raises(ValueError, match="non-finite"):
+        G.search_flips(model, torch.full((1, 17), math.nan), [1.0], 4)
+    with pytest.raises(ValueError, match="search_dtype"):
+        G.flip_point(map="rf", n=4, d=6, Ns=[8], seed=0, search_dtype="half")
+
+
+@pytest.mark.parametrize("map", G.MAPS)
+def test_batched_flip_runs_keep_the_invariants_and_run_every_search(map):
+    kw = dict(map=map, n=4, d=6, Ns=[8, 10], seed=2, steps=25, starts=3)
+    new = G.flip_point(**kw)["runs"]
+    old = G.flip_point(**kw, batch_searches=False, search_dtype="float64")["runs"]
+    assert [(r["N"], r["training"], r["loss"]) for r in new] == \
+        [(r["N"], r["training"], r["loss"]) for r in old]
+    for r, o in zip(new, old):
+        # everything that does not depend on the search is the same number
+        for key in ("t0", "t1", "interp_err", "rho", "S_bound", "norm_phi_theta0", "y"):
+            assert r[key] == o[key] or (math.isnan(r[key]) and math.isnan(o[key])), key
+        assert abs(r["t1"] - r["y"]) < 1e-12 and r["norm_Delta"] <= math.sqrt(6)
+        rhs = (r["D0"] - r["t0"]) + (r["c"] - 1) * (r["y"] - r["t0"])
+        assert abs(r["D1"] - r["y"] - rhs) < 1e-9
+        assert r["search_loss"] == pytest.approx((r["D1"] + r["y"]) ** 2, rel=1e-9) \
+            if r["loss"] == "output" else True
+
+
+@pytest.mark.parametrize("kind", ["rf", "raf"])
+def test_authors_searches_take_the_authors_steps(kind):
+    """Zero and one step (no long path to follow): the batch gives the numbers of
+    ``authors_search`` run alone; the last iterate is returned and ``min_loss`` ≤ ``loss``."""
+    model = _models()[kind]
+    p = model.phi_row(torch.zeros(1, 4, dtype=torch.float64)).shape[1]
+    Ws = torch.randn(3, p, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    taus = [-1.0, 0.5, 2.0]
+    for steps in (0, 1):
+        got = G.authors_searches(model, Ws, taus, 4, lr=0.7, steps=steps)
+        for j, tau in enumerate(taus):
+            one = G.authors_search(lambda D: model.readout(D, Ws[j]), 4, tau, lr=0.7,
+                                   steps=steps)
+            torch.testing.assert_close(got[j].Delta, one.Delta, rtol=1e-12, atol=1e-12)
+            assert got[j].value == pytest.approx(one.value, rel=1e-12, abs=1e-12)
+            assert got[j].min_loss <= got[j].loss and got[j].start == 0
+    with pytest.raises(ValueError, match="lr"):
+        G.authors_searches(model, Ws, taus, 4, lr=-1.0, steps=3)
+    with pytest.raises(ValueError, match="one target per row"):
+        G.authors_searches(model, Ws, taus[:2], 4, lr=1.0, steps=3)
+
+
+@pytest.mark.parametrize("map", G.MAPS)
+def test_both_searches_in_one_point_are_the_two_points(map):
+    """``search=["ours", "authors"]`` builds the features once; every number that does not
+    depend on the search equals that of the two separate points, and each search keeps its
+    own steps (ours: ``steps``; the authors': ``gen.py``'s)."""
+    kw = dict(map=map, n=4, d=6, Ns=[8, 10], seed=2, data="authors", losses=["output"],
+              trainings=["fine_tune"])
+    both = G.flip_point(**kw, search=["ours", "authors"], steps=20, starts=3)["runs"]
+    ours = G.flip_point(**kw, search="ours", steps=20, starts=3)["runs"]
+    auth = G.flip_point(**kw, search="authors")["runs"]
+    assert [r["search"] for r in both] == ["ours"] * len(ours) + ["authors"] * len(auth)
+    for r, o in zip(both, ours + auth):
+        assert r["search"] == o["search"] and r["N"] == o["N"]
+        for key in ("t0", "t1", "interp_err", "rho", "norm_phi_theta0", "y"):
+            assert r[key] == o[key], key
+    with pytest.raises(ValueError, match="distinct"):
+        G.flip_point(**kw, search=["ours", "ours"])
+    with pytest.raises(ValueError, match="search must be"):
+        G.flip_point(**kw, search=[])
