@@ -79,6 +79,11 @@ def test_a_local_model_folder_is_keyed_on_its_files(tmp_path):
     key = ex.environment_key(env, root)
     (model / "config.json").write_text('{"layer_norm_eps": 1e-5}')
     assert ex.environment_key(env, root) != key
+    key = ex.environment_key(env, root)
+    stat = (model / "config.json").stat()
+    (model / "config.json").write_text('{"layer_norm_eps": 2e-5}')          # same size,
+    os.utime(model / "config.json", ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same time
+    assert ex.environment_key(env, root) != key
 
 
 def test_longest_first_and_lanes():

@@ -11,9 +11,9 @@ with jupyter-cache's own API. myst-nb then finds every chapter in the cache and 
 
 What a cached page can depend on (:func:`environment_key`): the cache folder is
 ``_build/.jupyter_cache/<key>``, where ``key`` is a SHA-256 of the ``WSBOOK_*`` knobs (the
-scale, model, reviews, chat model; a local model or review path by its files' names, sizes and
-times), every file of ``wsutils/`` and ``data/``, the pinned requirements, ``pyproject.toml``,
-``book/matplotlibrc`` and the Python version. jupyter-cache itself keys each chapter on its
+scale, model, reviews, chat model; a local model or review path by its files' contents;
+a hub name by the name alone), every file of ``wsutils/`` and ``data/``, the pinned
+requirements, ``pyproject.toml``, ``book/matplotlibrc`` and the Python version. jupyter-cache itself keys each chapter on its
 code cells and kernelspec, so a change of prose re-renders from the cache, a change of one
 chapter's code re-executes that chapter only, and any change to the package, the data, the
 pins or a knob starts a fresh folder (the old ones are pruned, :data:`KEEP`). The sweep store
@@ -75,13 +75,21 @@ def _digest_tree(h: "hashlib._Hash", folder: Path, root: Path) -> None:
 
 
 def _describe_path(value: str) -> str:
-    """A local path named by a knob: its files' names, sizes and modification times."""
+    """A knob's value; for a local file or folder, also a SHA-256 of every file's contents.
+
+    A hub name (``bert-base-uncased``, ``WSBOOK_IMDB=hub``) is keyed on the name alone: the
+    revision the hub would serve is not known without asking it."""
     path = Path(value).expanduser()
     if not path.exists():
         return value
+    h = hashlib.sha256()
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    return value + "".join(f"|{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-                           for p in files)
+    for p in files:
+        h.update(str(p.relative_to(path) if path.is_dir() else p.name).encode() + b"\0")
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return f"{value}|{h.hexdigest()}"
 
 
 def environment_key(env: dict[str, str] | None = None, root: Path = ROOT) -> str:
