@@ -3,8 +3,9 @@
 What a test can catch: the page lists no symbol twice; every entry of its tables is a
 symbol (so that the first check sees them all); the symbols of a section marked with a
 chapter ("Normalisations (chapter {doc}`normalisation`)") occur in no other chapter's
-mathematics; and the secondary spellings that the book renamed (issue 23, item 12) do not
-come back. What it cannot catch: a new symbol that a chapter defines with a second meaning
+mathematics outside proofs; a symbol the page defines by an equation (``D = nd``) is not
+defined otherwise; and the secondary spellings that the book renamed (issue 23, item 12) do
+not come back. What it cannot catch: a new symbol that a chapter defines with a second meaning
 under a spelling nobody listed, or prose that uses a listed symbol loosely."""
 
 import re
@@ -88,7 +89,8 @@ def test_every_entry_names_a_symbol():
     entries = notation_entries()
     assert len(entries) > 60, len(entries)          # the parser sees the tables
     for symbol, _, line in entries:
-        assert symbol and len(symbol) <= 40 and not re.search(r"[=<>]|\\[lr]Vert|\\le\b", symbol), \
+        bad = re.search(r"[=<>]|\\[lr]Vert|\\le\b", symbol)
+        assert symbol and len(symbol) <= 40 and not bad, \
             f"notation.md line {line}: {symbol!r} is not a symbol (write the symbol, then " \
             "its definition in the meaning column)"
 
@@ -117,8 +119,8 @@ def _scoped():
 
 # known uses of a scoped symbol elsewhere, each with its reason: {(page, symbol): why}
 KNOWN = {
-    ("relu-attention", "b"): "S ≈ a/√n + b√d/n, two constants of a model in the paragraph on "
-                             "tolerances that issue 23 item 11 rewrites: rename them there",
+    ("relu-attention", "b"): "S ≈ a/√n + b√d/n, two constants of a model in the paragraph "
+                             "on tolerances that issue 23 item 11 rewrites: rename them there",
 }
 
 
@@ -150,7 +152,8 @@ FORBIDDEN = [
      "its entries b_{ji} and b'_{ji}; \\alpha is the entmax order, \\beta the temperature"),
     (r"(?<![A-Za-z\\])u\s*=\s*2\^", "the float32 unit roundoff is \\varepsilon_{32}; u is the "
      "top eigenvector"),
-    (r"(?<![A-Za-z\\_])W\s*=\s*\[W_Q", "W is the d×d attention weight; all heads' weights are W_{QKV}"),
+    (r"(?<![A-Za-z\\_])W\s*=\s*\[W_Q", "W is the d×d attention weight; all heads' weights "
+     "are W_{QKV}"),
     (r"\\times\s*m\}", "m is the margin; a map's output width is d_{\\mathrm{out}}"),
     (r"(?<![A-Za-z\\])m\s*=\s*\\frac\s*1\s*n", "the mean row is \\bar x"),
     (r"W\^\\top\s*m(?![A-Za-z])", "the mean row is \\bar x"),
@@ -174,3 +177,53 @@ def test_forbidden_patterns_still_match_what_they_forbid():
                r"m(T_{l-1})", r"L = 12"]
     for (pattern, _), sample in zip(FORBIDDEN, samples, strict=True):
         assert re.search(pattern, sample), (pattern, sample)
+
+
+def _page_definitions():
+    """``{symbol: definition}`` for the entries the page writes as ``symbol = definition``."""
+    out = {}
+    for line in NOTATION.read_text().splitlines():
+        if line.startswith("| $"):
+            for m in re.findall(r"\$([^$]+)\$", line.split(" | ")[0][2:]):
+                parts = re.split(r"\s=\s", m, maxsplit=1)
+                if len(parts) == 2:
+                    out[_symbol(m)] = parts[1]
+    return out
+
+
+def _flat(s: str) -> str:
+    """``s`` without spaces, braces and thin spaces, with one spelling of the norm bars."""
+    return re.sub(r"[\s{}]|\\[,;!]", "", re.sub(r"\\[lr]?Vert", r"\\|", s))
+
+
+# ``symbol = …`` in a chapter that states a fact about the symbol, not a second definition
+FACTS = {("t_1", "y"), ("t_1^\\Delta", "y\\cdotf(X_\\Delta")}
+
+
+def second_definitions(math: str) -> list:
+    """``(symbol, what follows its '=')`` for every ``symbol = …`` in ``math`` (a symbol the
+    page defines by an equation: ``D = nd``, ``κ = …``, ``g = …``) that is neither the page's
+    definition, nor a number, nor a listed fact."""
+    out = []
+    for symbol, definition in _page_definitions().items():
+        body = r"[\s{}]*".join(re.escape(u) for u in _TOKEN.findall(symbol))
+        pattern = r"(?<![A-Za-z\\_^])" + body + r"(?![A-Za-z])(?![\s{}]*[_'^])\s*=\s*([^\n$]*)"
+        for m in re.finditer(pattern, math):
+            got = _flat(m.group(1))
+            if not (got.startswith(_flat(definition)[:6]) or re.match(r"[\d.]", got)
+                    or any(symbol == s and got.startswith(f) for s, f in FACTS)):
+                out.append((symbol, m.group(1)[:40]))
+    return out
+
+
+@pytest.mark.parametrize("page", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_defined_symbols_keep_their_definition(page):
+    found = second_definitions(math_of(page.read_text(), proofs=False))
+    assert not found, f"{page.name} defines again what notation.md defines: {found}"
+
+
+def test_a_second_definition_is_caught():
+    assert _page_definitions()["D"] == "nd"
+    assert second_definitions(r"D = \operatorname{diag}(r)") == [("D", r"\operatorname{diag}(r)")]
+    assert second_definitions(r"\kappa = \|X\|_{\mathrm{op}}/\sqrt d, D = nd, D = 30{,}720") == []
+    assert second_definitions(r"D_r = \operatorname{diag}(r)") == []      # another symbol
