@@ -160,6 +160,8 @@ FORBIDDEN = [
     (r"(?<![A-Za-z\\_])(?<!\\hat )m\(", "m is the margin, not a map (the kernel map of the DRF "
      "proof is \\Psi)"),
     (r"(?<![A-Za-z\\])L\s*=\s*12\b", "L is the depth of deep random features"),
+    (r"(?<![A-Za-z\\])r\(\\Delta\)", "r is the DRF ratio; hardmax's count of changed rows is "
+     "n_\\Delta"),
 ]
 
 
@@ -174,7 +176,7 @@ def test_renamed_spellings_do_not_come_back(page):
 def test_forbidden_patterns_still_match_what_they_forbid():
     samples = [r"R_\psi", r"D_r Z", r"\mu_j > 0", r"\sigma(y)", r"\alpha_j", r"u = 2^{-24}",
                r"W = [W_Q\ W_K]", r"\R^{n\times m}", r"m = \frac1n \sum_j x_j", r"W^\top m",
-               r"m(T_{l-1})", r"L = 12"]
+               r"m(T_{l-1})", r"L = 12", r"\sqrt{r(\Delta)/n}"]
     for (pattern, _), sample in zip(FORBIDDEN, samples, strict=True):
         assert re.search(pattern, sample), (pattern, sample)
 
