@@ -113,7 +113,7 @@ def test_takeovers_return_deltas_in_the_ball(n, d, seed, dtype):
     assert_in_ball(at.takeover_candidates(X, W, row), d)
     try:
         assert_in_ball(at.key_takeover(X, W, row), d)
-    except ValueError as e:  # Wᵀm = 0 (e.g. d = 1 with a zero mean): refused with a reason
+    except ValueError as e:  # Wᵀx̄ = 0 (e.g. d = 1 with a zero mean): refused with a reason
         assert "key take-over" in str(e)
 
 

@@ -132,7 +132,7 @@ def _key_takeover(Xt: torch.Tensor, Wt: torch.Tensor, i: int) -> torch.Tensor:
     v = Wt.to(torch.float64).T @ Xt.to(torch.float64).mean(dim=0)
     norm = float(torch.linalg.vector_norm(v))
     if norm == 0:
-        raise ValueError("Wᵀm = 0 (the mean row is in the kernel of Wᵀ): the key take-over "
+        raise ValueError("Wᵀx̄ = 0 (the mean row is in the kernel of Wᵀ): the key take-over "
                          "has no direction; use row_takeover instead.")
     return project_ball((math.sqrt(d) * v[None] / norm).to(Xt.dtype), math.sqrt(d))[0]
 
@@ -146,7 +146,7 @@ def row_takeover(X: Array, W: Array, row: int) -> Array:
 
 
 def key_takeover(X: Array, W: Array, row: int) -> Array:
-    """The key take-over ``Δ = √d·Wᵀm/‖Wᵀm‖`` (:prf:ref:`def-takeover`), ``m`` the mean row of
+    """The key take-over ``Δ = √d·Wᵀx̄/‖Wᵀx̄‖`` (:prf:ref:`def-takeover`), ``x̄`` the mean row of
     ``X``: it raises the score of key ``row`` in every query row at once."""
     Xt, Wt, n, d = _prepare(X, W)
     return like(_key_takeover(Xt, _weights64(W, Xt), _one_row(row, n)), X)

@@ -188,7 +188,7 @@ def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
     ‖φ(X)‖_F`` for ReLU attention (eq. :eq:`eq-relu-attention`), given ``ζ_i = zeta``.
 
     ``τ_i = ‖φ_i‖ + min{2√d, ‖X_{−i}‖²_op/ζ_i + 2√d·min(1, 2√d/ζ_i)}`` and
-    ``ω_i = √d (3‖X_{−i}W‖_op + ‖α‖)/μ_i`` with ``α_j = ReLU(s_ji)``,
+    ``ω_i = √d (3‖X_{−i}W‖_op + ‖b_{·i}‖)/μ_i`` with ``b_{·i} = (ReLU(s_ji))_{j≠i}``,
     ``μ_i = min_{j≠i} Σ_{k≠i} ReLU(s_jk)``. With ``zeta`` from :func:`relu_zeta_estimate` (an
     upper estimate of ``ζ_i``) the value is at most the proved bound.
     """

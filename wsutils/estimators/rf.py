@@ -6,8 +6,8 @@ Only the ``k × d`` column block ``V_i`` of ``V`` multiplies word ``i``, so
 exact in law for ``V`` with i.i.d. ``N(0, 1/D)`` entries (:prf:ref:`prop-rf-row-law`):
 
 ``reduced`` (one row ``i``)
-    ``(V flat(X), V_i)`` has the law of ``(V_i x_i + σ z, V_i)`` with
-    ``σ = ‖flat(X_{−i})‖/√D`` and ``z ~ N(0, I_k)`` independent of ``V_i``, because
+    ``(V flat(X), V_i)`` has the law of ``(V_i x_i + σ_{−i} z, V_i)`` with
+    ``σ_{−i} = ‖flat(X_{−i})‖/√D`` and ``z ~ N(0, I_k)`` independent of ``V_i``, because
     ``V_{−i} flat(X_{−i})`` is a Gaussian vector independent of ``V_i``. Memory ``O(k·d)``.
 ``rows`` (several rows ``S = {i_1, …, i_m}``, one joint law)
     ``(V flat(X), V_{i_1}, …, V_{i_m})`` has the law of
@@ -187,8 +187,9 @@ def rf_rows_law(X: Array, k: int, rows: Sequence[int], *, seed: int, device=None
 def rf_row_law(X: Array, k: int, row: int, *, seed: int, device=None):
     """One draw of ``(V flat(X), V_i)`` for ``i = row`` from the law of
     :prf:ref:`prop-rf-row-law`: ``V_i`` with i.i.d. ``N(0, 1/D)`` entries and
-    ``g = V flat(X) = V_i x_i + σ z``, ``σ = ‖flat(X_{−i})‖/√D``. Returns ``(g, V_i)`` in
-    float64 (``g`` is what the functions below take as their argument ``u``).
+    ``g = V flat(X) = V_i x_i + σ_{−i} z``, ``σ_{−i} = ‖flat(X_{−i})‖/√D``. Returns
+    ``(g, V_i)`` in float64 (``g`` is what the functions below take as their argument
+    ``u``).
 
     ``V_i`` and ``z`` are float64 normals from ``seed`` alone, whatever ``X``'s dtype or device;
     ``X`` is converted to float64 first."""

@@ -120,9 +120,9 @@ def doubling_bound(X, W, row: int, name) -> dict:
     """The lower bound :eq:`eq-norm-double` of :prf:ref:`prop-norm-double` on the relative
     change of the doubling ``Δ = x_row`` (``‖Δ‖ = √d``): ``√(Σ_{j≠row} (3ℓ_j − 2)_+² / n)``,
     ``ℓ_j`` the proposition's lower bound on key ``row``'s new weight in row ``j``, from its
-    margin ``μ_j = 2 s_{j,row} − max_{k≠row} s_jk`` (old scores, float64): ``1[μ_j > 0]``
-    hardmax, ``1[βμ_j > 1]`` sparsemax, ``1[(α−1)βμ_j > 1]`` entmax (strict: a subset of the
-    proposition's rows, so the bound stays valid), ``σ(c_n μ_j − log(n−1))`` softmax and
+    margin ``m_j = 2 s_{j,row} − max_{k≠row} s_jk`` (old scores, float64): ``1[m_j > 0]``
+    hardmax, ``1[βm_j > 1]`` sparsemax, ``1[(α−1)βm_j > 1]`` entmax (strict: a subset of the
+    proposition's rows, so the bound stays valid), ``sigmoid(c_n m_j − log(n−1))`` softmax and
     scalable softmax. Returns ``{"bound", "frac"}``, ``frac`` the fraction of rows with
     ``ℓ_j > 2/3``. ``X``, ``W``: float64 tensors (trusted); ``n ≥ 2``.
     """
