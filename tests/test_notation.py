@@ -162,6 +162,7 @@ FORBIDDEN = [
     (r"(?<![A-Za-z\\])L\s*=\s*12\b", "L is the depth of deep random features"),
     (r"(?<![A-Za-z\\])r\(\\Delta\)", "r is the DRF ratio; hardmax's count of changed rows is "
      "n_\\Delta"),
+    (r"\\sigma_S\b|X_\{-S\}", "S is the word sensitivity; a set of searched rows is \\mathcal S"),
 ]
 
 
@@ -176,7 +177,8 @@ def test_renamed_spellings_do_not_come_back(page):
 def test_forbidden_patterns_still_match_what_they_forbid():
     samples = [r"R_\psi", r"D_r Z", r"\mu_j > 0", r"\sigma(y)", r"\alpha_j", r"u = 2^{-24}",
                r"W = [W_Q\ W_K]", r"\R^{n\times m}", r"m = \frac1n \sum_j x_j", r"W^\top m",
-               r"m(T_{l-1})", r"L = 12", r"\sqrt{r(\Delta)/n}"]
+               r"m(T_{l-1})", r"L = 12", r"\sqrt{r(\Delta)/n}",
+               r"\sigma_S = \|\flat(X_{-S})\|"]
     for (pattern, _), sample in zip(FORBIDDEN, samples, strict=True):
         assert re.search(pattern, sample), (pattern, sample)
 
