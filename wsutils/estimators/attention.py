@@ -595,6 +595,12 @@ def attention_word_sensitivity(
     searched as extra starts. Every reported value (``value`` and ``per_row``) is recomputed
     with the full map in float64 from the returned ``Delta``/``per_row_Delta``, with the
     caller's ``W`` (exactly; the search alone uses ``W`` in ``X``'s dtype).
+
+    Raises
+    ------
+    ValueError
+        If ``φ(X)`` is not finite (named as such) or is zero (the relative change is then
+        undefined), besides the input checks of :func:`wsutils.sensitivity.search_setup`.
     """
     fn = _kernel(kind)
     Xt, row_list, extra = search_setup(X, rows=rows, starts=starts, steps=steps, init=init,
