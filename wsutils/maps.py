@@ -39,7 +39,8 @@ from ._tensor import Array, as_tensor, like, row_norms
 from .checks import check_finite, check_shape, check_text
 
 __all__ = ["flat", "rf", "drf", "raf", "relu_attention", "attention_scores", "normalize_rows",
-           "NORMALISATIONS", "Normalisation", "normalise_scores", "sparsemax", "attention"]
+           "NORMALISATIONS", "ENTMAX_MIN_ALPHA", "Normalisation", "normalise_scores", "sparsemax",
+           "attention"]
 
 
 def flat(X: torch.Tensor) -> torch.Tensor:
