@@ -50,6 +50,13 @@ BROKEN = {
     "question-marks": ("<p>see Figure ?? for details</p>", "unresolved reference"),
     "dead-xref": ("<p>see <span class='xref std std-ref'>fig-first-look</span></p>",
                   "unresolved reference"),
+    # a script included twice (sphinx-thebe's under Sphinx 7): the console's SyntaxError
+    "script-twice": ("<p>text</p><script>const THEBE_JS_URL = 'a';</script>"
+                     "<script>const THEBE_JS_URL = 'a';</script>",
+                     "console error: SyntaxError: Identifier 'THEBE_JS_URL' has already been"),
+    "console-error": ("<p>text</p><script>console.error('broken widget')</script>",
+                      "console error: broken widget"),
+    "missing-script": ("<p>text</p><script src='nowhere.js'></script>", "console error"),
 }
 
 

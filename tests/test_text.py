@@ -386,3 +386,41 @@ def test_texts_that_are_not_strings_are_a_type_error(enc):
         with pytest.raises(TypeError, match="texts"):
             em.embed(bad, model=enc, max_length=8, cache_dir=False)
     assert em.embed([np.str_("a film")], model=enc, max_length=8, cache_dir=False).shape[0] == 1
+
+
+def test_embedding_cache_key_covers_config_tokenizer_and_live_weights(tmp_path):
+    """Two folders with the same weights and a different config.json (or tokenizer) used to
+    share cache entries, and so did a model changed in memory."""
+    import shutil
+
+    torch.manual_seed(0)
+    (tmp_path / "a").mkdir()
+    a = save_tiny_bert(tmp_path / "a")
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    cfg = json.loads((b / "config.json").read_text())
+    cfg["layer_norm_eps"] = 0.5
+    (b / "config.json").write_text(json.dumps(cfg))
+    c = tmp_path / "c"
+    shutil.copytree(a, c)
+    vocab = (c / "vocab.txt").read_text().split("\n")
+    i, j = vocab.index("good"), vocab.index("bad")
+    vocab[i], vocab[j] = vocab[j], vocab[i]
+    (c / "vocab.txt").write_text("\n".join(vocab))
+    (c / "tokenizer.json").unlink()
+    texts = ["the movie was good", "a bad film"]
+    cache = tmp_path / "cache"
+    for folder in (a, b, c):
+        enc = em.load_model(str(folder))
+        np.testing.assert_array_equal(em.embed(texts, model=enc, max_length=8, cache_dir=cache),
+                                      em.embed(texts, model=enc, max_length=8, cache_dir=False))
+    enc = em.load_model(str(a))
+    saved = enc.model.embeddings.word_embeddings.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            enc.model.embeddings.word_embeddings.weight.mul_(1.5)
+        np.testing.assert_array_equal(em.embed(texts, model=enc, max_length=8, cache_dir=cache),
+                                      em.embed(texts, model=enc, max_length=8, cache_dir=False))
+    finally:
+        with torch.no_grad():
+            enc.model.embeddings.word_embeddings.weight.copy_(saved)

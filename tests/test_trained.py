@@ -411,3 +411,112 @@ def test_non_integer_token_ids_are_a_type_error(enc):
     a = tr.vocabulary_changes(enc, np.asarray(ids, dtype=np.int32), 1, tokens=[10, 11])
     b = tr.vocabulary_changes(enc, torch.tensor(ids), 1, tokens=np.array([10, 11], np.uint8))
     np.testing.assert_array_equal(a.values, b.values)
+
+
+def _copy_of(enc) -> em.Encoder:
+    """The fixture's encoder with its own copy of the model (a test may change it in place)."""
+    return em.Encoder(name=enc.name, identity=enc.identity, tokenizer=enc.tokenizer,
+                      model=copy.deepcopy(enc.model))
+
+
+@pytest.mark.parametrize("make", [tr.block_map, tr.layer_map, tr.stack_map])
+def test_float64_copy_of_a_module_map_follows_in_place_changes(enc, H, make):
+    """The float32 map is the live module; its float64 copy used to be made once and kept, so
+    after an in-place change the certified float64 value came from the old module."""
+    mine = _copy_of(enc)
+    phi = make(mine, 1)
+    X = torch.as_tensor(H[0])
+    before = phi(X.double())
+    with torch.no_grad():
+        mine.model.encoder.layer[0].attention.output.dense.weight.data.mul_(1.5)
+    after = phi(X.double())
+    torch.testing.assert_close(after, make(mine, 1)(X.double()), rtol=0, atol=0)
+    torch.testing.assert_close(after.float(), phi(X), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(after, before)
+
+
+def test_layer_inputs_follow_a_model_changed_in_memory(enc, tmp_path):
+    """The embedding cache used to key on the weight files only: a model changed in memory
+    got its old hidden states back."""
+    mine = _copy_of(enc)
+    H0 = tr.layer_inputs(mine, TEXTS, 8, cache_dir=tmp_path)
+    with torch.no_grad():
+        mine.model.embeddings.word_embeddings.weight.mul_(1.5)
+    H1 = tr.layer_inputs(mine, TEXTS, 8, cache_dir=tmp_path)
+    np.testing.assert_array_equal(H1, tr.layer_inputs(mine, TEXTS, 8, cache_dir=False))
+    assert not np.allclose(H0, H1)
+
+
+def _spawn_or_fork(kind):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(kind),
+                               initializer=torch.set_num_threads, initargs=(1,))
+
+
+@pytest.mark.parametrize("when", ["fork pool made before the change", "spawn pool"])
+def test_pooled_vocabulary_search_follows_the_callers_model(enc, when):
+    """The workers load the model by its name (or keep the copy they forked): after an
+    in-place change of the caller's model they used to return values of the old one."""
+    texts = ["a good film with a fine cast and a plot"]
+    tokens = np.arange(0, 12)
+    mine = em.load_model(enc.name)       # the cached Encoder itself: changed, then restored
+    w = mine.model.embeddings.word_embeddings.weight
+    saved = w.detach().clone()
+    ex = _spawn_or_fork(when.split()[0])
+    try:
+        if when.startswith("fork"):
+            ex.submit(int, 0).result()             # the worker exists: it holds the old model
+        with torch.no_grad():
+            w.mul_(1.5)
+        here, _ = tr.vocabulary_search(mine, texts, 6, [1, 3], tokens=tokens)
+        try:
+            pooled, _ = tr.vocabulary_search(mine, texts, 6, [1, 3], tokens=tokens,
+                                             executor=ex)
+        except ValueError as err:                  # a refusal is allowed, a wrong number not
+            assert "differs" in str(err)
+        else:
+            for (_, _, a), (_, _, b) in zip(here, pooled):
+                np.testing.assert_array_equal(a.values, b.values)
+    finally:
+        ex.shutdown()
+        with torch.no_grad():
+            w.copy_(saved)
+        tr.free_vocabulary_tables(mine)
+
+
+def _exit_on(word_id, orig):
+    import os
+
+    def changes(enc, ids, i, **kw):
+        if word_id in list(ids):
+            os._exit(3)                            # the worker is killed
+        return orig(enc, ids, i, **kw)
+    return changes
+
+
+def test_a_killed_pool_worker_keeps_the_finished_texts(enc, monkeypatch):
+    """``BrokenProcessPool`` used to discard every text already computed: they are kept, and
+    a rerun (pooled or not) computes only the rest."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    tokens = np.arange(0, 12)
+    texts = ["i love her smile and the movie was good", "the film is bad",
+             "the plot is bad and the actor awful"]
+    want, _ = tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens)
+    film = enc.tokenizer.convert_tokens_to_ids("film")
+    monkeypatch.setattr(tr, "vocabulary_changes", _exit_on(film, tr.vocabulary_changes))
+    with _spawn_or_fork("fork") as ex, pytest.raises(BrokenProcessPool, match="kept"):
+        tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens, executor=ex)
+    monkeypatch.undo()
+    calls = []
+    orig = tr.vocabulary_changes
+    monkeypatch.setattr(tr, "vocabulary_changes",
+                        lambda e, ids, i, **kw: calls.append(list(ids)) or orig(e, ids, i, **kw))
+    got, _ = tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens)
+    assert enc.tokenizer(texts[0], truncation=True, max_length=6)["input_ids"] not in calls
+    assert 0 < len(calls) <= 4
+    for (r, ids, a), (r2, ids2, b) in zip(want, got):
+        assert (r, ids, a.position) == (r2, ids2, b.position)
+        np.testing.assert_array_equal(a.values, b.values)

@@ -15,7 +15,10 @@ own DOM:
 - **math**: a Sphinx math node (``.math``) that MathJax did not turn into ``mjx-container``,
   a MathJax error (``mjx-merror``, e.g. an undefined macro), or text outside code that still
   looks like TeX (a ``\\command``, ``$$``);
-- **cross-references**: ``??`` or ``[?]`` in the text, or an ``xref`` that is not a link.
+- **cross-references**: ``??`` or ``[?]`` in the text, or an ``xref`` that is not a link;
+- **console errors**: what the browser console shows as an error while the page loads and
+  is checked: an uncaught exception (e.g. a script's ``SyntaxError``), ``console.error``, a
+  resource that failed to load (:func:`console_errors`).
 
 Exit status 1 and one line per problem if anything is found; screenshots are saved either way.
 Chromium is found as ``$CHROMIUM`` or ``chromium``/``chromium-browser``/``google-chrome`` on the
@@ -264,6 +267,7 @@ class Browser:
         session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         try:
             self.send("Runtime.enable", session)
+            self.send("Log.enable", session)
             self.send("Page.enable", session)
             self.send("Emulation.setDeviceMetricsOverride", session, width=WIDTH, height=HEIGHT,
                       deviceScaleFactor=1, mobile=False)
@@ -286,14 +290,35 @@ class Browser:
                 shot = self.send("Page.captureScreenshot", session, format="png",
                                  captureBeyondViewport=True)
                 screenshot.write_bytes(base64.b64decode(shot["data"]))
-            js_errors = [
-                e["params"]["exceptionDetails"].get("exception", {}).get("description")
-                or e["params"]["exceptionDetails"].get("text", "")
-                for e in self.events if e.get("method") == "Runtime.exceptionThrown"
-            ]
-            return problems, js_errors
+            js_errors = console_errors(self.events)
+            return problems + [f"console error: {e}" for e in js_errors], js_errors
         finally:
             self.send("Target.closeTarget", targetId=target)
+
+
+def console_errors(events: list[dict]) -> list[str]:
+    """The errors a reader's browser console shows, from the DevTools events of one page: an
+    uncaught exception (``Runtime.exceptionThrown``, e.g. a ``SyntaxError`` of a script), a
+    ``console.error``/``console.assert`` call, and a browser log entry of level ``error`` (a
+    resource that failed to load, a blocked request). One line each."""
+    out = []
+    for e in events:
+        method, p = e.get("method"), e.get("params", {})
+        if method == "Runtime.exceptionThrown":
+            d = p.get("exceptionDetails", {})
+            text = d.get("exception", {}).get("description") or d.get("text", "")
+        elif method == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+            text = " ".join(str(a.get("value", a.get("description", "")))
+                            for a in p.get("args", []))
+        elif method == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+            entry = p["entry"]
+            if entry.get("url", "").split("?")[0].endswith("/favicon.ico"):
+                continue         # the browser's own request, not one the page makes
+            text = entry.get("text", "") + (f" ({entry['url']})" if entry.get("url") else "")
+        else:
+            continue
+        out.append((text.splitlines() or [""])[0][:300])
+    return out
 
 
 def check_site(html: Path, pages: list[str], out: Path | None, chromium: str) -> list[PageReport]:
@@ -341,8 +366,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r.page}: {status}" + (f"  [{r.screenshot}]" if r.screenshot else ""))
         for p in r.problems:
             print(f"  - {p}")
-        for e in r.js_errors:
-            print(f"  (JavaScript error, not counted: {e.splitlines()[0] if e else e})")
         bad += bool(r.problems)
     print(f"browser check: {len(reports) - bad} of {len(reports)} pages clean")
     return 1 if bad else 0

@@ -39,7 +39,8 @@ from ._tensor import Array, as_tensor, like, row_norms
 from .checks import check_finite, check_shape, check_text
 
 __all__ = ["flat", "rf", "drf", "raf", "relu_attention", "attention_scores", "normalize_rows",
-           "NORMALISATIONS", "Normalisation", "normalise_scores", "sparsemax", "attention"]
+           "NORMALISATIONS", "ENTMAX_MIN_ALPHA", "Normalisation", "normalise_scores", "sparsemax",
+           "attention"]
 
 
 def flat(X: torch.Tensor) -> torch.Tensor:
@@ -165,6 +166,11 @@ def raf(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> Array:
     softmax is row-wise. Returns ``n × d``. Half-precision input is computed in float32 and
     returned in its own dtype; scores that overflow (``|XWXᵀ/√d|`` beyond the dtype's range) are
     a ValueError, never NaN.
+
+    Raises
+    ------
+    ValueError
+        If the scores overflow or the output is not finite.
     """
     return _attention(X, W, dtype, _raf)
 
@@ -239,6 +245,15 @@ class Normalisation:
 
     ``s`` is accepted only for ``"scalable"``, ``alpha`` only for ``"entmax"``, ``bias`` only
     for ``"sigmoid"``: anything else is a ValueError, never silently ignored.
+
+    Raises
+    ------
+    TypeError
+        If ``beta``, ``s``, ``alpha`` or ``bias`` is not a real number.
+    ValueError
+        If ``name`` is unknown, a parameter is given to a normalisation it does not apply
+        to, ``beta``/``s`` is not finite and positive, or ``alpha`` is not finite or below
+        :data:`ENTMAX_MIN_ALPHA` (``1 + 1e-4``: entmax's bisection loses ``u/(α − 1)``).
     """
 
     name: str = "softmax"
@@ -402,6 +417,13 @@ def attention(X: Array, W: Array, *, normalisation: str | Normalisation = "softm
     ``beta``, ``s``, ``alpha``, ``bias`` must be left at their defaults). ``"softmax"`` with
     ``β = 1`` is :func:`raf` and ``"relu"`` is :func:`relu_attention`, to the last bit. Same
     input conventions as :func:`raf`; returns ``n × d``.
+
+    Raises
+    ------
+    ValueError
+        If the scores overflow, the output is not finite (NaN or infinite entries are never
+        returned), or a parameter is out of range (e.g. entmax's ``alpha`` below
+        :data:`ENTMAX_MIN_ALPHA`, where its bisection is no longer accurate: use softmax).
     """
     norm = _as_normalisation(normalisation, beta=beta, s=s, alpha=alpha, bias=bias)
     return _attention(X, W, dtype, lambda Xt, Wt: _general_attention(Xt, Wt, norm))

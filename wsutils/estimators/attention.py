@@ -641,10 +641,16 @@ def attention_word_sensitivity(
     starts), with the relative change evaluated in ``O(n·d)`` per start and step instead of
     ``O(n²·d + n·d²)`` (``_FastObjective``, stable for every score scale).
     ``takeovers=True`` adds every construction of :func:`certified_lower_bound` for the row
-    being searched as extra starts (so the estimate is at least that certificate). Every
-    reported value (``value`` and ``per_row``) is recomputed with the full map in float64
+    being searched as extra starts (so the estimate is at least that certificate, up to
+    rounding). Every reported value (``value`` and ``per_row``) is recomputed with the full map in float64
     from the returned ``Delta``/``per_row_Delta``, with the caller's ``W`` (exactly; the
     search alone uses ``W`` in ``X``'s dtype).
+
+    Raises
+    ------
+    ValueError
+        If ``φ(X)`` is not finite (named as such) or is zero (the relative change is then
+        undefined), besides the input checks of :func:`wsutils.sensitivity.search_setup`.
     """
     fn = _kernel(kind)
     Xt, row_list, extra = search_setup(X, rows=rows, starts=starts, steps=steps, init=init,

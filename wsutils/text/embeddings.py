@@ -17,7 +17,8 @@ the review has ``[SEP]``/``[PAD]`` rows); ``sample_matrix(E, n, d)`` does the sa
 ``sample_matrix(E, n, d, rows=word_rows(mask))`` keeps word tokens only.
 
 The cache. A file ``<cache_dir>/embeddings/<key>.npz`` per call, keyed by the model's identity
-(hub revision, or the SHA-256 of its weight files), the layer, ``max_length``, the review ids
+(hub revision, or the SHA-256 of its weight files), its configuration, its tokenizer and a
+digest of its live parameters (:func:`model_key`), the layer, ``max_length``, the review ids
 and the SHA-256 of the texts themselves. It is written atomically (a temporary file, then
 ``os.replace``) and holds SHA-256 digests of its arrays; a file that does not load, belongs to
 another key or fails its digests is recomputed and overwritten, never used.
@@ -42,10 +43,11 @@ import torch
 from tqdm.auto import tqdm
 
 from . import _hub
+from .._digest import module_digest
 from ..run import config
 from .data import _sha256
 
-__all__ = ["Encoder", "default_cache_dir", "embed", "load_model", "random_model",
+__all__ = ["Encoder", "default_cache_dir", "embed", "load_model", "model_key", "random_model",
            "sample_matrix", "word_rows"]
 
 HUB_MODELS = {config.PAPER_MODEL: "google-bert/bert-base-uncased"}
@@ -192,6 +194,43 @@ def random_model(encoder: Encoder, *, seed: int) -> Encoder:
                    tokenizer=encoder.tokenizer, model=model)
 
 
+def _tokenizer_digest(tokenizer) -> str:
+    """SHA-256 of what decides a tokenizer's ids: a fast tokenizer's full serialisation (its
+    normaliser, pre-tokeniser, vocabulary, post-processor; without the truncation and padding
+    state each call sets), else its vocabulary; and the settings the Python side adds."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        state.pop("truncation", None)
+        state.pop("padding", None)
+    else:
+        state = {"vocab": sorted(tokenizer.get_vocab().items())}
+    state["python"] = {k: str(getattr(tokenizer, k, None)) for k in (
+        "padding_side", "truncation_side", "model_max_length", "special_tokens_map",
+        "do_lower_case")}
+    state["class"] = type(tokenizer).__name__
+    return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _config_digest(config) -> str:
+    """SHA-256 of the model's configuration (``config.to_dict()`` without its path and the
+    library version), e.g. ``layer_norm_eps``."""
+    cfg = {k: v for k, v in config.to_dict().items()
+           if k not in ("_name_or_path", "transformers_version")}
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def model_key(enc: Encoder) -> dict:
+    """What determines the output of ``enc``, as the embedding cache keys it: the model's
+    identity (hub revision or weight-file hash), its configuration, its tokenizer and the
+    live parameters (``wsutils._digest.module_digest``: a model changed in memory, or two
+    folders that differ in ``config.json`` or the tokenizer, get other keys).
+    ``O(parameters)``: 0.12 CPU s for the embedded model's 22.7 M parameters in one
+    measurement (``benchmarks/bench_stale_checks.py``)."""
+    return {"model": enc.identity, "config": _config_digest(enc.model.config),
+            "tokenizer": _tokenizer_digest(enc.tokenizer), "params": module_digest(enc.model)}
+
+
 def _as_encoder(model) -> Encoder:
     return model if isinstance(model, Encoder) else load_model(model)
 
@@ -291,7 +330,29 @@ def embed(texts: Sequence[str], *, model: str | Encoder | None = None, layer: in
     written is found before the work starts: the result is computed and returned with a
     ``RuntimeWarning``, not stored. ``progress``: a bar over
     the batches (default: when there are more than 16 batches).
+
+    The cache key covers what determines the result (:func:`model_key`: the model's
+    identity, configuration, tokenizer and live parameters; the layer, ``max_length``, the
+    texts and ``ids``).
+
+    Raises
+    ------
+    TypeError
+        If an entry of ``texts`` is not a string (``None`` or ``nan`` is not the text
+        ``"None"``).
+    ValueError
+        If ``texts`` is one string or empty, ``layer`` or ``max_length`` is out of the
+        model's range, ``batch_size`` is not positive or ``ids`` has another length.
     """
+    return _embed(texts, model=model, layer=layer, max_length=max_length,
+                  return_mask=return_mask, ids=ids, batch_size=batch_size, cache_dir=cache_dir,
+                  progress=progress)
+
+
+def _embed(texts, *, model, layer, max_length, return_mask, ids, batch_size, cache_dir,
+           progress, key_of_model: dict | None = None):
+    """:func:`embed`; ``key_of_model``: :func:`model_key` of the model if the caller has it
+    (:func:`wsutils.trained.layer_inputs` computes it once for all its layers)."""
     if isinstance(texts, str):
         raise ValueError("texts must be a list of strings, not one string: wrap it in a list.")
     texts = list(texts)
@@ -322,7 +383,8 @@ def embed(texts: Sequence[str], *, model: str | Encoder | None = None, layer: in
 
     path = key = None
     if cache_dir is not False:
-        key = {"model": enc.identity, "layer": layer, "max_length": max_length,
+        key = {**(model_key(enc) if key_of_model is None else key_of_model),
+               "layer": layer, "max_length": max_length,
                "count": len(texts), "texts": _texts_digest(texts),
                "ids": None if ids is None else [int(i) for i in ids]}
         name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]

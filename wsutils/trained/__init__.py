@@ -51,18 +51,20 @@ enters ``S`` only through ``‖φ(X)‖``.
 from __future__ import annotations
 
 import copy
-import weakref
+import hashlib
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
+from .._digest import module_digest
 from .._tensor import Array, as_tensor
 from ..checks import check_int, check_seed
 from ..run.device import small_work_threads
-from ..text.embeddings import Encoder, embed, load_model
+from ..text.embeddings import Encoder, _embed, embed, load_model, model_key
 from ..sensitivity import (SensitivityResult, _ascend, certify, check_lr,
                           search_rows, search_setup)
 
@@ -201,13 +203,17 @@ def layer_inputs(enc, texts: Sequence[str], n: int, *, ids: Sequence[int] | None
     The model runs on the cut text (no padding), so a map of layer ``ℓ`` applied to entry
     ``ℓ − 1`` computes what the model computes on that text. Every text must have at least
     ``n − 2`` word pieces (a ValueError names the short ones). Cached on disk per layer
-    (:func:`wsutils.text.embeddings.embed`, keyed by the model, layer, ``n``, texts and ``ids``)."""
+    (:func:`wsutils.text.embeddings.embed`, keyed by the model's
+    :func:`~wsutils.text.embeddings.model_key`, its live parameters included, computed once
+    for all the layers; the layer, ``n``, texts and ``ids``)."""
     enc = _encoder(enc)
     n = check_int("n", n, minimum=3)
+    key = None if cache_dir is False else model_key(enc)       # once, not once per layer
     out = []
     for layer in range(enc.layers + 1):
-        E, mask = embed(list(texts), model=enc, layer=layer, max_length=n, ids=ids,
-                        return_mask=True, cache_dir=cache_dir, progress=False)
+        E, mask = _embed(list(texts), model=enc, layer=layer, max_length=n, ids=ids,
+                         return_mask=True, batch_size=64, cache_dir=cache_dir,
+                         progress=False, key_of_model=key)
         short = np.flatnonzero(mask.sum(axis=1) < n)
         if short.size:
             raise ValueError(f"texts {short.tolist()} have fewer than n − 2 = {n - 2} word "
@@ -235,17 +241,27 @@ def head_map(head: Head) -> Map:
 
 
 class _ModuleMap:
-    """A model's module as a map of its hidden states, in the input's dtype (a float64 copy of
-    the module is made once, for the float64 values of the estimators)."""
+    """A model's module as a map of its hidden states, in the input's dtype: the live modules
+    in their own dtype; in another (float64, for the certified values of the estimators) a
+    copy, made again whenever the live modules' parameters have changed since it was made
+    (:func:`wsutils._digest.module_digest` of the live modules at every call in that dtype:
+    ``O(parameters)``, against the ``O(batch·n·parameters)`` of the call itself)."""
 
     def __init__(self, modules, pick: Callable):
-        self.modules = {torch.float32: modules}
+        self.live = list(modules)
+        self.dtype = next(self.live[0].parameters()).dtype
+        self.copies: dict = {}                    # dtype → (digest of the live modules, copy)
         self.pick = pick
 
     def _for(self, dtype):
-        if dtype not in self.modules:
-            self.modules[dtype] = [copy.deepcopy(m).to(dtype) for m in self.modules[torch.float32]]
-        return self.modules[dtype]
+        if dtype == self.dtype:
+            return self.live
+        digest = module_digest(*self.live)
+        held = self.copies.get(dtype)
+        if held is None or held[0] != digest:
+            self.copies[dtype] = held = (digest, [copy.deepcopy(m).to(dtype)
+                                                  for m in self.live])
+        return held[1]
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         mods = self._for(X.dtype)
@@ -723,7 +739,17 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
     (``O(n·d)`` per candidate): every other output row ``j`` moves by
     ``(ρ' − ρ)(m_j − v_i) + (1 − ρ')(v'_i − v_i)`` with ``m_j`` the mean of the other values
     under row ``j``'s weights and ``ρ``, ``ρ'`` their total weight before and after, as in
-    :mod:`wsutils.estimators.attention`; batched over ``batch`` candidates."""
+    :mod:`wsutils.estimators.attention`; batched over ``batch`` candidates.
+
+    Raises
+    ------
+    TypeError
+        If ``input_ids`` or ``tokens`` holds non-integer ids (a float id is not rounded, a
+        bool is not an id).
+    ValueError
+        If the text is longer than the model's ``max_position_embeddings``, ``position`` is
+        not below its length, ``tokens`` is empty or outside the vocabulary, ``method`` is
+        unknown, or the model's embedding layer is not BERT's (see ``method``)."""
     import time
 
     enc = _encoder(enc)
@@ -840,15 +866,31 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
                              else 0.0)
 
 
+def _encoder_digest(enc: Encoder) -> str:
+    """One SHA-256 of :func:`wsutils.text.embeddings.model_key` (configuration, tokenizer and
+    live parameters): what a worker's copy of the model must match."""
+    import json
+
+    return hashlib.sha256(json.dumps(model_key(enc), sort_keys=True).encode()).hexdigest()
+
+
 def _review_vocabulary(model, text: str, n: int, positions: Sequence[int], tokens,
-                       batch: int) -> tuple[list, list, float]:
+                       batch: int, digest: str | None = None) -> tuple[list, list, float]:
     """One text of :func:`vocabulary_search` (module level, so that a process pool can run
     it; ``model``: the Encoder, or its name in a worker): its ids, one
-    :class:`VocabularyChanges` per position, and this call's CPU time."""
+    :class:`VocabularyChanges` per position, and this call's CPU time. ``digest``: the
+    caller's :func:`_encoder_digest`; a worker whose model differs refuses (``O(parameters)``
+    once per text)."""
     import time
 
     c0 = time.process_time()
     enc = _encoder(model)
+    if digest is not None and _encoder_digest(enc) != digest:
+        raise ValueError(f"this worker's copy of {enc.name} differs from the caller's model (its "
+                         "parameters, configuration or tokenizer were changed in memory after "
+                         "the workers loaded it from disk or forked): pass executor=None, or "
+                         "save the changed model with save_pretrained and load that folder, "
+                         "then make a new pool.")
     ids = enc.tokenizer(text, truncation=True, max_length=n)["input_ids"]
     if len(ids) != n:
         raise ValueError(f"a text has {len(ids)} tokens, fewer than n = {n}: pass texts of at "
@@ -858,6 +900,21 @@ def _review_vocabulary(model, text: str, n: int, positions: Sequence[int], token
         tok = None if tokens is None else tokens[tokens != ids[i]]
         out.append(vocabulary_changes(enc, ids, i, tokens=tok, batch=batch))
     return ids, out, time.process_time() - c0
+
+
+#: Texts of a :func:`vocabulary_search` that failed part-way (a killed pool worker, an
+#: interrupt), keyed by everything that determines them (:func:`_text_key`), so that a rerun
+#: resumes; an entry goes when a rerun uses it.
+_FINISHED: dict[str, tuple] = {}
+
+
+def _text_key(digest: str, text: str, n: int, positions, tokens, batch: int) -> str:
+    h = hashlib.sha256()
+    for part in (digest, text, str(n), repr(list(positions)), str(batch)):
+        b = part.encode()
+        h.update(len(b).to_bytes(8, "little") + b)
+    h.update(b"none" if tokens is None else np.ascontiguousarray(tokens, np.int64).tobytes())
+    return h.hexdigest()
 
 
 def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int], *,
@@ -871,11 +928,33 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
     ``executor``: a ``concurrent.futures`` process pool (e.g. of one-thread workers) over
     which the texts are spread; each worker reads the model by its name
     (:func:`wsutils.text.embeddings.load_model`: inherited from this process under ``fork``,
-    loaded once per worker otherwise) and holds its own copy of the tables.
+    loaded once per worker otherwise) and holds its own copy of the tables. Each worker
+    checks that its model is the caller's (:func:`wsutils.text.embeddings.model_key`: the live
+    parameters, configuration and tokenizer; ``O(parameters)`` per text) and refuses
+    otherwise, so pooled and in-process results are the same numbers.
+
+    Resuming. If the call fails part-way (a killed worker: ``BrokenProcessPool``; an
+    interrupt), the texts already finished are kept in this process, keyed by the model's
+    digest, the text, ``n``, ``positions``, ``tokens`` and ``batch``, and the error says how
+    many: the same call again (with a new pool, or none) computes only the others.
+
     Returns ``[(text index, ids, VocabularyChanges), …]`` in the order (text, position), the
     same with or without an executor, and the CPU seconds of the calls (``process_time``
     summed over the calls: the processes' CPU time with a process pool; a thread pool would
-    count a process's time once per thread)."""
+    count a process's time once per thread; a resumed text counts its first run's).
+
+    Raises
+    ------
+    TypeError
+        If ``tokens`` holds non-integer ids (``10.7`` is not rounded to 10).
+    ValueError
+        If ``texts`` or ``positions`` is empty, a position is not below ``n``, ``n`` exceeds
+        the model's ``max_position_embeddings``, a text has fewer than ``n`` tokens, the
+        executor's workers cannot load ``enc`` by its name (not from ``load_model``), or a
+        worker's copy of the model differs from ``enc`` (changed in memory).
+    concurrent.futures.process.BrokenProcessPool
+        If a worker died; the message says how many texts were kept for the rerun.
+    """
     enc = _encoder(enc)
     n = check_int("n", n, minimum=3)
     positions = [check_int("positions[]", i, minimum=0) for i in positions]
@@ -884,9 +963,12 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
     _check_length(enc, n)
     if tokens is not None:
         tokens = _token_ids("tokens", tokens).numpy()
-    if executor is None:
-        done = [_review_vocabulary(enc, t, n, positions, tokens, batch) for t in texts]
-    else:
+    texts = list(texts)
+    digest = _encoder_digest(enc)
+    keys = [_text_key(digest, t, n, positions, tokens, batch) for t in texts]
+    done: dict[int, tuple] = {r: _FINISHED[k] for r, k in enumerate(keys) if k in _FINISHED}
+    todo = [r for r in range(len(texts)) if r not in done]
+    if executor is not None:
         try:
             same = load_model(enc.name) is enc
         except (OSError, RuntimeError, ValueError):      # the name loads nothing
@@ -895,10 +977,36 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
             raise ValueError("with an executor, the workers load the model by its name: pass "
                              "the Encoder that wsutils.text.embeddings.load_model returned for it "
                              "(not, e.g., a random_model), or executor=None.")
-        args = [(enc.name, t, n, positions, tokens, batch) for t in texts]
-        done = list(executor.map(_review_vocabulary, *zip(*args)))
-    found = [(r, ids, vc) for r, (ids, vcs, _) in enumerate(done) for vc in vcs]
-    return found, float(sum(c for _, _, c in done))
+    try:
+        if executor is None:
+            for r in todo:
+                done[r] = _review_vocabulary(enc, texts[r], n, positions, tokens, batch)
+        else:
+            from concurrent.futures import as_completed
+
+            futures = {executor.submit(_review_vocabulary, enc.name, texts[r], n, positions,
+                                       tokens, batch, digest): r for r in todo}
+            try:
+                for fut in as_completed(futures):
+                    done[futures[fut]] = fut.result()
+            finally:
+                for fut in futures:
+                    fut.cancel()
+    except BaseException as err:
+        for r, res in done.items():
+            _FINISHED[keys[r]] = res
+        kept = f"{len(done)} of {len(texts)} texts finished and kept: the same call resumes"
+        from concurrent.futures.process import BrokenProcessPool
+
+        if isinstance(err, BrokenProcessPool):
+            raise BrokenProcessPool(f"{err} ({kept} with a new pool or executor=None).") from err
+        if hasattr(err, "add_note"):
+            err.add_note(f"vocabulary_search: {kept}.")
+        raise
+    for k in keys:
+        _FINISHED.pop(k, None)
+    found = [(r, done[r][0], vc) for r in range(len(texts)) for vc in done[r][1]]
+    return found, float(sum(done[r][2] for r in range(len(texts))))
 
 
 def substitution_changes(enc, input_ids, position: int, tokens, *,
@@ -908,7 +1016,15 @@ def substitution_changes(enc, input_ids, position: int, tokens, *,
     returns ``(len(tokens), L)`` float64, entry ``[v, ℓ − 1]`` the relative change
     ``‖H_ℓ' − H_ℓ‖/‖H_ℓ‖`` of the hidden states of layer ``ℓ`` (all positions).
     For ``ℓ ≥ 2`` every row of the layer's input changes, so these are full forward passes,
-    on the model's device (:func:`wsutils.text.embeddings.load_model` ``device=``)."""
+    on the model's device (:func:`wsutils.text.embeddings.load_model` ``device=``).
+
+    Raises
+    ------
+    TypeError
+        If ``input_ids`` or ``tokens`` holds non-integer ids.
+    ValueError
+        If the text is longer than the model's ``max_position_embeddings`` or ``position``
+        is not below its length."""
     enc = _encoder(enc)
     ids = _token_ids("input_ids", input_ids, enc.device)
     _check_length(enc, len(ids))
