@@ -246,3 +246,27 @@ def test_the_key_covers_what_fn_calls_and_reads_in_its_package(tmp_path):
         assert point_key(m.f, {"x": 1}) == keys[0]          # the same code, the same key
     finally:
         sys.modules.pop(name, None)
+
+
+def test_the_key_follows_imports_made_inside_a_function(monkeypatch):
+    """A grid-point function that imports its estimator inside its body (to keep a module's
+    import light) gets a new key when that estimator's code changes."""
+    from wsutils.estimators import rf
+    from wsutils.experiments import imdb
+    from wsutils.run.sweep import _code_digest
+
+    before = _code_digest(imdb.sensitivity_point)   # imports rf_word_sensitivity inside
+    monkeypatch.setattr(rf.rf_word_sensitivity, "__code__", (lambda *a, **k: None).__code__)
+    assert _code_digest(imdb.sensitivity_point) != before
+
+
+def test_the_key_covers_module_level_tables_the_code_reads(monkeypatch):
+    """A module-level dict of settings (here the normalisation chapter's table of maps) is
+    part of the key of a function that reads it."""
+    from wsutils.experiments import normalisation as nm
+    from wsutils.run.sweep import _code_digest
+
+    before = _code_digest(nm.normalisation_point)
+    other = next(k for k in nm.CHAPTER if k != "tempered")
+    monkeypatch.setitem(nm.CHAPTER, "tempered", nm.CHAPTER[other])
+    assert _code_digest(nm.normalisation_point) != before

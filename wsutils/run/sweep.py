@@ -25,8 +25,9 @@ What the store trusts:
 - **Keys are unambiguous.** A point's key is a SHA-256 over the canonical JSON (sorted keys,
   shortest round-trip floats) of its parameters, of ``fn``'s qualified name and of a digest of
   the code that runs (``_code_digest``: ``fn``'s code objects, defaults and closure, and
-  recursively those of the functions, classes and plain constants its names reach in its own
-  top-level package and in ``wsutils``; read from memory, not from the source file, so a
+  recursively those of the functions, classes, plain constants and tables of settings (dicts
+  named in upper case, dataclass instances) that its names and its function-level imports
+  reach in its own top-level package and in ``wsutils``; read from memory, not from the source file, so a
   module edited on disk but not reloaded keeps its old key). A parameter that is not a plain
   JSON value (``None``, bools, ints, floats, strings, lists/tuples, dicts with string keys;
   numpy scalars count as their Python value) is a :class:`TypeError`: an array's or a
@@ -35,7 +36,8 @@ What the store trusts:
   lambdas, nested functions, ``functools.partial`` objects and bound methods are refused.
   Two functions with one name but different code get different keys, and so do two whose
   helpers in the package differ; what the digest does not reach (code outside those
-  packages, data files, environment variables, mutable global state) is *not* in the key:
+  packages, data files, environment variables, lists and sets and ``…_CACHE`` dicts, which hold state) is *not*
+  in the key:
   clear the store when that changes.
 - **Records are verified.** Each file holds the full point, ``fn``'s name and a SHA-256 of
   the canonical JSON of all of it and of the record. A file that does not parse, belongs to
@@ -51,7 +53,11 @@ What the store trusts:
 
 from __future__ import annotations
 
+import dataclasses
+import dis
 import hashlib
+import importlib
+import importlib.util
 import json
 import numbers
 import os
@@ -151,11 +157,10 @@ def _const(c: Any) -> str:
         return f"{type(c).__name__}({sorted(_const(v) for v in c)})"
     if isinstance(c, tuple):
         return "(" + ",".join(_const(v) for v in c) + ")"
-    if isinstance(c, (list, dict)):
-        try:
-            return type(c).__name__ + ":" + _canonical(c)
-        except (TypeError, ValueError):
-            return type(c).__name__
+    if isinstance(c, list):
+        return "[" + ",".join(_const(v) for v in c) + "]"
+    if isinstance(c, dict):
+        return "{" + ",".join(sorted(f"{_const(k)}:{_const(v)}" for k, v in c.items())) + "}"
     if c is None or isinstance(c, (bool, int, float, complex, str, bytes)) or c is Ellipsis:
         return f"{type(c).__name__}:{c!r}"
     text = repr(c)
@@ -173,6 +178,7 @@ class _CodeHasher:
         self.h = hashlib.sha256()
         self.roots = roots
         self.seen: set[int] = set()
+        self.imports: list[tuple[str, str, int, tuple]] = []  # (package, name, level, fromlist)
 
     def feed(self, *parts: Any) -> None:
         for p in parts:
@@ -188,6 +194,14 @@ class _CodeHasher:
                   code.co_cellvars, code.co_argcount, code.co_posonlyargcount,
                   code.co_kwonlyargcount, code.co_flags)
         names.update(code.co_names)
+        level = fromlist = None
+        for ins in dis.get_instructions(code):  # imports inside the function: follow them
+            if ins.opname == "LOAD_CONST":
+                level, fromlist = fromlist, ins.argval
+            elif ins.opname == "IMPORT_NAME":
+                self.imports.append((scope.get("__package__") or "", ins.argval,
+                                     level if isinstance(level, int) else 0,
+                                     tuple(fromlist or ())))
         for c in code.co_consts:
             if isinstance(c, types.CodeType):
                 self.code(c, scope, names)
@@ -254,14 +268,70 @@ class _CodeHasher:
             elif self.inside(value) and (callable(value) or isinstance(value, type)):
                 self.feed("global", name)
                 self.obj(value)
-            elif isinstance(value, _PLAIN_GLOBALS):
-                self.feed("global", name, _const(value))
+            elif self._readable(name, value):
+                self.feed("global", name)
+                self.value(value)
+        modules += self.imported()
         for mod in modules:
             for name in sorted(names):
                 value = getattr(mod, name, None)
                 if value is not None and self.inside(value) and callable(value):
                     self.feed("attribute", mod.__name__, name)
                     self.obj(value)
+                elif self._readable(name, value):
+                    self.feed("attribute", mod.__name__, name)
+                    self.value(value)
+
+    def _readable(self, name: str, value: Any) -> bool:
+        """A module-level value whose contents the code may read: a plain constant, a
+        dataclass instance of the package, or a table of settings (a dict named in upper
+        case, as constants are; a module's cache is named ``…_CACHE`` and left out, as are
+        lists and sets, which hold state rather than settings)."""
+        if isinstance(value, _PLAIN_GLOBALS):
+            return True
+        if isinstance(value, dict):
+            return name.lstrip("_").isupper() and not name.endswith("CACHE")
+        return self.inside(value) and dataclasses.is_dataclass(value) \
+            and not isinstance(value, type)
+
+    def value(self, value: Any) -> None:
+        """A readable value: the code of the package's functions it holds, the text of the
+        rest (:func:`_const`)."""
+        if isinstance(value, dict):
+            for k in sorted(value, key=_const):
+                self.feed("entry", _const(k))
+                self.value(value[k])
+        elif self.inside(value) and callable(value) and not dataclasses.is_dataclass(value):
+            self.obj(value)
+        else:
+            self.feed(_const(value))
+
+    def imported(self) -> list[types.ModuleType]:
+        """The package's modules imported inside the code walked so far, and what their
+        ``from … import`` names reach (followed like globals)."""
+        modules = []
+        pending, self.imports = self.imports, []
+        for package, name, level, fromlist in pending:
+            try:
+                full = importlib.util.resolve_name("." * level + name, package) if level \
+                    else name
+            except (ImportError, ValueError):
+                continue
+            if full.split(".")[0] not in self.roots:
+                continue
+            module = sys.modules.get(full) or importlib.import_module(full)
+            modules.append(module)
+            for attr in fromlist:
+                value = getattr(module, attr, None)
+                if isinstance(value, types.ModuleType):
+                    modules.append(value)
+                elif value is not None and self.inside(value) and callable(value):
+                    self.feed("imported", full, attr)
+                    self.obj(value)
+                elif self._readable(attr, value):
+                    self.feed("imported", full, attr)
+                    self.value(value)
+        return modules
 
 
 def _code_digest(fn: Callable) -> str:

@@ -905,7 +905,7 @@ def _review_vocabulary(model, text: str, n: int, positions: Sequence[int], token
 #: Texts of a :func:`vocabulary_search` that failed part-way (a killed pool worker, an
 #: interrupt), keyed by everything that determines them (:func:`_text_key`), so that a rerun
 #: resumes; an entry goes when a rerun uses it.
-_FINISHED: dict[str, tuple] = {}
+_FINISHED_CACHE: dict[str, tuple] = {}
 
 
 def _text_key(digest: str, text: str, n: int, positions, tokens, batch: int) -> str:
@@ -966,7 +966,7 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
     texts = list(texts)
     digest = _encoder_digest(enc)
     keys = [_text_key(digest, t, n, positions, tokens, batch) for t in texts]
-    done: dict[int, tuple] = {r: _FINISHED[k] for r, k in enumerate(keys) if k in _FINISHED}
+    done: dict[int, tuple] = {r: _FINISHED_CACHE[k] for r, k in enumerate(keys) if k in _FINISHED_CACHE}
     todo = [r for r in range(len(texts)) if r not in done]
     if executor is not None:
         try:
@@ -994,7 +994,7 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
                     fut.cancel()
     except BaseException as err:
         for r, res in done.items():
-            _FINISHED[keys[r]] = res
+            _FINISHED_CACHE[keys[r]] = res
         kept = f"{len(done)} of {len(texts)} texts finished and kept: the same call resumes"
         from concurrent.futures.process import BrokenProcessPool
 
@@ -1004,7 +1004,7 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
             err.add_note(f"vocabulary_search: {kept}.")
         raise
     for k in keys:
-        _FINISHED.pop(k, None)
+        _FINISHED_CACHE.pop(k, None)
     found = [(r, done[r][0], vc) for r in range(len(texts)) for vc in done[r][1]]
     return found, float(sum(done[r][2] for r in range(len(texts))))
 
