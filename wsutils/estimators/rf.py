@@ -156,8 +156,9 @@ def rf_row_law(X: Array, k: int, row: int, *, seed: int, device=None,
                precision: str = "float64"):
     """One draw of ``(V flat(X), V_i)`` for ``i = row`` from the law of
     :prf:ref:`prop-rf-row-law`: ``V_i`` with i.i.d. ``N(0, 1/D)`` entries and
-    ``g = V flat(X) = V_i x_i + σ z``, ``σ = ‖flat(X_{−i})‖/√D``. Returns ``(g, V_i)``, ``g``
-    in float64 (``g`` is what the functions below take as their argument ``u``).
+    ``g = V flat(X) = V_i x_i + σ_{−i} z``, ``σ_{−i} = ‖flat(X_{−i})‖/√D``. Returns
+    ``(g, V_i)``, ``g`` in float64 (``g`` is what the functions below take as their argument
+    ``u``).
 
     ``precision="float64"`` (default): ``V_i`` and ``z`` are float64 normals, ``V_i`` is
     returned in float64. ``"float32"``: they are drawn and scaled in single precision (four
