@@ -142,3 +142,39 @@ def test_authors_map_differs_only_by_float32_rounding():
     torch.testing.assert_close(authors_map(X, W, kind="raf"), ws.raf(X, W), rtol=1e-15, atol=0)
     with pytest.raises(ValueError, match="kind"):
         authors_map(X, W, kind="rf")
+
+
+def test_fro2_model_is_the_delta_method():
+    """Issue 23 item 8: the sd is the first-order delta method's, not the numerator's."""
+    e = math.e
+    mean, sd = attention_fro2_model(100)
+    assert sd == pytest.approx(math.sqrt(e ** 6 - 4 * e ** 4 + 4 * e ** 3 - e ** 2) / 100)
+    assert 16.0 < sd * 100 < 16.2
+    # at large n the i.i.d.-score model's spread approaches it (n = 400: within 20 %)
+    g = np.random.default_rng(0)
+    vals = []
+    for _ in range(200):
+        s = g.standard_normal((400, 400))
+        a = np.exp(s - s.max(axis=1, keepdims=True))
+        a /= a.sum(axis=1, keepdims=True)
+        vals.append(float((a ** 2).sum()))
+    assert 0.7 < np.std(vals, ddof=1) / attention_fro2_model(400)[1] < 1.2
+
+
+def test_sigma2_model_matches_the_construction():
+    """Issue 23 item 7: the reduced Monte Carlo of sigma2_model against σ² = ‖Wᵀx'‖²/d
+    computed from the row take-over itself, at d = 48 (means within 4 combined standard
+    errors; sd within 20 %)."""
+    from wsutils.estimators import attention as at
+    from wsutils.estimators.relu import sigma2_model
+    d, m = 48, 300
+    direct = []
+    for k in range(m):
+        X, W = ws.sample_X(2, d, seed=10 + k), ws.sample_W(d, seed=10_000 + k)
+        x1 = X[0] + torch.as_tensor(at.row_takeover(X, W, 0))
+        direct.append(float(torch.linalg.vector_norm(W.T @ x1) ** 2) / d)
+    mean, sd = sigma2_model(d, draws=3000, seed=1)
+    se = sd * math.sqrt(1 / m + 1 / 3000)
+    assert abs(np.mean(direct) - mean) < 4 * se
+    assert 0.8 < np.std(direct, ddof=1) / sd < 1.2
+    assert mean > sigma2_model(4 * d, draws=600, seed=2)[0] > 3.5     # the bias falls with d

@@ -56,3 +56,14 @@ def test_drf_expansion_matches_the_corner_value():
 def test_bad_input_is_refused(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_bonferroni_band_and_its_failure_probability():
+    assert rates.bonferroni_z(1, 0.05) == pytest.approx(1.959964, rel=1e-6)
+    for m in (1, 3, 75):
+        p = rates.family_failure(rates.bonferroni_z(m), m)
+        assert 0.0099 < p < 0.01 * (1 + 1e-9)
+    assert rates.family_failure(3.0, 1) == pytest.approx(0.0026998, rel=1e-4)
+    assert rates.family_failure(3.0, 0) == 0.0
+    with pytest.raises(ValueError):
+        rates.bonferroni_z(0)

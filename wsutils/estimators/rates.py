@@ -30,7 +30,8 @@ import math
 import numpy as np
 
 __all__ = ["A1_MAX", "rf_upper_limit", "rf_lower_typical", "rf_finite_width_factor",
-           "ols_slope", "rf_slope_window", "drf_limit_expansion", "kappa_isotropic"]
+           "ols_slope", "rf_slope_window", "drf_limit_expansion", "kappa_isotropic",
+           "bonferroni_z", "family_failure"]
 
 #: The largest ``a_1`` of the model ``S ∝ (1 + a_1·√(d/k))/√n`` (the lower certificate's factor).
 A1_MAX = math.sqrt(2.0)
@@ -118,3 +119,27 @@ def kappa_isotropic(n, d):
     tending to ``−1/2`` only as ``n/d → ∞``. A typical value, not a bound."""
     n, d = _positive("n", n), _positive("d", d)
     return 1 + np.sqrt(n / d)
+
+
+def bonferroni_z(m: int, alpha: float = 0.01) -> float:
+    """The half-width ``z`` of a band ``|value − model mean| < z·sd`` checked on ``m`` values
+    such that, for normal values, all ``m`` pass with probability at least ``1 − alpha``
+    (Bonferroni: each leaves with probability ``alpha/m``). The book's bands on grids of
+    seeds use it with ``alpha = 0.01``; :func:`family_failure` gives the exact probability
+    for independent values."""
+    from statistics import NormalDist
+
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"m must be a positive integer (values checked), got {m!r}.")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}.")
+    return NormalDist().inv_cdf(1 - alpha / (2 * m))
+
+
+def family_failure(z: float, m: int) -> float:
+    """``P(some |N_k| ≥ z)`` for ``m`` independent standard normal values ``N_k``:
+    ``1 − (1 − erfc(z/√2))^m``, the probability that a band of half-width ``z`` sd, checked on
+    ``m`` independent values that follow the model, fails for a fresh set of seeds."""
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
+        raise ValueError(f"m must be a non-negative integer, got {m!r}.")
+    return float(-math.expm1(m * math.log1p(-math.erfc(z / math.sqrt(2)))))

@@ -31,7 +31,7 @@ from ..sensitivity import project_ball, relative_change
 __all__ = [
     "ReluTakeover", "relu_orthogonal_takeover", "relu_zeta_estimate", "ReluBound",
     "relu_upper_bound", "relu_takeover_point", "far_slope_prediction",
-    "slope_standard_error", "lse_model", "attention_fro2_model",
+    "slope_standard_error", "lse_model", "attention_fro2_model", "sigma2_model",
 ]
 
 
@@ -272,12 +272,69 @@ def lse_model(n: int, sigma2: float) -> tuple[float, float]:
 
 FRO2_BIAS = 2 * (math.e ** 2 - 1) - 3 * (math.e - 1)
 
+#: ``√(e⁶ − 4e⁴ + 4e³ − e²) ≈ 16.1``: ``n`` times the first-order standard deviation of
+#: ``‖A‖_F²`` (:func:`attention_fro2_model`).
+FRO2_SD = math.sqrt(math.e ** 6 - 4 * math.e ** 4 + 4 * math.e ** 3 - math.e ** 2)
+
 
 def attention_fro2_model(n: int) -> tuple[float, float]:
     """The model of :prf:ref:`conj-raf-high` for ``‖A‖_F²``: every row of scores i.i.d.
-    ``N(0, 1)``, so ``n‖a_j‖² = n Σ_k e^{2s_jk}/(Σ_k e^{s_jk})² → e``. The delta method gives the
-    mean ``e (1 − c/n)`` with ``c = 2(e² − 1) − 3(e − 1) ≈ 7.6`` (``FRO2_BIAS``), and the
-    average over ``n`` nearly independent rows a standard deviation ``≈ e·√(e⁴ − 1)/n``.
-    Returns ``(mean, sd)``; first order in ``1/n``, for ``n`` of 50 or more."""
+    ``N(0, 1)``, so ``n‖a_j‖² = R_j = U_j/V_j²`` with ``U_j = n⁻¹Σ_k e^{2s_jk}`` and
+    ``V_j = n⁻¹Σ_k e^{s_jk}``, ``R_j → e``. The delta method around
+    ``(E U, E V) = (e², e^{1/2})`` gives ``R_j − e ≈ (U_j − e²)/e − 2e^{1/2}(V_j − e^{1/2})``,
+    of variance ``[Var e^{2s}/e² + 4e Var e^{s} − 4e^{−1/2} Cov(e^{2s}, e^{s})]/n
+    = (e⁶ − 4e⁴ + 4e³ − e²)/n`` (``Var e^{2s} = e⁸ − e⁴``, ``Var e^{s} = e² − e``,
+    ``Cov = e^{9/2} − e^{5/2}``), and to second order the mean ``e (1 − c/n)`` with
+    ``c = 2(e² − 1) − 3(e − 1) ≈ 7.6`` (``FRO2_BIAS``). ``‖A‖_F² = n⁻¹Σ_j R_j`` averages
+    ``n`` nearly independent rows: standard deviation ``√(e⁶ − 4e⁴ + 4e³ − e²)/n ≈ 16.1/n``
+    (``FRO2_SD``). Returns ``(mean, sd)``; first order in ``1/n``. The summands ``e^{2s}``
+    are log-normal with a heavy right tail, so at ``n`` in the tens the spread of a typical
+    draw is smaller than this sd (the variance is carried by rare draws): a band of a few
+    of these sd is conservative there."""
     n = check_int("n", n, minimum=2)
-    return math.e * (1 - FRO2_BIAS / n), math.e * math.sqrt(math.e ** 4 - 1) / n
+    return math.e * (1 - FRO2_BIAS / n), FRO2_SD / n
+
+
+def sigma2_model(d: int, *, draws: int = 600, seed: int = 0) -> tuple[float, float]:
+    """The finite-``d`` law of ``σ² = ‖Wᵀx'_i‖²/d`` of :prf:ref:`conj-raf-high` (part 1),
+    ``x'_i = x_i + √d·u`` the row take-over (``u`` the unit top eigenvector of
+    ``H = (W + Wᵀ)/2``, signed so that ``uᵀx_i ≥ 0``), ``W_jl ~ N(0, 1/d)`` i.i.d. and ``x_i``
+    uniform on the sphere of radius ``√d``, by an exact Monte Carlo of ``draws`` draws
+    (``seed``). Returns ``(mean, sd)``.
+
+    The law, reduced to ``O(d)`` numbers per draw: ``H`` is GOE (diagonal variance ``1/d``,
+    off-diagonal ``1/(2d)``) and ``A = (W − Wᵀ)/2`` is independent of it, with
+    ``Wᵀ = H − A``. The spectrum ``λ₁ ≥ … ≥ λ_d`` of ``H`` is that of the tridiagonal matrix
+    with diagonal ``N(0, 1/d)`` and off-diagonal ``χ_{d−k}/√(2d)``, ``k = 1…d−1``
+    (Dumitriu–Edelman, β = 1); its eigenvectors are Haar and independent of the spectrum,
+    so the coordinates ``c`` of ``x_i`` in them are uniform on the sphere and those of
+    ``x'_i`` are ``c' = c + √d e₁`` with ``c₁ ≥ 0`` (the sign of ``u``). Then
+    ``Hx'_i = Λc'``, and given ``H`` and ``x'_i`` the vector ``Ax'_i`` is
+    ``N(0, (‖x'_i‖²I − x'_i x'_iᵀ)/(2d))`` in any orthonormal basis (``A``'s law is
+    rotation invariant), so ``σ² = ‖Λc' − z‖²/d`` with ``z = ‖c'‖(g − (gᵀĉ)ĉ)/√(2d)``,
+    ``g ~ N(0, I_d)``, ``ĉ = c'/‖c'‖``.
+
+    Where the mean differs from the limit ``7/2``: ``σ² = ‖Wᵀx_i‖²/d + ‖Wᵀu‖² +
+    2x_iᵀWWᵀu/√d``, with ``E‖Wᵀx_i‖²/d = 1``, ``‖Wᵀu‖² = λ₁² + ‖Au‖²`` (``E‖Au‖² =
+    (d − 1)/(2d)``), and the cross term, whose mean ``≈ 2(λ₁² + ½)·E|uᵀx_i|/√d ≈
+    4.0/√d`` is positive because ``u`` is signed so that ``uᵀx_i ≥ 0``: an ``O(1/√d)`` bias,
+    partly offset by ``E λ₁² < 2`` at finite ``d`` (the edge of the semicircle).
+    ``O(draws·d²)`` time (the tridiagonal eigenvalues)."""
+    from scipy.linalg import eigvalsh_tridiagonal
+
+    d = check_int("d", d, minimum=2)
+    draws = check_int("draws", draws, minimum=2)
+    rng = np.random.default_rng(check_seed(seed))
+    out = np.empty(draws)
+    for t in range(draws):
+        lam = eigvalsh_tridiagonal(
+            rng.standard_normal(d) / math.sqrt(d),
+            np.sqrt(rng.chisquare(np.arange(d - 1, 0, -1)) / (2 * d)))[::-1]
+        c = rng.standard_normal(d)
+        c *= math.sqrt(d) / np.linalg.norm(c)
+        c[0] = abs(c[0]) + math.sqrt(d)                  # coordinates of x'_i = x_i + √d u
+        chat = c / np.linalg.norm(c)
+        g = rng.standard_normal(d)
+        z = (g - (g @ chat) * chat) * (np.linalg.norm(c) / math.sqrt(2 * d))    # A x'_i
+        out[t] = float(np.sum((lam * c - z) ** 2)) / d
+    return float(out.mean()), float(out.std(ddof=1))
