@@ -67,3 +67,19 @@ def test_bonferroni_band_and_its_failure_probability():
     assert rates.family_failure(3.0, 0) == 0.0
     with pytest.raises(ValueError):
         rates.bonferroni_z(0)
+
+
+def test_ols_slope_bound_is_attained_and_bounds_every_perturbation():
+    ns = np.geomspace(1e3, 1e5, 9)
+    b = 1 / ns
+    bound = rates.ols_slope_bound(ns, b)
+    x = np.log(ns)
+    sign = np.sign(x - x.mean())
+    base = ns ** -0.5
+    assert abs(rates.ols_slope(ns, base * np.exp(b * sign)) + 0.5) == pytest.approx(bound)
+    g = np.random.default_rng(0)
+    for _ in range(20):
+        eps = b * g.uniform(-1, 1, ns.size)
+        assert abs(rates.ols_slope(ns, base * np.exp(eps)) + 0.5) <= bound * (1 + 1e-12)
+    with pytest.raises(ValueError):
+        rates.ols_slope_bound(ns, -b)

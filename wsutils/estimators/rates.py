@@ -31,7 +31,7 @@ import numpy as np
 
 __all__ = ["A1_MAX", "rf_upper_limit", "rf_lower_typical", "rf_finite_width_factor",
            "ols_slope", "rf_slope_window", "drf_limit_expansion", "kappa_isotropic",
-           "bonferroni_z", "family_failure"]
+           "bonferroni_z", "family_failure", "ols_slope_bound"]
 
 #: The largest ``a_1`` of the model ``S ∝ (1 + a_1·√(d/k))/√n`` (the lower certificate's factor).
 A1_MAX = math.sqrt(2.0)
@@ -143,3 +143,17 @@ def family_failure(z: float, m: int) -> float:
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
         raise ValueError(f"m must be a non-negative integer, got {m!r}.")
     return float(-math.expm1(m * math.log1p(-math.erfc(z / math.sqrt(2)))))
+
+
+def ols_slope_bound(n, bound) -> float:
+    """``max |Σ_j w_j ε_j|`` over perturbations ``|ε_j| ≤ bound_j`` of the ``log`` values, with
+    ``w_j = (log n_j − mean)/Σ(log n − mean)²`` the weights of the least-squares slope of
+    ``log y`` on ``log n`` (:func:`ols_slope`): ``Σ_j |w_j|·bound_j``, attained at
+    ``ε_j = bound_j·sign(w_j)``. How far a remainder known only to satisfy ``|ε_j| ≤ bound_j``
+    can move a fitted slope (chapter ``deep-random-features``, the wide limit's rate)."""
+    x = np.log(_positive("n", n))
+    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape)
+    if np.any(~np.isfinite(b)) or np.any(b < 0):
+        raise ValueError(f"bound must be finite and non-negative, got {bound!r}.")
+    w = (x - x.mean()) / float(((x - x.mean()) ** 2).sum())
+    return float(np.sum(np.abs(w) * b))
