@@ -178,3 +178,25 @@ def test_sigma2_model_matches_the_construction():
     assert abs(np.mean(direct) - mean) < 4 * se
     assert 0.8 < np.std(direct, ddof=1) / sd < 1.2
     assert mean > sigma2_model(4 * d, draws=600, seed=2)[0] > 3.5     # the bias falls with d
+
+
+def test_relu_certified_upper_bounds_every_word():
+    """Issue 23 item 2: the certified bound of prop-relu-low at every row is at least the
+    per-row bound with the same ζ and at least every relative change a search finds."""
+    from wsutils.estimators.relu import (relu_certified_upper, relu_upper_bound,
+                                         relu_zeta_estimate, relu_zeta_lower)
+    X, W = _text(120, 6, 3)
+    up = relu_certified_upper(X, W)
+    zl = relu_zeta_lower(X)
+    assert up.shape == (120,) and np.all(zl >= 0)
+    for i in (0, 7, 119):
+        assert zl[i] <= relu_zeta_estimate(X, i) * (1 + 1e-12)      # certified ≤ attained
+        exact = relu_upper_bound(X, W, i, max(zl[i], 1e-300)).value
+        assert up[i] >= exact * (1 - 1e-12)
+    res = ws.word_sensitivity(lambda Z: ws.relu_attention(Z, W), X, rows=[0, 7, 119],
+                              steps=30, starts=3, seed=0)
+    for i, v in res.per_row.items():
+        assert v <= up[i]
+    # at n ≫ d² the closed-form ζ bound is positive
+    Xbig = ws.sample_X(6000, 3, seed=1)
+    assert relu_zeta_lower(Xbig).min() > 0

@@ -83,3 +83,15 @@ def test_ols_slope_bound_is_attained_and_bounds_every_perturbation():
         assert abs(rates.ols_slope(ns, base * np.exp(eps)) + 0.5) <= bound * (1 + 1e-12)
     with pytest.raises(ValueError):
         rates.ols_slope_bound(ns, -b)
+
+
+def test_slope_se_seeds_counts_only_the_spread_between_seeds():
+    ns = (10, 50, 100, 250)
+    curved = np.array([[math.log(n) ** 2] * 3 for n in ns])        # no spread between seeds
+    assert rates.slope_se_seeds(ns, curved) < 1e-14
+    noisy = curved + np.array([[0.1, -0.1, 0.0]] * 4)
+    x = np.log(ns)
+    want = math.sqrt(0.01 / (3 * float(((x - x.mean()) ** 2).sum())))
+    assert rates.slope_se_seeds(ns, noisy) == pytest.approx(want)
+    with pytest.raises(ValueError):
+        rates.slope_se_seeds(ns, curved[:, :1])

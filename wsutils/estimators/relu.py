@@ -32,6 +32,7 @@ __all__ = [
     "ReluTakeover", "relu_orthogonal_takeover", "relu_zeta_estimate", "ReluBound",
     "relu_upper_bound", "relu_takeover_point", "far_slope_prediction",
     "slope_standard_error", "lse_model", "attention_fro2_model", "sigma2_model",
+    "relu_zeta_lower", "relu_certified_upper",
 ]
 
 
@@ -338,3 +339,63 @@ def sigma2_model(d: int, *, draws: int = 600, seed: int = 0) -> tuple[float, flo
         z = (g - (g @ chat) * chat) * (np.linalg.norm(c) / math.sqrt(2 * d))    # A x'_i
         out[t] = float(np.sum((lam * c - z) ** 2)) / d
     return float(out.mean()), float(out.std(ddof=1))
+
+
+def relu_zeta_lower(X: Array) -> np.ndarray:
+    """A certified lower bound on ``ζ_i = min_{‖v‖=1} Σ_{k≠i} ReLU(x_kᵀv)``
+    (:prf:ref:`prop-relu-low`) for every row ``i``, in closed form: with ``t = X_{−i}v``,
+    ``Σ_k ReLU(t_k) = (‖t‖₁ + s_iᵀv)/2``, ``s_i = Σ_{k≠i} x_k``; ``‖t‖₁ ≥ ‖t‖₂²/‖t‖_∞``,
+    ``‖t‖₂² ≥ σ_min(X_{−i})² ≥ σ_min(X)² − ‖x_i‖²`` (interlacing) and
+    ``‖t‖_∞ ≤ max_k ‖x_k‖``, so ``ζ_i ≥ ((σ_min(X)² − ‖x_i‖²)/max_k‖x_k‖ − ‖s_i‖)/2``,
+    clipped at 0. Positive only for ``n`` of order ``d²`` (for isotropic rows), so on the
+    book's grids it is 0, which the bound of :func:`relu_certified_upper` allows."""
+    Xt = as_tensor(X, dtype=torch.float64)
+    n, d = check_text(Xt)
+    smin = float(torch.linalg.svdvals(Xt)[-1]) if n >= d else 0.0
+    norms2 = (Xt ** 2).sum(dim=1)
+    s = Xt.sum(dim=0)[None] - Xt                               # s_i = Σ_{k≠i} x_k
+    lower = ((smin ** 2 - norms2) / float(norms2.max().sqrt())
+             - torch.linalg.vector_norm(s, dim=1)) / 2
+    return lower.clamp_min(0).numpy()
+
+
+def relu_certified_upper(X: Array, W: Array) -> np.ndarray:
+    """The bound of :prf:ref:`prop-relu-low` at **every** row ``i``, certified: an upper
+    bound on ``sup_{‖Δ‖≤√d} ‖φ(X_i(Δ)) − φ(X)‖_F/‖φ(X)‖_F`` for ReLU attention
+    (eq. :eq:`eq-relu-attention`), so ``S(X) ≤ max_i`` of the result (an upper certificate
+    over every word). Each entry is :func:`relu_upper_bound`'s ``value`` with three inputs
+    replaced by quantities that can only enlarge it: ``ζ_i`` by the certified lower bound of
+    :func:`relu_zeta_lower` (``τ_i`` falls with ``ζ_i``; at ``ζ_i = 0`` its minimum is
+    ``2√d``), ``‖X_{−i}‖_op`` and ``‖X_{−i}W‖_op`` by ``‖X‖_op`` and ``‖XW‖_op`` (deleting a
+    row cannot raise an operator norm). ``μ_i``, ``α`` and ``‖φ_i‖`` are exact. Cost: two
+    singular-value computations and ``O(n²)`` for all rows together, then a closed form per
+    word. Raises ``ValueError`` where some ``μ_i = 0`` (the proposition does not apply)."""
+    Xt = as_tensor(X, dtype=torch.float64)
+    n, d = check_text(Xt)
+    if Xt.ndim != 2 or n < 2:
+        raise ValueError(f"X must be one text of shape (n, d) with n ≥ 2, got {tuple(Xt.shape)}.")
+    check_unit_rows(Xt)
+    Wt = as_tensor(W, dtype=torch.float64)
+    check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
+    b = torch.relu(attention_scores(Xt, Wt))
+    Z = b.sum(dim=1)
+    M = Z[:, None] - b                                   # M[j, i] = Σ_{k≠i} b_jk
+    M.fill_diagonal_(math.inf)                           # j ≠ i
+    mu = M.min(dim=0).values                             # μ_i
+    if not bool((mu > 0).all()):
+        raise ValueError("μ_i = 0 for some row i: some other row has no positive score "
+                         "outside key i; the bound of prop-relu-low does not apply.")
+    phi = (b / torch.where(Z > 0, Z, torch.ones_like(Z))[:, None]) @ Xt
+    sqd = math.sqrt(d)
+    X_op = float(torch.linalg.matrix_norm(Xt, ord=2))
+    XW_op = float(torch.linalg.matrix_norm(Xt @ Wt, ord=2))
+    zeta = torch.as_tensor(relu_zeta_lower(Xt))
+    cap = torch.full_like(zeta, 2 * sqd)
+    pos = zeta > 0
+    via_zeta = torch.where(pos, X_op ** 2 / torch.where(pos, zeta, 1.0)
+                           + 2 * sqd * torch.clamp(2 * sqd / torch.where(pos, zeta, 1.0),
+                                                   max=1.0), cap)
+    tau = torch.linalg.vector_norm(phi, dim=1) + torch.minimum(cap, via_zeta)
+    alpha = torch.sqrt((b ** 2).sum(dim=0) - torch.diagonal(b) ** 2)      # ‖b[j≠i, i]‖
+    omega = sqd * (3 * XW_op + alpha) / mu
+    return (torch.sqrt(tau ** 2 + omega ** 2) / torch.linalg.vector_norm(phi)).numpy()
