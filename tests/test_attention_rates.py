@@ -142,3 +142,61 @@ def test_authors_map_differs_only_by_float32_rounding():
     torch.testing.assert_close(authors_map(X, W, kind="raf"), ws.raf(X, W), rtol=1e-15, atol=0)
     with pytest.raises(ValueError, match="kind"):
         authors_map(X, W, kind="rf")
+
+
+def test_fro2_model_is_the_delta_method():
+    """Issue 23 item 8: the sd is the first-order delta method's, not the numerator's."""
+    e = math.e
+    mean, sd = attention_fro2_model(100)
+    assert sd == pytest.approx(math.sqrt(e ** 6 - 4 * e ** 4 + 4 * e ** 3 - e ** 2) / 100)
+    assert 16.0 < sd * 100 < 16.2
+    # at large n the i.i.d.-score model's spread approaches it (n = 400: within 20 %)
+    g = np.random.default_rng(0)
+    vals = []
+    for _ in range(200):
+        s = g.standard_normal((400, 400))
+        a = np.exp(s - s.max(axis=1, keepdims=True))
+        a /= a.sum(axis=1, keepdims=True)
+        vals.append(float((a ** 2).sum()))
+    assert 0.7 < np.std(vals, ddof=1) / attention_fro2_model(400)[1] < 1.2
+
+
+def test_sigma2_model_matches_the_construction():
+    """Issue 23 item 7: the reduced Monte Carlo of sigma2_model against σ² = ‖Wᵀx'‖²/d
+    computed from the row take-over itself, at d = 48 (means within 4 combined standard
+    errors; sd within 20 %)."""
+    from wsutils.estimators import attention as at
+    from wsutils.estimators.relu import sigma2_model
+    d, m = 48, 300
+    direct = []
+    for k in range(m):
+        X, W = ws.sample_X(2, d, seed=10 + k), ws.sample_W(d, seed=10_000 + k)
+        x1 = X[0] + torch.as_tensor(at.row_takeover(X, W, 0))
+        direct.append(float(torch.linalg.vector_norm(W.T @ x1) ** 2) / d)
+    mean, sd = sigma2_model(d, draws=3000, seed=1)
+    se = sd * math.sqrt(1 / m + 1 / 3000)
+    assert abs(np.mean(direct) - mean) < 4 * se
+    assert 0.8 < np.std(direct, ddof=1) / sd < 1.2
+    assert mean > sigma2_model(4 * d, draws=600, seed=2)[0] > 3.5     # the bias falls with d
+
+
+def test_relu_certified_upper_bounds_every_word():
+    """Issue 23 item 2: the certified bound of prop-relu-low at every row is at least the
+    per-row bound with the same ζ and at least every relative change a search finds."""
+    from wsutils.estimators.relu import (relu_certified_upper, relu_upper_bound,
+                                         relu_zeta_estimate, relu_zeta_lower)
+    X, W = _text(120, 6, 3)
+    up = relu_certified_upper(X, W)
+    zl = relu_zeta_lower(X)
+    assert up.shape == (120,) and np.all(zl >= 0)
+    for i in (0, 7, 119):
+        assert zl[i] <= relu_zeta_estimate(X, i) * (1 + 1e-12)      # certified ≤ attained
+        exact = relu_upper_bound(X, W, i, max(zl[i], 1e-300)).value
+        assert up[i] >= exact * (1 - 1e-12)
+    res = ws.word_sensitivity(lambda Z: ws.relu_attention(Z, W), X, rows=[0, 7, 119],
+                              steps=30, starts=3, seed=0)
+    for i, v in res.per_row.items():
+        assert v <= up[i]
+    # at n ≫ d² the closed-form ζ bound is positive
+    Xbig = ws.sample_X(6000, 3, seed=1)
+    assert relu_zeta_lower(Xbig).min() > 0

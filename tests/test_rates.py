@@ -56,3 +56,42 @@ def test_drf_expansion_matches_the_corner_value():
 def test_bad_input_is_refused(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_bonferroni_band_and_its_failure_probability():
+    assert rates.bonferroni_z(1, 0.05) == pytest.approx(1.959964, rel=1e-6)
+    for m in (1, 3, 75):
+        p = rates.family_failure(rates.bonferroni_z(m), m)
+        assert 0.0099 < p < 0.01 * (1 + 1e-9)
+    assert rates.family_failure(3.0, 1) == pytest.approx(0.0026998, rel=1e-4)
+    assert rates.family_failure(3.0, 0) == 0.0
+    with pytest.raises(ValueError):
+        rates.bonferroni_z(0)
+
+
+def test_ols_slope_bound_is_attained_and_bounds_every_perturbation():
+    ns = np.geomspace(1e3, 1e5, 9)
+    b = 1 / ns
+    bound = rates.ols_slope_bound(ns, b)
+    x = np.log(ns)
+    sign = np.sign(x - x.mean())
+    base = ns ** -0.5
+    assert abs(rates.ols_slope(ns, base * np.exp(b * sign)) + 0.5) == pytest.approx(bound)
+    g = np.random.default_rng(0)
+    for _ in range(20):
+        eps = b * g.uniform(-1, 1, ns.size)
+        assert abs(rates.ols_slope(ns, base * np.exp(eps)) + 0.5) <= bound * (1 + 1e-12)
+    with pytest.raises(ValueError):
+        rates.ols_slope_bound(ns, -b)
+
+
+def test_slope_se_seeds_counts_only_the_spread_between_seeds():
+    ns = (10, 50, 100, 250)
+    curved = np.array([[math.log(n) ** 2] * 3 for n in ns])        # no spread between seeds
+    assert rates.slope_se_seeds(ns, curved) < 1e-14
+    noisy = curved + np.array([[0.1, -0.1, 0.0]] * 4)
+    x = np.log(ns)
+    want = math.sqrt(0.01 / (3 * float(((x - x.mean()) ** 2).sum())))
+    assert rates.slope_se_seeds(ns, noisy) == pytest.approx(want)
+    with pytest.raises(ValueError):
+        rates.slope_se_seeds(ns, curved[:, :1])

@@ -30,7 +30,8 @@ import math
 import numpy as np
 
 __all__ = ["A1_MAX", "rf_upper_limit", "rf_lower_typical", "rf_finite_width_factor",
-           "ols_slope", "rf_slope_window", "drf_limit_expansion", "kappa_isotropic"]
+           "ols_slope", "rf_slope_window", "drf_limit_expansion", "kappa_isotropic",
+           "bonferroni_z", "family_failure", "ols_slope_bound", "slope_se_seeds"]
 
 #: The largest ``a_1`` of the model ``S ∝ (1 + a_1·√(d/k))/√n`` (the lower certificate's factor).
 A1_MAX = math.sqrt(2.0)
@@ -118,3 +119,57 @@ def kappa_isotropic(n, d):
     tending to ``−1/2`` only as ``n/d → ∞``. A typical value, not a bound."""
     n, d = _positive("n", n), _positive("d", d)
     return 1 + np.sqrt(n / d)
+
+
+def bonferroni_z(m: int, alpha: float = 0.01) -> float:
+    """The half-width ``z`` of a band ``|value − model mean| < z·sd`` checked on ``m`` values
+    such that, for normal values, all ``m`` pass with probability at least ``1 − alpha``
+    (Bonferroni: each leaves with probability ``alpha/m``). The book's bands on grids of
+    seeds use it with ``alpha = 0.01``; :func:`family_failure` gives the exact probability
+    for independent values."""
+    from statistics import NormalDist
+
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"m must be a positive integer (values checked), got {m!r}.")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}.")
+    return NormalDist().inv_cdf(1 - alpha / (2 * m))
+
+
+def family_failure(z: float, m: int) -> float:
+    """``P(some |N_k| ≥ z)`` for ``m`` independent standard normal values ``N_k``:
+    ``1 − (1 − erfc(z/√2))^m``, the probability that a band of half-width ``z`` sd, checked on
+    ``m`` independent values that follow the model, fails for a fresh set of seeds."""
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
+        raise ValueError(f"m must be a non-negative integer, got {m!r}.")
+    return float(-math.expm1(m * math.log1p(-math.erfc(z / math.sqrt(2)))))
+
+
+def ols_slope_bound(n, bound) -> float:
+    """``max |Σ_j w_j ε_j|`` over perturbations ``|ε_j| ≤ bound_j`` of the ``log`` values, with
+    ``w_j = (log n_j − mean)/Σ(log n − mean)²`` the weights of the least-squares slope of
+    ``log y`` on ``log n`` (:func:`ols_slope`): ``Σ_j |w_j|·bound_j``, attained at
+    ``ε_j = bound_j·sign(w_j)``. How far a remainder known only to satisfy ``|ε_j| ≤ bound_j``
+    can move a fitted slope (chapter ``deep-random-features``, the wide limit's rate)."""
+    x = np.log(_positive("n", n))
+    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape)
+    if np.any(~np.isfinite(b)) or np.any(b < 0):
+        raise ValueError(f"bound must be finite and non-negative, got {bound!r}.")
+    w = (x - x.mean()) / float(((x - x.mean()) ** 2).sum())
+    return float(np.sum(np.abs(w) * b))
+
+
+def slope_se_seeds(n, log_values) -> float:
+    """Standard error of the least-squares slope of the per-``n`` mean of ``log_values``
+    (``(len(n), seeds)``) on ``log n``, from the spread between seeds only ("pure error"):
+    ``σ̂²`` pools the variance across seeds at each ``n`` (``seeds − 1`` degrees of freedom
+    each), and the slope's error is ``σ̂/√(seeds·Σ(log n − mean)²)``. Unlike the residuals
+    around the line, it does not count a curved mean (a decay that sets in part-way along the
+    grid, chapter ``relu-attention``) as noise. Needs at least two seeds."""
+    x = np.log(_positive("n", n)).ravel()
+    y = np.asarray(log_values, dtype=np.float64)
+    if y.ndim != 2 or y.shape[0] != x.size or y.shape[1] < 2 or x.size < 2:
+        raise ValueError("log_values must be (len(n), seeds) with at least 2 values of n and "
+                         f"2 seeds, got shape {y.shape} for {x.size} values of n.")
+    sigma2 = float(y.var(axis=1, ddof=1).mean())
+    return math.sqrt(sigma2 / (y.shape[1] * float(((x - x.mean()) ** 2).sum())))

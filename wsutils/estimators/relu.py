@@ -31,7 +31,8 @@ from ..sensitivity import project_ball, relative_change
 __all__ = [
     "ReluTakeover", "relu_orthogonal_takeover", "relu_zeta_estimate", "ReluBound",
     "relu_upper_bound", "relu_takeover_point", "far_slope_prediction",
-    "slope_standard_error", "lse_model", "attention_fro2_model",
+    "slope_standard_error", "lse_model", "attention_fro2_model", "sigma2_model",
+    "relu_zeta_lower", "relu_certified_upper",
 ]
 
 
@@ -272,12 +273,129 @@ def lse_model(n: int, sigma2: float) -> tuple[float, float]:
 
 FRO2_BIAS = 2 * (math.e ** 2 - 1) - 3 * (math.e - 1)
 
+#: ``√(e⁶ − 4e⁴ + 4e³ − e²) ≈ 16.1``: ``n`` times the first-order standard deviation of
+#: ``‖A‖_F²`` (:func:`attention_fro2_model`).
+FRO2_SD = math.sqrt(math.e ** 6 - 4 * math.e ** 4 + 4 * math.e ** 3 - math.e ** 2)
+
 
 def attention_fro2_model(n: int) -> tuple[float, float]:
     """The model of :prf:ref:`conj-raf-high` for ``‖A‖_F²``: every row of scores i.i.d.
-    ``N(0, 1)``, so ``n‖a_j‖² = n Σ_k e^{2s_jk}/(Σ_k e^{s_jk})² → e``. The delta method gives the
-    mean ``e (1 − c/n)`` with ``c = 2(e² − 1) − 3(e − 1) ≈ 7.6`` (``FRO2_BIAS``), and the
-    average over ``n`` nearly independent rows a standard deviation ``≈ e·√(e⁴ − 1)/n``.
-    Returns ``(mean, sd)``; first order in ``1/n``, for ``n`` of 50 or more."""
+    ``N(0, 1)``, so ``n‖a_j‖² = R_j = U_j/V_j²`` with ``U_j = n⁻¹Σ_k e^{2s_jk}`` and
+    ``V_j = n⁻¹Σ_k e^{s_jk}``, ``R_j → e``. The delta method around
+    ``(E U, E V) = (e², e^{1/2})`` gives ``R_j − e ≈ (U_j − e²)/e − 2e^{1/2}(V_j − e^{1/2})``,
+    of variance ``[Var e^{2s}/e² + 4e Var e^{s} − 4e^{−1/2} Cov(e^{2s}, e^{s})]/n
+    = (e⁶ − 4e⁴ + 4e³ − e²)/n`` (``Var e^{2s} = e⁸ − e⁴``, ``Var e^{s} = e² − e``,
+    ``Cov = e^{9/2} − e^{5/2}``), and to second order the mean ``e (1 − c/n)`` with
+    ``c = 2(e² − 1) − 3(e − 1) ≈ 7.6`` (``FRO2_BIAS``). ``‖A‖_F² = n⁻¹Σ_j R_j`` averages
+    ``n`` nearly independent rows: standard deviation ``√(e⁶ − 4e⁴ + 4e³ − e²)/n ≈ 16.1/n``
+    (``FRO2_SD``). Returns ``(mean, sd)``; first order in ``1/n``. The summands ``e^{2s}``
+    are log-normal with a heavy right tail, so at ``n`` in the tens the spread of a typical
+    draw is smaller than this sd (the variance is carried by rare draws): a band of a few
+    of these sd is conservative there."""
     n = check_int("n", n, minimum=2)
-    return math.e * (1 - FRO2_BIAS / n), math.e * math.sqrt(math.e ** 4 - 1) / n
+    return math.e * (1 - FRO2_BIAS / n), FRO2_SD / n
+
+
+def sigma2_model(d: int, *, draws: int = 600, seed: int = 0) -> tuple[float, float]:
+    """The finite-``d`` law of ``σ² = ‖Wᵀx'_i‖²/d`` of :prf:ref:`conj-raf-high` (part 1),
+    ``x'_i = x_i + √d·u`` the row take-over (``u`` the unit top eigenvector of
+    ``H = (W + Wᵀ)/2``, signed so that ``uᵀx_i ≥ 0``), ``W_jl ~ N(0, 1/d)`` i.i.d. and ``x_i``
+    uniform on the sphere of radius ``√d``, by an exact Monte Carlo of ``draws`` draws
+    (``seed``). Returns ``(mean, sd)``.
+
+    The law, reduced to ``O(d)`` numbers per draw: ``H`` is GOE (diagonal variance ``1/d``,
+    off-diagonal ``1/(2d)``) and ``A = (W − Wᵀ)/2`` is independent of it, with
+    ``Wᵀ = H − A``. The spectrum ``λ₁ ≥ … ≥ λ_d`` of ``H`` is that of the tridiagonal matrix
+    with diagonal ``N(0, 1/d)`` and off-diagonal ``χ_{d−k}/√(2d)``, ``k = 1…d−1``
+    (Dumitriu–Edelman, β = 1); its eigenvectors are Haar and independent of the spectrum,
+    so the coordinates ``c`` of ``x_i`` in them are uniform on the sphere and those of
+    ``x'_i`` are ``c' = c + √d e₁`` with ``c₁ ≥ 0`` (the sign of ``u``). Then
+    ``Hx'_i = Λc'``, and given ``H`` and ``x'_i`` the vector ``Ax'_i`` is
+    ``N(0, (‖x'_i‖²I − x'_i x'_iᵀ)/(2d))`` in any orthonormal basis (``A``'s law is
+    rotation invariant), so ``σ² = ‖Λc' − z‖²/d`` with ``z = ‖c'‖(g − (gᵀĉ)ĉ)/√(2d)``,
+    ``g ~ N(0, I_d)``, ``ĉ = c'/‖c'‖``.
+
+    Where the mean differs from the limit ``7/2``: ``σ² = ‖Wᵀx_i‖²/d + ‖Wᵀu‖² +
+    2x_iᵀWWᵀu/√d``, with ``E‖Wᵀx_i‖²/d = 1``, ``‖Wᵀu‖² = λ₁² + ‖Au‖²`` (``E‖Au‖² =
+    (d − 1)/(2d)``), and the cross term, whose mean ``≈ 2(λ₁² + ½)·E|uᵀx_i|/√d ≈
+    4.0/√d`` is positive because ``u`` is signed so that ``uᵀx_i ≥ 0``: an ``O(1/√d)`` bias,
+    partly offset by ``E λ₁² < 2`` at finite ``d`` (the edge of the semicircle).
+    ``O(draws·d²)`` time (the tridiagonal eigenvalues)."""
+    from scipy.linalg import eigvalsh_tridiagonal
+
+    d = check_int("d", d, minimum=2)
+    draws = check_int("draws", draws, minimum=2)
+    rng = np.random.default_rng(check_seed(seed))
+    out = np.empty(draws)
+    for t in range(draws):
+        lam = eigvalsh_tridiagonal(
+            rng.standard_normal(d) / math.sqrt(d),
+            np.sqrt(rng.chisquare(np.arange(d - 1, 0, -1)) / (2 * d)))[::-1]
+        c = rng.standard_normal(d)
+        c *= math.sqrt(d) / np.linalg.norm(c)
+        c[0] = abs(c[0]) + math.sqrt(d)                  # coordinates of x'_i = x_i + √d u
+        chat = c / np.linalg.norm(c)
+        g = rng.standard_normal(d)
+        z = (g - (g @ chat) * chat) * (np.linalg.norm(c) / math.sqrt(2 * d))    # A x'_i
+        out[t] = float(np.sum((lam * c - z) ** 2)) / d
+    return float(out.mean()), float(out.std(ddof=1))
+
+
+def relu_zeta_lower(X: Array) -> np.ndarray:
+    """A certified lower bound on ``ζ_i = min_{‖v‖=1} Σ_{k≠i} ReLU(x_kᵀv)``
+    (:prf:ref:`prop-relu-low`) for every row ``i``, in closed form: with ``t = X_{−i}v``,
+    ``Σ_k ReLU(t_k) = (‖t‖₁ + s_iᵀv)/2``, ``s_i = Σ_{k≠i} x_k``; ``‖t‖₁ ≥ ‖t‖₂²/‖t‖_∞``,
+    ``‖t‖₂² ≥ σ_min(X_{−i})² ≥ σ_min(X)² − ‖x_i‖²`` (interlacing) and
+    ``‖t‖_∞ ≤ max_k ‖x_k‖``, so ``ζ_i ≥ ((σ_min(X)² − ‖x_i‖²)/max_k‖x_k‖ − ‖s_i‖)/2``,
+    clipped at 0. Positive only for ``n`` of order ``d²`` (for isotropic rows), so on the
+    book's grids it is 0, which the bound of :func:`relu_certified_upper` allows."""
+    Xt = as_tensor(X, dtype=torch.float64)
+    n, d = check_text(Xt)
+    smin = float(torch.linalg.svdvals(Xt)[-1]) if n >= d else 0.0
+    norms2 = (Xt ** 2).sum(dim=1)
+    s = Xt.sum(dim=0)[None] - Xt                               # s_i = Σ_{k≠i} x_k
+    lower = ((smin ** 2 - norms2) / float(norms2.max().sqrt())
+             - torch.linalg.vector_norm(s, dim=1)) / 2
+    return lower.clamp_min(0).numpy()
+
+
+def relu_certified_upper(X: Array, W: Array) -> np.ndarray:
+    """The bound of :prf:ref:`prop-relu-low` at **every** row ``i``, certified: an upper
+    bound on ``sup_{‖Δ‖≤√d} ‖φ(X_i(Δ)) − φ(X)‖_F/‖φ(X)‖_F`` for ReLU attention
+    (eq. :eq:`eq-relu-attention`), so ``S(X) ≤ max_i`` of the result (an upper certificate
+    over every word). Each entry is :func:`relu_upper_bound`'s ``value`` with three inputs
+    replaced by quantities that can only enlarge it: ``ζ_i`` by the certified lower bound of
+    :func:`relu_zeta_lower` (``τ_i`` falls with ``ζ_i``; at ``ζ_i = 0`` its minimum is
+    ``2√d``), ``‖X_{−i}‖_op`` and ``‖X_{−i}W‖_op`` by ``‖X‖_op`` and ``‖XW‖_op`` (deleting a
+    row cannot raise an operator norm). ``μ_i``, ``α`` and ``‖φ_i‖`` are exact. Cost: two
+    singular-value computations and ``O(n²)`` for all rows together, then a closed form per
+    word. Raises ``ValueError`` where some ``μ_i = 0`` (the proposition does not apply)."""
+    Xt = as_tensor(X, dtype=torch.float64)
+    n, d = check_text(Xt)
+    if Xt.ndim != 2 or n < 2:
+        raise ValueError(f"X must be one text of shape (n, d) with n ≥ 2, got {tuple(Xt.shape)}.")
+    check_unit_rows(Xt)
+    Wt = as_tensor(W, dtype=torch.float64)
+    check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
+    b = torch.relu(attention_scores(Xt, Wt))
+    Z = b.sum(dim=1)
+    M = Z[:, None] - b                                   # M[j, i] = Σ_{k≠i} b_jk
+    M.fill_diagonal_(math.inf)                           # j ≠ i
+    mu = M.min(dim=0).values                             # μ_i
+    if not bool((mu > 0).all()):
+        raise ValueError("μ_i = 0 for some row i: some other row has no positive score "
+                         "outside key i; the bound of prop-relu-low does not apply.")
+    phi = (b / torch.where(Z > 0, Z, torch.ones_like(Z))[:, None]) @ Xt
+    sqd = math.sqrt(d)
+    X_op = float(torch.linalg.matrix_norm(Xt, ord=2))
+    XW_op = float(torch.linalg.matrix_norm(Xt @ Wt, ord=2))
+    zeta = torch.as_tensor(relu_zeta_lower(Xt))
+    cap = torch.full_like(zeta, 2 * sqd)
+    pos = zeta > 0
+    via_zeta = torch.where(pos, X_op ** 2 / torch.where(pos, zeta, 1.0)
+                           + 2 * sqd * torch.clamp(2 * sqd / torch.where(pos, zeta, 1.0),
+                                                   max=1.0), cap)
+    tau = torch.linalg.vector_norm(phi, dim=1) + torch.minimum(cap, via_zeta)
+    alpha = torch.sqrt((b ** 2).sum(dim=0) - torch.diagonal(b) ** 2)      # ‖b[j≠i, i]‖
+    omega = sqd * (3 * XW_op + alpha) / mu
+    return (torch.sqrt(tau ** 2 + omega ** 2) / torch.linalg.vector_norm(phi)).numpy()
