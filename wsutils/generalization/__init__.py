@@ -914,7 +914,8 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
     texts from :func:`planted_data` (``data="planted"``, rows of norm ``√d``) or
     :func:`authors_data` (``data="authors"``, ``gen.py``'s), drawn with seed ``seed``, then
     :func:`flip_runs` with weights seed ``seed + 3`` (search seed ``seed + 4``) and
-    ``search``. The same ``seed`` gives the same texts for every map and both searches.
+    ``search`` (one search, or a list such as ``["ours", "authors"]``: both on features built
+    once). The same ``seed`` gives the same texts for every map and both searches.
     ``map="attention"`` takes a ``normalisation`` (a name or a dict of
     :class:`~wsutils.maps.Normalisation`'s fields, so that the point stays plain JSON for
     :func:`wsutils.run.sweep.run_grid`; :func:`flip_normalisation`). ``batch_searches`` and
