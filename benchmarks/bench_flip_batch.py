@@ -5,7 +5,8 @@ up to 10 searches (six output-loss, three align_rt, one align_ft), 4 starts each
 (``batch_searches=False, search_dtype="float64"``): :func:`wsutils.generalization.search_flip`
 once per search, each step a 4-column product over the weights. After (the default):
 :func:`wsutils.generalization.search_flips`, the 40 rows in one batch, iterations in float32,
-every recorded number float64 at the returned ``Δ``. Both on the same point (same texts,
+every recorded number float64 at the returned ``Δ`` (as the chapters run it:
+``search_dtype="float32"``). Both on the same point (same texts,
 weights and starts), one thread, in one process, alternately; the whole point is timed
 (features, Gram matrix and searches), CPU seconds.
 
@@ -98,7 +99,7 @@ def sweep(maps: list[str], d: int, n: int, Ns: list[int], steps: int) -> None:
         a = G.flip_point(map=m, search="authors", **old64, **kw)["runs"]
         c1 = time.process_time()
         both = G.flip_point(map=m, search=["ours", "authors"], starts=4, steps=steps,
-                            **kw)["runs"]
+                            search_dtype="float32", **kw)["runs"]
         c2 = time.process_time()
 
         def last(runs, search):
