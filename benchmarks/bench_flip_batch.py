@@ -5,14 +5,16 @@ up to 10 searches (six output-loss, three align_rt, one align_ft), 4 starts each
 (``batch_searches=False, search_dtype="float64"``): :func:`wsutils.generalization.search_flip`
 once per search, each step a 4-column product over the weights. After (the default):
 :func:`wsutils.generalization.search_flips`, the 40 rows in one batch, iterations in float32,
-every recorded number float64 at the returned ``Δ``. Both on the same point (same texts,
+every recorded number float64 at the returned ``Δ`` (as the chapters run it:
+``search_dtype="float32"``). Both on the same point (same texts,
 weights and starts), one thread, in one process, alternately; the whole point is timed
 (features, Gram matrix and searches), CPU seconds.
 
 ``python -m benchmarks.bench_flip_batch --configs rf:40,raf:40,raf:120,relu:120``
 (the paper grid's configurations at ``d = 768``, ``N ∈ {1100, 1200, 1300}``, 300 steps).
 ``--linalg raf:120``: the per-``N`` linear algebra with ``check_finite`` on every call
-against once per point (item 7 of issue 25).
+against once per point (item 7 of issue 25). ``--sweep rf,raf,relu --Ns 25,100,400,1300``:
+the chapter's sweep in ``N``, two points per map (ours, the authors') against one.
 """
 
 from __future__ import annotations
@@ -78,6 +80,36 @@ def linalg(m: str, n: int, d: int, Ns: list[int]) -> None:
           f"(best of 2, CPU s); same numbers: {same}", flush=True)
 
 
+def sweep(maps: list[str], d: int, n: int, Ns: list[int], steps: int) -> None:
+    """The chapter's sweep in ``N`` (``gen.py``'s data, fine-tuning, output loss), one draw:
+    before, two points per map (ours, then the authors', each building the features and
+    running its searches one by one in float64); after, one point running both searches on
+    features built once, each search's runs in one batch (ours in float32)."""
+    from wsutils.run.seeds import point_seed
+
+    kw = dict(n=n, d=d, Ns=Ns, seed=point_seed("flip-vs-N", "authors", d, n, 0),
+              data="authors", losses=["output"], trainings=["fine_tune"])
+    old64 = dict(batch_searches=False, search_dtype="float64")
+    print(f"N sweep, d = {d}, n = {n}, N ∈ {Ns}; CPU s per map")
+    print(f"{'map':<6}{'old':>9}{'new':>9}{'ratio':>8}   y·t1Δ ours old/new, authors old/new "
+          f"at N = {max(Ns)}")
+    for m in maps:
+        c0 = time.process_time()
+        o = G.flip_point(map=m, search="ours", starts=4, steps=steps, **old64, **kw)["runs"]
+        a = G.flip_point(map=m, search="authors", **old64, **kw)["runs"]
+        c1 = time.process_time()
+        both = G.flip_point(map=m, search=["ours", "authors"], starts=4, steps=steps,
+                            search_dtype="float32", **kw)["runs"]
+        c2 = time.process_time()
+
+        def last(runs, search):
+            return next(r["y"] * r["D1"] for r in runs
+                        if r["search"] == search and r["N"] == max(Ns))
+        print(f"{m:<6}{c1 - c0:>9.1f}{c2 - c1:>9.1f}{(c1 - c0) / (c2 - c1):>7.1f}×   "
+              f"{last(o, 'ours'):+.4f}/{last(both, 'ours'):+.4f}, "
+              f"{last(a, 'authors'):+.4f}/{last(both, 'authors'):+.4f}", flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default="rf:40,raf:40,raf:120,relu:120")
@@ -87,10 +119,15 @@ def main(argv=None) -> None:
     ap.add_argument("--variants", default="old,new")
     ap.add_argument("--linalg", default="", help="map:n, e.g. raf:120: time the per-N "
                     "linear algebra with and without the repeated check_finite, and stop")
+    ap.add_argument("--sweep", default="", help="maps, e.g. rf,raf,relu: the sweep in N "
+                    "at --d, n = 40, N ∈ --Ns (e.g. 25,100,400,1300), and stop")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     Ns = [int(v) for v in args.Ns.split(",")]
     variants = args.variants.split(",")
+    if args.sweep:
+        sweep(args.sweep.split(","), args.d, 40, Ns, args.steps)
+        return
     if args.linalg:
         m, n = args.linalg.split(":")
         linalg(m, int(n), args.d, Ns)

@@ -171,7 +171,7 @@ def flip_point_imdb(*, map: str, n: int, d: int, Ns: list[int], seed: int, revie
                     imdb: str | None = None, max_length: int = 256,
                     losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
                     starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0,
-                    batch_searches: bool = True, search_dtype: str = "float32") -> dict:
+                    batch_searches: bool = True, search_dtype: str = "float64") -> dict:
     """One grid point of the generalization experiment on IMDb reviews, for
     :func:`wsutils.run.sweep.run_grid` (every parameter is a JSON value).
 

@@ -767,7 +767,7 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
               search: str = "ours", starts: int = 4, steps: int | None = None,
               lr: float | None = None, row: int = 0, unit_rows: bool = True,
               block_rows: int = 2048, progress: bool = False, normalisation=None,
-              batch_searches: bool = True, search_dtype: torch.dtype | str = "float32"
+              batch_searches: bool = True, search_dtype: torch.dtype | str = "float64"
               ) -> dict:
     """The generalization experiment on given data (:prf:ref:`def-flip-problem`): training
     texts ``Xs`` (``N × n × d``, rows of norm ``√d`` unless ``unit_rows=False``, as in
@@ -799,8 +799,8 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
 
     ``batch_searches``: the point's searches (up to 10: six output, three align_rt, one
     align_ft) run as one batch, ours by :func:`search_flips` with iterations in
-    ``search_dtype`` (float32 by default; every recorded number is float64, computed at the
-    returned ``Δ``), the authors' by :func:`authors_searches` (float64, as theirs);
+    ``search_dtype`` (float64 by default; ``"float32"`` halves the bytes of every step, and
+    every recorded number stays float64, computed at the returned ``Δ``), the authors' by :func:`authors_searches` (float64, as theirs);
     ``batch_searches=False`` runs them one after another in float64 (:func:`search_flip`,
     :func:`authors_search`), as before. Batched or not, each search follows the same path in
     exact arithmetic; float32 iterations follow it to single-precision rounding.
@@ -909,12 +909,13 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
                search: str = "ours", data: str = "planted", starts: int = 4,
                steps: int | None = None, lr: float | None = None, row: int = 0,
                block_rows: int = 2048, progress: bool = False, normalisation=None,
-               batch_searches: bool = True, search_dtype: str = "float32") -> dict:
+               batch_searches: bool = True, search_dtype: str = "float64") -> dict:
     """One grid point for :func:`wsutils.run.sweep.run_grid` on synthetic data: ``max(Ns) + 1``
     texts from :func:`planted_data` (``data="planted"``, rows of norm ``√d``) or
     :func:`authors_data` (``data="authors"``, ``gen.py``'s), drawn with seed ``seed``, then
     :func:`flip_runs` with weights seed ``seed + 3`` (search seed ``seed + 4``) and
-    ``search``. The same ``seed`` gives the same texts for every map and both searches.
+    ``search`` (one search, or a list such as ``["ours", "authors"]``: both on features built
+    once). The same ``seed`` gives the same texts for every map and both searches.
     ``map="attention"`` takes a ``normalisation`` (a name or a dict of
     :class:`~wsutils.maps.Normalisation`'s fields, so that the point stays plain JSON for
     :func:`wsutils.run.sweep.run_grid`; :func:`flip_normalisation`). ``batch_searches`` and

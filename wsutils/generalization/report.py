@@ -92,15 +92,17 @@ def plot_flip(ax, runs: Sequence[dict], configs: Sequence[tuple[str, int]] = CON
 def sweep_points(*, d: int, n: int, Ns: Sequence[int], seeds: Sequence[int],
                  maps: Sequence[str] = ("rf", "raf", "relu"), searches: Sequence[str] = SEARCHES,
                  data: str = "authors", trainings: Sequence[str] = ("fine_tune",),
-                 starts: int = 4, steps: int = 300) -> list[dict]:
+                 starts: int = 4, steps: int = 300, search_dtype: str = "float64"
+                 ) -> list[dict]:
     """Points for :func:`wsutils.run.sweep.run_grid` of :func:`wsutils.generalization.flip_point`
     that trace ``y·t_1^Δ`` against ``N`` (output loss only): one point per ``(map, draw)``
     running every search of ``searches`` on features built once (one per
     ``(map, search, draw)`` when ``searches`` has one search), the ``N`` values of a point
     nested (its first ``N`` texts).
     Draw ``s`` has seed ``point_seed("flip-vs-N", data, d, n, s)``: every map and both
-    searches see the same texts; ``steps``/``starts`` apply to our search only (the authors'
-    search takes ``gen.py``'s, :func:`wsutils.generalization.authors_lr_steps`)."""
+    searches see the same texts; ``steps``/``starts``/``search_dtype`` apply to our search
+    only (the authors' search takes ``gen.py``'s,
+    :func:`wsutils.generalization.authors_lr_steps`, in float64)."""
     Ns = check_Ns(Ns)
     points = []
     for s in seeds:
@@ -109,10 +111,12 @@ def sweep_points(*, d: int, n: int, Ns: Sequence[int], seeds: Sequence[int],
             if len(searches) > 1:       # one point: the features are built once for both
                 points.append(dict(map=m, n=n, d=d, Ns=list(Ns), seed=seed,
                                    search=list(searches), data=data, losses=["output"],
-                                   trainings=list(trainings), starts=starts, steps=steps))
+                                   trainings=list(trainings), starts=starts, steps=steps,
+                                   search_dtype=search_dtype))
                 continue
             for search in searches:
-                opts = dict(starts=starts, steps=steps) if search == "ours" else {}
+                opts = dict(starts=starts, steps=steps, search_dtype=search_dtype) \
+                    if search == "ours" else {}
                 points.append(dict(map=m, n=n, d=d, Ns=list(Ns), seed=seed, search=search,
                                    data=data, losses=["output"], trainings=list(trainings),
                                    **opts))
