@@ -401,10 +401,11 @@ def search_flip(readout: Callable[[torch.Tensor], torch.Tensor], d: int, target:
     Delta = project_ball(Delta.to(device), radius)
     neg_loss, best_Delta = cosine_ascent(lambda D: -(readout(D) - target) ** 2, Delta, radius,
                                          steps=steps, lr=lr)
-    j = int(torch.argmax(neg_loss))
-    with torch.no_grad():
-        value = float(readout(best_Delta[j:j + 1])[0])
-    loss = float(-neg_loss[j])
+    with torch.no_grad():  # the winner by the loss at the returned (projected) Δ itself
+        values = readout(best_Delta)
+        losses = (values - target) ** 2
+    j = int(torch.argmin(losses))
+    value, loss = float(values[j]), float(losses[j])
     return FlipResult(Delta=best_Delta[j], value=value, loss=loss, start=j, min_loss=loss)
 
 
