@@ -115,3 +115,56 @@ def test_bad_input():
         at.attention_word_sensitivity(X * 2, W)
     with pytest.raises(ValueError, match="starts"):
         at.attention_word_sensitivity(X, W, starts=0)
+
+
+def test_row_competition_is_the_certificates_row():
+    X, W = _text(30, 12, 4)
+    for row in (0, 17):
+        c = at.row_competition(X, W, row)
+        cert = at.takeover_certificate(X, W, row)
+        for key in ("lam", "self_score", "lse_others", "margin", "self_weight"):
+            assert c[key] == getattr(cert, key)
+        Xp = X.clone()
+        Xp[row] += at.row_takeover(X, W, row)
+        full = ws.maps.attention_scores(Xp, W)[row]          # the whole n × n matrix's row
+        np.testing.assert_allclose(c["self_score"], float(full[row]), rtol=1e-12)
+        others = torch.cat([full[:row], full[row + 1:]])
+        np.testing.assert_allclose(c["lse_others"], float(torch.logsumexp(others, 0)),
+                                   rtol=1e-12)
+
+
+def test_grid_points_without_certificates_give_the_same_values():
+    from wsutils.experiments.attention import sensitivity_point, takeover_point
+
+    for kind in ("raf", "relu"):
+        p = dict(kind=kind, d=16, n=40, seed=3, rows=2, starts=2, steps=10)
+        full, light = sensitivity_point(**p), sensitivity_point(**p, certificates=False)
+        assert set(light) == {"S", "phi_norm", "kappa", "seconds"}
+        assert {k: light[k] for k in ("S", "phi_norm", "kappa")} == \
+            {k: full[k] for k in ("S", "phi_norm", "kappa")}
+        assert full["certified"] <= full["S"] * (1 + 1e-9)
+    full, light = takeover_point(16, 40, 5), takeover_point(16, 40, 5, certificate=False)
+    assert light == {k: full[k] for k in ("margin", "self_weight", "lam")}
+
+
+@pytest.mark.parametrize("kind", ["raf", "relu"])
+def test_float32_search_is_certified_on_the_float64_text(kind):
+    """The search runs on X and W rounded to float32; the value is the float64 relative change
+    at the returned Δ for the unrounded X and W (so it is a certified lower bound)."""
+    X, W = _text(30, 16, 8)
+    r32 = at.attention_word_sensitivity(X, W, kind=kind, rows=[0, 5], starts=3, steps=30,
+                                        seed=2, takeovers=True, search_dtype="float32")
+    r64 = at.attention_word_sensitivity(X, W, kind=kind, rows=[0, 5], starts=3, steps=30,
+                                        seed=2, takeovers=True)
+    assert isinstance(r32.value, float) and r32.Delta.dtype == np.float64
+    for r, Delta in r32.per_row_Delta.items():
+        assert np.linalg.norm(Delta) <= math.sqrt(16)
+        exact = ws.relative_change(lambda Z: MAPS[kind](Z, W), X, r, Delta)
+        np.testing.assert_allclose(r32.per_row[r], exact, rtol=1e-12)
+    assert abs(r32.value / r64.value - 1) < 1e-2        # a search, not one path: loose
+    assert r32.value >= at.certified_lower_bound(X, W, 0, kind=kind) * (1 - 1e-6)
+    default = at.attention_word_sensitivity(X, W, kind=kind, rows=[0, 5], starts=3, steps=30,
+                                            seed=2, takeovers=True, search_dtype="float64")
+    assert default.value == r64.value
+    with pytest.raises(ValueError, match="search_dtype"):
+        at.attention_word_sensitivity(X, W, search_dtype="float16")
