@@ -168,3 +168,23 @@ def test_float32_search_is_certified_on_the_float64_text(kind):
     assert default.value == r64.value
     with pytest.raises(ValueError, match="search_dtype"):
         at.attention_word_sensitivity(X, W, search_dtype="float16")
+
+
+@pytest.mark.parametrize("scale", ["quick", "paper"])
+def test_both_chapters_softmax_grid_is_one_list_of_store_keys(monkeypatch, scale):
+    """The softmax and the ReLU chapter take their grid from grid_points: at the paper's
+    scale the authors' grid in full, one distinct store key per point, the same keys on every
+    call (a store shared by the two chapters computes the softmax grid once)."""
+    from wsutils.experiments.attention import attention_grid, grid_points, sensitivity_point
+    from wsutils.run.sweep import point_key
+
+    monkeypatch.setenv("WSBOOK_SCALE", scale)
+    g = attention_grid()
+    if scale == "paper":
+        assert g["ds"] == (192, 384, 768) and g["ns"] == (10, 20, 50, 100, 150, 200, 250)
+    raf, relu = grid_points("raf"), grid_points("relu")
+    assert len(raf) == len(g["ds"]) * len(g["ns"]) * g["seeds"]
+    assert [dict(p, kind="relu") for p in raf] == relu
+    keys = [point_key(sensitivity_point, p) for p in raf]
+    assert len(set(keys)) == len(keys)
+    assert keys == [point_key(sensitivity_point, p) for p in grid_points("raf")]
