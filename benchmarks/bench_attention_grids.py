@@ -1,16 +1,16 @@
-"""The attention chapters' grid points at the paper's scale: each point as the chapter ran it
-before (the defaults of the per-point functions: every certificate, every step) against the
-options the chapters now pass, side by side in one process, one thread, on the same point.
+"""The attention chapters' grid points at the paper's scale: each point as the chapters ran it
+before against what they run now, side by side in one process, one thread, on the same point.
 
-- ``far``: :func:`wsutils.experiments.attention.sensitivity_point` at ``d = 192`` and the far
-  ``n`` (softmax and ReLU), ``certificates=True`` (before) against ``False`` (the far grids
-  read ``S``, ``phi_norm`` and ``kappa`` only); the values read must be equal.
+- ``grid``: a point of the paper's grid (:func:`wsutils.experiments.attention.grid_points`)
+  as :func:`baseline_point` computed it before (the search in float64, every certificate,
+  ``‖φ(X)‖`` from one more full map) against
+  :func:`~wsutils.experiments.attention.sensitivity_point` now (the search in float32,
+  ``‖φ(X)‖`` from the certification); ``S`` is certified in float64 on the float64 text
+  either way and may differ where the two searches take different paths.
+- ``far``: the same at ``d = 192`` and the far ``n``, now also with ``certificates=False``
+  (the far grids read ``S``, ``phi_norm`` and ``kappa`` only).
 - ``phase``: :func:`wsutils.experiments.attention.takeover_point`, ``certificate=True``
   against ``False`` (the phase diagram reads the self-weight only).
-- ``f32``: :func:`wsutils.experiments.attention.sensitivity_point` on grid points of both
-  maps, the search in float64 (before) against float32 (``search_dtype="float32"``, the
-  chapters' grids now); ``S`` is certified in float64 on the float64 text either way, and
-  may differ where the two searches take different paths.
 - ``rf``: :func:`wsutils.experiments.attention.rf_point` with the ReLU chapter's search
   (``starts=4, steps=60``), every step and the upper certificate (before) against
   ``upper=False`` and the stopping rule ``stop=[10, 1e-4]``; ``S`` may differ by what the
@@ -19,46 +19,73 @@ options the chapters now pass, side by side in one process, one thread, on the s
 CPU seconds (``time.process_time``) per point; the order of the two runs alternates between
 repeats. ``python -m benchmarks bench_attention_grids`` (all parts, one repeat) or
 ``python -m benchmarks.bench_attention_grids --parts rf --repeats 2``.
+
+``--cells`` instead estimates the CPU seconds of each grid cell of the two chapters at the
+paper's scale, before and after: seed 0 of every ``(d, n)`` of the cell, timed both ways,
+summed and multiplied by the cell's seeds (the RF grid only at the widths ``--rf-ds``, the
+others' share estimated as ``n·d²``, the cost of its ``k × d`` blocks).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import torch
 
+from wsutils.estimators.attention import (attention_word_sensitivity, certified_lower_bound,
+                                          takeover_certificate)
 from wsutils.experiments.attention import rf_point, sensitivity_point, takeover_point
+from wsutils.maps import raf, relu_attention
+from wsutils.weights import sample_W, sample_X
 from wsutils.run.device import describe_device
 from wsutils.run.seeds import point_seed
 
 SEARCH = dict(rows=2, starts=4, steps=100)          # the chapters' paper-scale search
+NEW = dict(search_dtype="float32")                  # what the chapters pass now
+
+
+def baseline_point(kind: str, d: int, n: int, seed: int, rows: int = 2, starts: int = 4,
+                   steps: int = 100) -> dict:
+    """``sensitivity_point`` as the chapters ran it before (commit 0f465b4): the search in
+    float64, the certificates at every point, ``‖φ(X)‖`` from its own full map."""
+    torch.set_num_threads(1)
+    X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
+    searched = list(range(min(rows, n)))
+    res = attention_word_sensitivity(X, W, kind=kind, rows=searched, starts=starts,
+                                     steps=steps, seed=seed, takeovers=True)
+    cert = max(certified_lower_bound(X, W, r, kind=kind) for r in searched)
+    phi = (raf if kind == "raf" else relu_attention)(X, W)
+    out = {"S": res.value, "certified": cert,
+           "phi_norm": float(torch.linalg.vector_norm(phi)) / math.sqrt(d),
+           "kappa": float(torch.linalg.matrix_norm(X, ord=2)) / math.sqrt(d)}
+    if kind == "raf":
+        c = takeover_certificate(X, W, 0)
+        out.update(bound=c.bound, self_weight=c.self_weight, margin=c.margin, A_fro=c.A_fro)
+    return out
 RF_SEARCH = dict(starts=4, steps=60)
 RF_NEW = dict(upper=False, stop=[10, 1e-4])
 
 PARTS = {
+    "grid": dict(points=[(k, d, n) for k in ("raf", "relu")
+                         for d, n in ((768, 250), (768, 50), (384, 100), (192, 50))],
+                 read=("S", "phi_norm", "certified")),
     "far": dict(points=[("raf", 192, 2000), ("raf", 192, 4000), ("relu", 192, 4000)],
                 read=("S", "phi_norm", "kappa")),
     "phase": dict(points=[(768, 3000), (256, 3000), (768, 1000)], read=("self_weight",)),
-    "f32": dict(points=[(k, d, n) for k in ("raf", "relu")
-                        for d, n in ((768, 250), (384, 100), (192, 50), (192, 4000))],
-                read=("S",)),
     "rf": dict(points=[(768, 250), (384, 250), (192, 250)], read=("S",)),
 }
 
 
 def _calls(part: str, point):
     """``(label, before, after)``: two zero-argument calls of the same point."""
-    if part == "far":
+    if part in ("grid", "far"):
         kind, d, n = point
         p = dict(kind=kind, d=d, n=n, seed=point_seed("attention", d, n, 0), **SEARCH)
-        return (f"{kind} {d}x{n}", lambda: sensitivity_point(**p),
-                lambda: sensitivity_point(**p, certificates=False))
-    if part == "f32":
-        kind, d, n = point
-        p = dict(kind=kind, d=d, n=n, seed=point_seed("attention", d, n, 0), **SEARCH)
-        return (f"{kind} {d}x{n}", lambda: sensitivity_point(**p),
-                lambda: sensitivity_point(**p, search_dtype="float32"))
+        new = dict(NEW, certificates=part == "grid")
+        return (f"{kind} {d}x{n}", lambda: baseline_point(**p),
+                lambda: sensitivity_point(**p, **new))
     if part == "phase":
         d, n = point
         p = dict(d=d, n=n, seed=point_seed("phase", d, n, 0))
@@ -67,6 +94,33 @@ def _calls(part: str, point):
     d, n = point
     p = dict(d=d, n=n, seed=point_seed("attention", d, n, 0), **RF_SEARCH)
     return f"{d}x{n}", lambda: rf_point(**p), lambda: rf_point(**p, **RF_NEW)
+
+
+def _cells(rf_ds: list[int]) -> None:
+    import os
+
+    os.environ["WSBOOK_SCALE"] = "paper"
+    from wsutils.experiments.attention import attention_grid
+
+    g = attention_grid()
+    far_ns, phase_d = (250, 500, 1000, 2000, 4000), (2, 4, 8, 16, 32, 64, 128, 256, 768)
+    phase_n = (10, 30, 100, 300, 1000, 3000)
+    cells = {f"grid {k}": [("grid", (k, d, n)) for d in g["ds"] for n in g["ns"]]
+             for k in ("raf", "relu")}
+    cells.update({f"far {k}": [("far", (k, 192, n)) for n in far_ns] for k in ("raf", "relu")})
+    cells["phase"] = [("phase", (d, n)) for d in phase_d for n in phase_n]
+    cells["rf"] = [("rf", (d, n)) for d in rf_ds for n in g["ns"]]
+    print(f"{'cell':>10} {'points':>6} {'before s':>9} {'after s':>8}  (seed 0 timed × seeds)")
+    for name, todo in cells.items():
+        tb = ta = 0.0
+        for part, point in todo:
+            _, before, after = _calls(part, point)
+            tb += _timed(before)[1]
+            ta += _timed(after)[1]
+        scale = g["seeds"]
+        if name == "rf":     # the widths not timed, in proportion to Σ n·d² over the grid
+            scale *= sum(d * d for d in g["ds"]) / sum(d * d for d in rf_ds)
+        print(f"{name:>10} {len(todo):>6} {tb * scale:>9.0f} {ta * scale:>8.0f}", flush=True)
 
 
 def _timed(f):
@@ -79,9 +133,14 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {list(PARTS)}")
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--cells", action="store_true", help="estimate every grid cell instead")
+    p.add_argument("--rf-ds", default="768", help="widths of the RF grid timed by --cells")
     args = p.parse_args(argv or [])
     torch.set_num_threads(1)
     print(describe_device("cpu"))
+    if args.cells:
+        _cells([int(v) for v in args.rf_ds.split(",")])
+        return
     print(f"{'part':>6} {'point':>14} {'before s':>9} {'after s':>8} {'ratio':>6}  "
           "largest relative difference of the values read")
     for part in args.parts.split(","):

@@ -143,6 +143,9 @@ def test_grid_points_without_certificates_give_the_same_values():
         assert {k: light[k] for k in ("S", "phi_norm", "kappa")} == \
             {k: full[k] for k in ("S", "phi_norm", "kappa")}
         assert full["certified"] <= full["S"] * (1 + 1e-9)
+        X, W = ws.sample_X(40, 16, seed=3), ws.sample_W(16, seed=4)
+        phi = float(torch.linalg.vector_norm(MAPS[kind](X, W))) / 4
+        np.testing.assert_allclose(light["phi_norm"], phi, rtol=1e-12)
     full, light = takeover_point(16, 40, 5), takeover_point(16, 40, 5, certificate=False)
     assert light == {k: full[k] for k in ("margin", "self_weight", "lam")}
 

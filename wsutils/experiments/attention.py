@@ -14,7 +14,6 @@ import torch
 
 from ..estimators.attention import (attention_word_sensitivity, certified_lower_bound,
                                     row_competition, takeover_certificate)
-from ..maps import raf, relu_attention
 from ..estimators.rf import rf_word_sensitivity
 from ..run import config
 from ..run.seeds import point_seed
@@ -56,7 +55,8 @@ def sensitivity_point(kind: str, d: int, n: int, seed: int, rows: int = 2, start
     The estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) searches
     the first ``rows`` words from ``starts`` random starts plus the take-over constructions;
     ``S`` is the float64 relative change at the best ``Δ`` found, recomputed with the full map
-    (a certified lower bound). Also returns ``phi_norm = ‖φ(X)‖_F/√d``,
+    (a certified lower bound). Also returns ``phi_norm = ‖φ(X)‖_F/√d`` (the float64 norm
+    that certification divides by),
     ``kappa = ‖X‖_op/√d`` and the search's wall ``seconds``.
 
     ``certificates=True`` (default) adds ``certified``, the best construction alone
@@ -76,10 +76,9 @@ def sensitivity_point(kind: str, d: int, n: int, seed: int, rows: int = 2, start
     res = attention_word_sensitivity(X, W, kind=kind, rows=searched, starts=starts, steps=steps,
                                      seed=seed, takeovers=True, search_dtype=search_dtype)
     elapsed = time.perf_counter() - t0
-    phi = (raf if kind == "raf" else relu_attention)(X, W)
     out = {
         "S": res.value,
-        "phi_norm": float(torch.linalg.vector_norm(phi)) / math.sqrt(d),
+        "phi_norm": res.phi_norm / math.sqrt(d),      # ‖φ(X)‖_F of the certification
         "kappa": float(torch.linalg.matrix_norm(X, ord=2)) / math.sqrt(d),
         "seconds": elapsed,
     }
