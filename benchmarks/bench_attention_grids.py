@@ -4,9 +4,9 @@ before against what they run now, side by side in one process, one thread, on th
 - ``grid``: a point of the paper's grid (:func:`wsutils.experiments.attention.grid_points`)
   as :func:`baseline_point` computed it before (the search in float64, every certificate,
   ``‖φ(X)‖`` from one more full map) against
-  :func:`~wsutils.experiments.attention.sensitivity_point` now (the search in float32,
-  ``‖φ(X)‖`` from the certification); ``S`` is certified in float64 on the float64 text
-  either way and may differ where the two searches take different paths.
+  :func:`~wsutils.experiments.attention.sensitivity_point` now (the search in the precision
+  of ``SEARCH_DTYPE``, float32 for softmax attention, ``‖φ(X)‖`` from the certification);
+  ``S`` is certified in float64 on the float64 text either way.
 - ``far``: the same at ``d = 192`` and the far ``n``, now also with ``certificates=False``
   (the far grids read ``S``, ``phi_norm`` and ``kappa`` only).
 - ``phase``: :func:`wsutils.experiments.attention.takeover_point`, ``certificate=True``
@@ -36,14 +36,14 @@ import torch
 
 from wsutils.estimators.attention import (attention_word_sensitivity, certified_lower_bound,
                                           takeover_certificate)
-from wsutils.experiments.attention import rf_point, sensitivity_point, takeover_point
+from wsutils.experiments.attention import (SEARCH_DTYPE, rf_point, sensitivity_point,
+                                           takeover_point)
 from wsutils.maps import raf, relu_attention
 from wsutils.weights import sample_W, sample_X
 from wsutils.run.device import describe_device
 from wsutils.run.seeds import point_seed
 
 SEARCH = dict(rows=2, starts=4, steps=100)          # the chapters' paper-scale search
-NEW = dict(search_dtype="float32")                  # what the chapters pass now
 
 
 def baseline_point(kind: str, d: int, n: int, seed: int, rows: int = 2, starts: int = 4,
@@ -83,7 +83,7 @@ def _calls(part: str, point):
     if part in ("grid", "far"):
         kind, d, n = point
         p = dict(kind=kind, d=d, n=n, seed=point_seed("attention", d, n, 0), **SEARCH)
-        new = dict(NEW, certificates=part == "grid")
+        new = dict(search_dtype=SEARCH_DTYPE[kind], certificates=part == "grid")
         return (f"{kind} {d}x{n}", lambda: baseline_point(**p),
                 lambda: sensitivity_point(**p, **new))
     if part == "phase":
@@ -96,7 +96,7 @@ def _calls(part: str, point):
     return f"{d}x{n}", lambda: rf_point(**p), lambda: rf_point(**p, **RF_NEW)
 
 
-def _cells(rf_ds: list[int]) -> None:
+def _cells(rf_ds: list[int], only: list[str]) -> None:
     import os
 
     os.environ["WSBOOK_SCALE"] = "paper"
@@ -112,6 +112,8 @@ def _cells(rf_ds: list[int]) -> None:
     cells["rf"] = [("rf", (d, n)) for d in rf_ds for n in g["ns"]]
     print(f"{'cell':>10} {'points':>6} {'before s':>9} {'after s':>8}  (seed 0 timed × seeds)")
     for name, todo in cells.items():
+        if only and name not in only:
+            continue
         tb = ta = 0.0
         for part, point in todo:
             _, before, after = _calls(part, point)
@@ -135,11 +137,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--cells", action="store_true", help="estimate every grid cell instead")
     p.add_argument("--rf-ds", default="768", help="widths of the RF grid timed by --cells")
+    p.add_argument("--only", default="", help="--cells: only these cells (comma-separated)")
     args = p.parse_args(argv or [])
     torch.set_num_threads(1)
     print(describe_device("cpu"))
     if args.cells:
-        _cells([int(v) for v in args.rf_ds.split(",")])
+        _cells([int(v) for v in args.rf_ds.split(",")], [c for c in args.only.split(",") if c])
         return
     print(f"{'part':>6} {'point':>14} {'before s':>9} {'after s':>8} {'ratio':>6}  "
           "largest relative difference of the values read")

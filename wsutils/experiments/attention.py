@@ -19,31 +19,41 @@ from ..run import config
 from ..run.seeds import point_seed
 from ..weights import sample_W, sample_X
 
-__all__ = ["attention_grid", "grid_points", "sensitivity_point", "takeover_point", "rf_point"]
+__all__ = ["SEARCH_DTYPE", "attention_grid", "grid_points", "sensitivity_point",
+           "takeover_point", "rf_point"]
+
+#: The precision of each map's search in the chapters' grids (every value is certified in
+#: float64 on the float64 text either way): float32 where it finds the float64 search's value
+#: (softmax attention: equal to 3e-7 or better on every point of
+#: ``benchmarks/bench_attention_grids.py``), float64 where the two searches take different
+#: paths (ReLU attention: up to 8e-4 apart, either way).
+SEARCH_DTYPE = {"raf": "float32", "relu": None}
 
 
 def attention_grid() -> dict:
     """The grid of the softmax and the ReLU attention chapters at the current ``WSBOOK_SCALE``
     (:mod:`wsutils.run.config`): widths ``ds`` and lengths ``ns`` (at the paper's scale the
     authors' grid, ``d ∈ {192, 384, 768}``, ``n`` 10…250), ``seeds`` texts per point and the
-    ``search`` of :func:`sensitivity_point` (rows, starts, steps, search precision). Defined
-    once here so that both chapters search the same points the same way."""
+    ``search`` of :func:`sensitivity_point` (rows, starts, steps). Defined once here so that
+    both chapters search the same points the same way."""
     return config.by_scale(
         quick=dict(ds=(192, 384), ns=(10, 50, 100, 250), seeds=2,
-                   search=dict(rows=1, starts=2, steps=40, search_dtype="float32")),
+                   search=dict(rows=1, starts=2, steps=40)),
         paper=dict(ds=(192, 384, 768), ns=(10, 20, 50, 100, 150, 200, 250), seeds=5,
-                   search=dict(rows=2, starts=4, steps=100, search_dtype="float32")))
+                   search=dict(rows=2, starts=4, steps=100)))
 
 
 def grid_points(kind: str) -> list[dict]:
     """The points of :func:`attention_grid` for ``kind`` (``"raf"`` or ``"relu"``), as
     :func:`sensitivity_point` takes them: every ``(d, n)`` and seed index ``s``, with the text
-    and weights of ``point_seed("attention", d, n, s)``. The softmax chapter and the ReLU
+    and weights of ``point_seed("attention", d, n, s)``, searched in the precision
+    :data:`SEARCH_DTYPE` gives ``kind``. The softmax chapter and the ReLU
     chapter both take their softmax grid from here: the same list of points, hence the same
     keys in a sweep store (:func:`wsutils.run.sweep.point_key`), so a store shared by the two
     computes it once."""
     g = attention_grid()
-    return [dict(kind=kind, d=d, n=n, seed=point_seed("attention", d, n, s), **g["search"])
+    return [dict(kind=kind, d=d, n=n, seed=point_seed("attention", d, n, s), **g["search"],
+                 search_dtype=SEARCH_DTYPE[kind])
             for d in g["ds"] for n in g["ns"] for s in range(g["seeds"])]
 
 
