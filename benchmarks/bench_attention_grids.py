@@ -11,6 +11,9 @@ before against what they run now, side by side in one process, one thread, on th
   (the far grids read ``S``, ``phi_norm`` and ``kappa`` only).
 - ``phase``: :func:`wsutils.experiments.attention.takeover_point`, ``certificate=True``
   against ``False`` (the phase diagram reads the self-weight only).
+- ``norm``: :func:`wsutils.experiments.normalisation.normalisation_point` at the normalisation
+  chapter's costliest width and length, ``(32, 4096)``, the search in float64 (before)
+  against the precision of its ``SEARCH_DTYPE`` (now); ``S`` and ``certified`` are float64.
 - ``rf``: :func:`wsutils.experiments.attention.rf_point` with the ReLU chapter's search
   (``starts=4, steps=60``), every step and the upper certificate (before) against
   ``upper=False`` and the stopping rule ``stop=[10, 1e-4]``; ``S`` may differ by what the
@@ -74,6 +77,9 @@ PARTS = {
     "far": dict(points=[("raf", 192, 2000), ("raf", 192, 4000), ("relu", 192, 4000)],
                 read=("S", "phi_norm", "kappa")),
     "phase": dict(points=[(768, 3000), (256, 3000), (768, 1000)], read=("self_weight",)),
+    "norm": dict(points=[(name, 32, 4096) for name in
+                         ("softmax", "tempered", "scalable", "sparsemax", "entmax", "sigmoid")],
+                 read=("S", "certified")),
     "rf": dict(points=[(768, 250), (384, 250), (192, 250)], read=("S",)),
 }
 
@@ -86,6 +92,14 @@ def _calls(part: str, point):
         new = dict(search_dtype=SEARCH_DTYPE[kind], certificates=part == "grid")
         return (f"{kind} {d}x{n}", lambda: baseline_point(**p),
                 lambda: sensitivity_point(**p, **new))
+    if part == "norm":
+        from wsutils.experiments import normalisation as N
+
+        name, d, n = point
+        p = dict(name=name, d=d, n=n, seed=point_seed("normalisation", d, n, 0), rows=1,
+                 starts=2, steps=30)
+        return (f"{name} {d}x{n}", lambda: N.normalisation_point(**p),
+                lambda: N.normalisation_point(**p, search_dtype=N.SEARCH_DTYPE[name]))
     if part == "phase":
         d, n = point
         p = dict(d=d, n=n, seed=point_seed("phase", d, n, 0))

@@ -435,3 +435,18 @@ def test_cosine_law_tail_and_median_maximum_by_simulation():
     t = (u[:, 0] / torch.linalg.vector_norm(u, dim=1)).numpy()
     emp = np.array([(t > x).mean() for x in tau])
     assert np.all(np.abs(emp - p) < 5 * np.sqrt(p * (1 - p) / t.size))
+
+
+@pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax", "sigmoid"])
+def test_float32_search_keeps_every_certificate_in_float64(name):
+    """normalisation_point(search_dtype="float32"): the search only proposes Δ; S, the
+    certificate and the other fields read from the float64 text are those of the float64
+    point (the certificate exactly, S as a search: loosely), and S ≥ the certificate."""
+    from wsutils.experiments.normalisation import SEARCH_DTYPE, normalisation_point
+
+    p = dict(name=name, d=8, n=48, seed=4, rows=1, starts=2, steps=15)
+    r64, r32 = normalisation_point(**p), normalisation_point(**p, search_dtype="float32")
+    assert r32["certified"] == r64["certified"] and r32["margin"] == r64["margin"]
+    assert r32["certified"] <= r32["S"] * (1 + 1e-9)
+    assert abs(r32["S"] / r64["S"] - 1) < 1e-2          # a search, not one path: loose
+    assert SEARCH_DTYPE["relu"] is None and SEARCH_DTYPE["hardmax"] is None
