@@ -183,3 +183,80 @@ def test_float32_X_with_float64_W_is_certified_for_the_callers_W(kind):
             at.certified_lower_bound(X64, W, row, kind=kind)
     if kind == "raf":
         assert at.takeover_certificate(X32, W, 2) == at.takeover_certificate(X64, W, 2)
+
+
+def test_row_competition_is_the_certificates_row():
+    X, W = _text(30, 12, 4)
+    for row in (0, 17):
+        c = at.row_competition(X, W, row)
+        cert = at.takeover_certificate(X, W, row)
+        for key in ("lam", "self_score", "lse_others", "margin", "self_weight"):
+            assert c[key] == getattr(cert, key)
+        Xp = X.clone()
+        Xp[row] += at.row_takeover(X, W, row)
+        full = ws.maps.attention_scores(Xp, W)[row]          # the whole n × n matrix's row
+        np.testing.assert_allclose(c["self_score"], float(full[row]), rtol=1e-12)
+        others = torch.cat([full[:row], full[row + 1:]])
+        np.testing.assert_allclose(c["lse_others"], float(torch.logsumexp(others, 0)),
+                                   rtol=1e-12)
+
+
+def test_grid_points_without_certificates_give_the_same_values():
+    from wsutils.experiments.attention import sensitivity_point, takeover_point
+
+    for kind in ("raf", "relu"):
+        p = dict(kind=kind, d=16, n=40, seed=3, rows=2, starts=2, steps=10)
+        full, light = sensitivity_point(**p), sensitivity_point(**p, certificates=False)
+        assert set(light) == {"S", "phi_norm", "kappa", "seconds"}
+        assert {k: light[k] for k in ("S", "phi_norm", "kappa")} == \
+            {k: full[k] for k in ("S", "phi_norm", "kappa")}
+        assert full["certified"] <= full["S"] * (1 + 1e-9)
+        X, W = ws.sample_X(40, 16, seed=3), ws.sample_W(16, seed=4)
+        phi = float(torch.linalg.vector_norm(MAPS[kind](X, W))) / 4
+        np.testing.assert_allclose(light["phi_norm"], phi, rtol=1e-12)
+    full, light = takeover_point(16, 40, 5), takeover_point(16, 40, 5, certificate=False)
+    assert light == {k: full[k] for k in ("margin", "self_weight", "lam")}
+
+
+@pytest.mark.parametrize("kind", ["raf", "relu"])
+def test_float32_search_is_certified_on_the_float64_text(kind):
+    """The search runs on X and W rounded to float32; the value is the float64 relative change
+    at the returned Δ for the unrounded X and W (so it is a certified lower bound)."""
+    X, W = _text(30, 16, 8)
+    r32 = at.attention_word_sensitivity(X, W, kind=kind, rows=[0, 5], starts=3, steps=30,
+                                        seed=2, takeovers=True, search_dtype="float32")
+    r64 = at.attention_word_sensitivity(X, W, kind=kind, rows=[0, 5], starts=3, steps=30,
+                                        seed=2, takeovers=True)
+    assert isinstance(r32.value, float) and r32.Delta.dtype == np.float64
+    for r, Delta in r32.per_row_Delta.items():
+        assert np.linalg.norm(Delta) <= math.sqrt(16)
+        exact = ws.relative_change(lambda Z: MAPS[kind](Z, W), X, r, Delta)
+        np.testing.assert_allclose(r32.per_row[r], exact, rtol=1e-12)
+    assert abs(r32.value / r64.value - 1) < 1e-2        # a search, not one path: loose
+    assert r32.value >= at.certified_lower_bound(X, W, 0, kind=kind) * (1 - 1e-6)
+    default = at.attention_word_sensitivity(X, W, kind=kind, rows=[0, 5], starts=3, steps=30,
+                                            seed=2, takeovers=True, search_dtype="float64")
+    assert default.value == r64.value
+    with pytest.raises(ValueError, match="search_dtype"):
+        at.attention_word_sensitivity(X, W, search_dtype="float16")
+
+
+@pytest.mark.parametrize("scale", ["quick", "paper"])
+def test_both_chapters_softmax_grid_is_one_list_of_store_keys(monkeypatch, scale):
+    """The softmax and the ReLU chapter take their grid from grid_points: at the paper's
+    scale the authors' grid in full, one distinct store key per point, the same keys on every
+    call (a store shared by the two chapters computes the softmax grid once)."""
+    from wsutils.experiments.attention import (SEARCH_DTYPE, attention_grid, grid_points,
+                                               sensitivity_point)
+    from wsutils.run.sweep import point_key
+
+    monkeypatch.setenv("WSBOOK_SCALE", scale)
+    g = attention_grid()
+    if scale == "paper":
+        assert g["ds"] == (192, 384, 768) and g["ns"] == (10, 20, 50, 100, 150, 200, 250)
+    raf, relu = grid_points("raf"), grid_points("relu")
+    assert len(raf) == len(g["ds"]) * len(g["ns"]) * g["seeds"]
+    assert [dict(p, kind="relu", search_dtype=SEARCH_DTYPE["relu"]) for p in raf] == relu
+    keys = [point_key(sensitivity_point, p) for p in raf]
+    assert len(set(keys)) == len(keys)
+    assert keys == [point_key(sensitivity_point, p) for p in grid_points("raf")]

@@ -462,3 +462,18 @@ def test_entmax_refuses_inaccurate_alpha_and_is_finite_at_large_alpha(monkeypatc
     monkeypatch.setattr(ws.maps, "normalise_scores", lambda s, norm: s * math.nan)
     with pytest.raises(ValueError, match="not finite"):
         attention(X, W, normalisation="entmax", alpha=2.5)
+
+
+@pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax", "sigmoid"])
+def test_float32_search_keeps_every_certificate_in_float64(name):
+    """normalisation_point(search_dtype="float32"): the search only proposes Δ; S, the
+    certificate and the other fields read from the float64 text are those of the float64
+    point (the certificate exactly, S as a search: loosely), and S ≥ the certificate."""
+    from wsutils.experiments.normalisation import SEARCH_DTYPE, normalisation_point
+
+    p = dict(name=name, d=8, n=48, seed=4, rows=1, starts=2, steps=15)
+    r64, r32 = normalisation_point(**p), normalisation_point(**p, search_dtype="float32")
+    assert r32["certified"] == r64["certified"] and r32["margin"] == r64["margin"]
+    assert r32["certified"] <= r32["S"] * (1 + 1e-9)
+    assert abs(r32["S"] / r64["S"] - 1) < 1e-2          # a search, not one path: loose
+    assert SEARCH_DTYPE["relu"] is None and SEARCH_DTYPE["hardmax"] is None

@@ -179,3 +179,39 @@ def test_relative_change_is_float64_for_float32_blocks():
     out = rf_relative_change(u, V32, Delta)
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, rf_relative_change(u, V32.double(), Delta), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode, rows", [("reduced", 0), ("blocks", [0, 3])])
+def test_upper_false_skips_only_the_upper_certificate(mode, rows):
+    X = ws.sample_X(10, 8, seed=4)
+    full = rf_word_sensitivity(X, 80, rows=rows, seed=3, mode=mode, steps=20)
+    light = rf_word_sensitivity(X, 80, rows=rows, seed=3, mode=mode, steps=20, upper=False)
+    assert math.isnan(light.upper) and all(math.isnan(v) for v in light.per_row_upper.values())
+    assert (light.value, light.lower, light.row) == (full.value, full.lower, full.row)
+    assert np.array_equal(light.Delta, full.Delta) and light.per_row == full.per_row
+
+
+def test_stop_rule_ends_the_search_where_it_says():
+    """``stop=(m, rtol)`` with a tolerance every step meets ends the search at step ``m``: the
+    same result as ``steps=m``; ``stop=None`` is the default; the value stays the float64
+    relative change at the returned Δ."""
+    X = ws.sample_X(12, 10, seed=7)
+    k = 120
+    for m in (1, 3):
+        early = rf_word_sensitivity(X, k, rows=2, seed=5, steps=40, stop=(m, 10.0))
+        short = rf_word_sensitivity(X, k, rows=2, seed=5, steps=m)
+        assert early.value == short.value and np.array_equal(early.Delta, short.Delta)
+    default = rf_word_sensitivity(X, k, rows=2, seed=5, steps=40)
+    assert rf_word_sensitivity(X, k, rows=2, seed=5, steps=40, stop=None).value == default.value
+    never = rf_word_sensitivity(X, k, rows=2, seed=5, steps=40, stop=(40, 0.0))
+    assert never.value == default.value          # the window never fits: all 40 steps
+    u, Vi = rf_row_law(X, k, 2, seed=5)
+    np.testing.assert_allclose(float(rf_relative_change(u, Vi, torch.as_tensor(early.Delta))),
+                               early.value, rtol=1e-12)
+
+
+@pytest.mark.parametrize("stop", [(0, 1e-4), (10, -1.0), (10, math.nan), "10", (10,),
+                                  (2.5, 1e-4), (10, True)])
+def test_bad_stop_is_refused(stop):
+    with pytest.raises((ValueError, TypeError), match="stop"):
+        rf_word_sensitivity(ws.sample_X(4, 3, seed=0), 12, stop=stop)

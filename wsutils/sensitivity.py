@@ -41,7 +41,9 @@ class SensitivityResult:
     numpy vector with ``‖Delta‖ ≤ √d`` exactly) the perturbation attaining it: ``value`` is a
     certified lower bound on ``S_φ(X)``. ``per_row`` maps each searched row to its best value
     and ``per_row_Delta`` to the perturbation attaining it; every value is the float64
-    relative change at its ``Δ`` (:func:`relative_change`).
+    relative change at its ``Δ`` (:func:`relative_change`). ``phi_norm`` is ``‖φ(X)‖`` in
+    float64, the denominator of those values, as the certification computed it (NaN where an
+    estimator does not record it).
     """
 
     value: float
@@ -52,6 +54,7 @@ class SensitivityResult:
     steps: int = 0
     seed: int = 0
     per_row_Delta: dict[int, np.ndarray] = field(default_factory=dict)
+    phi_norm: float = math.nan
 
     def __float__(self) -> float:
         return float(self.value)
@@ -167,11 +170,12 @@ def search_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _changes64(phi_b: Map, X64: torch.Tensor, rows: Sequence[int], Deltas: torch.Tensor, *,
-               max_batch_elements: int = 2**23) -> torch.Tensor:
+               max_batch_elements: int = 2**23, with_base: bool = False):
     """``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` in float64 for pairs ``(rows[b], Deltas[b])`` (trusted
     input: ``X64`` float64 ``(n, d)``, ``Deltas`` ``(B, d)``). ``X`` goes through ``φ`` in the
     same batch as each chunk of perturbed copies, and ``Δ = 0`` gives exactly 0. A non-finite
-    output of ``φ`` is a ValueError."""
+    output of ``φ`` is a ValueError. ``with_base=True`` returns ``(changes, ‖φ(X)‖)``, the
+    norm as the last chunk's batch computed it."""
     n, d = X64.shape
     Deltas = Deltas.to(dtype=torch.float64, device=X64.device)
     chunk = max(1, max_batch_elements // (n * d) - 1)
@@ -191,7 +195,8 @@ def _changes64(phi_b: Map, X64: torch.Tensor, rows: Sequence[int], Deltas: torch
     out = torch.cat(out)
     # X_i(0) = X exactly, so Δ = 0 gives exactly 0 on every machine (a batched product need
     # not round two identical batch entries identically)
-    return torch.where((Deltas == 0).all(dim=-1), torch.zeros_like(out), out)
+    out = torch.where((Deltas == 0).all(dim=-1), torch.zeros_like(out), out)
+    return (out, float(base_norm)) if with_base else out
 
 
 def relative_change(phi: Map, X: Array, row: int, Delta: Array) -> float:
@@ -385,13 +390,15 @@ def certify(phi_b: Map, Xt: torch.Tensor, found: dict[int, torch.Tensor], *, sta
     rows = list(found)
     D64 = project_ball(torch.stack([found[r] for r in rows]).to(torch.float64).cpu(),
                        math.sqrt(d))
-    vals = _changes64(phi_b, X64, rows, D64, max_batch_elements=max_batch_elements).cpu()
+    vals, phi_norm = _changes64(phi_b, X64, rows, D64, max_batch_elements=max_batch_elements,
+                                with_base=True)
+    vals = vals.cpu()
     per_row = {r: float(vals[j]) for j, r in enumerate(rows)}
     per_Delta = {r: D64[j].numpy().copy() for j, r in enumerate(rows)}
     j = int(torch.argmax(vals))
     return SensitivityResult(value=per_row[rows[j]], row=rows[j], Delta=per_Delta[rows[j]],
                              per_row=per_row, starts=starts, steps=steps, seed=seed,
-                             per_row_Delta=per_Delta)
+                             per_row_Delta=per_Delta, phi_norm=phi_norm)
 
 
 def sphere_starts(xi: torch.Tensor, radius: float) -> torch.Tensor:

@@ -42,7 +42,8 @@ from ..sensitivity import (SensitivityResult, _ascend, _changes64, _rows, certif
 
 __all__ = [
     "KINDS", "row_takeover", "key_takeover", "takeover_candidates", "certified_lower_bound",
-    "TakeoverCertificate", "takeover_certificate", "attention_word_sensitivity",
+    "TakeoverCertificate", "takeover_certificate", "row_competition",
+    "attention_word_sensitivity",
 ]
 
 KINDS = ("raf", "relu")
@@ -261,28 +262,52 @@ class TakeoverCertificate:
     exact: float
 
 
-def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
-    """Evaluate :prf:ref:`thm-raf-high` at ``(X, W, row)``, in float64:
-    ``S ≥ [(1+√2)·a'_ii − 1 − κ‖a_i‖] / (κ‖A‖_F)`` with ``a'_ii = 1/(1 + e^{−margin})``."""
-    Xt, Wt, n, d = _prepare(X, W, check_norms=True)
-    i = _one_row(row, n)
-    Xt, Wt = Xt.to(torch.float64), _weights64(W, Xt)          # the caller's W, not rounded
+def _row_competition(Xt: torch.Tensor, Wt: torch.Tensor, i: int) -> dict:
+    """The competition in row ``i`` after its row take-over (:prf:ref:`def-takeover`), float64
+    ``Xt``, ``Wt`` (trusted): ``lam`` (top eigenvalue of ``(W+Wᵀ)/2``), ``Delta``,
+    ``self_score`` ``s'_ii``, ``lse_others`` ``log Σ_{j≠i} exp s'_ij``, ``margin`` and
+    ``self_weight`` ``a'_ii`` (:prf:ref:`thm-raf-high`). Only row ``i`` of the new scores is
+    formed, ``(x'_iᵀ W) X'ᵀ/√d``: ``O(n·d)`` after the ``O(d³)`` eigenvector."""
+    n, d = Xt.shape
     lam, _ = _top_eigvec(Wt)
     Delta = _row_takeover(Xt, Wt, i)
     Xp = Xt.clone()
     Xp[i] += Delta
-    s = attention_scores(Xp, Wt)[i]
+    s = (Xp[i] @ Wt) @ Xp.T / math.sqrt(d)            # row i of attention_scores(Xp, W)
     others = torch.cat([s[:i], s[i + 1:]])
     lse = float(torch.logsumexp(others, 0)) if n > 1 else -math.inf
-    margin = float(s[i]) - lse
-    a_self = float(torch.softmax(s, 0)[i])
+    return {"lam": lam, "Delta": Delta, "self_score": float(s[i]), "lse_others": lse,
+            "margin": float(s[i]) - lse, "self_weight": float(torch.softmax(s, 0)[i])}
+
+
+def row_competition(X: Array, W: Array, row: int) -> dict:
+    """The part of :func:`takeover_certificate` that the row take-over's own row decides:
+    ``lam``, ``self_score``, ``lse_others``, ``margin`` and ``self_weight`` (the same floats
+    as the certificate's fields), in ``O(n·d + d³)`` and float64, without ``κ``, ``‖A‖_F``,
+    the bound and the relative change (each an ``n × n`` product or an SVD)."""
+    Xt, Wt, n, d = _prepare(X, W, check_norms=True)
+    c = _row_competition(Xt.to(torch.float64), _weights64(W, Xt), _one_row(row, n))
+    del c["Delta"]
+    return c
+
+
+def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
+    """Evaluate :prf:ref:`thm-raf-high` at ``(X, W, row)``, in float64:
+    ``S ≥ [(1+√2)·a'_ii − 1 − κ‖a_i‖] / (κ‖A‖_F)`` with ``a'_ii = 1/(1 + e^{−margin})``
+    (the margin from :func:`row_competition`)."""
+    Xt, Wt, n, d = _prepare(X, W, check_norms=True)
+    i = _one_row(row, n)
+    Xt, Wt = Xt.to(torch.float64), _weights64(W, Xt)          # the caller's W, not rounded
+    c = _row_competition(Xt, Wt, i)
+    Delta, a_self = c["Delta"], c["self_weight"]
     A = torch.softmax(attention_scores(Xt, Wt), dim=-1)
     kappa = float(torch.linalg.matrix_norm(Xt, ord=2)) / math.sqrt(d)
     A_fro = float(torch.linalg.matrix_norm(A))
     a_row = float(torch.linalg.vector_norm(A[i]))
     bound = ((1 + math.sqrt(2)) * a_self - 1 - kappa * a_row) / (kappa * A_fro)
     exact = float(_changes64(lambda Z: _raf(Z, Wt), Xt, [i], Delta[None])[0])
-    return TakeoverCertificate(lam=lam, self_score=float(s[i]), lse_others=lse, margin=margin,
+    return TakeoverCertificate(lam=c["lam"], self_score=c["self_score"],
+                               lse_others=c["lse_others"], margin=c["margin"],
                                self_weight=a_self, kappa=kappa, A_fro=A_fro, a_row=a_row,
                                bound=bound, exact=exact)
 
@@ -615,6 +640,22 @@ class _FastObjective:
         return torch.sqrt(sq.sum(-1)) / self.base_norm
 
 
+_PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _search_precision(value, default: torch.dtype) -> torch.dtype:
+    """``search_dtype`` of :func:`attention_word_sensitivity` as a torch dtype: ``None`` is
+    ``default``; float32/float64 as a dtype or its name; anything else a ValueError."""
+    if value is None:
+        return default
+    if value in _PRECISIONS.values():
+        return value
+    if isinstance(value, str) and value.strip().lower().removeprefix("torch.") in _PRECISIONS:
+        return _PRECISIONS[value.strip().lower().removeprefix("torch.")]
+    raise ValueError(f"search_dtype must be None, torch.float32, torch.float64, 'float32' or "
+                     f"'float64', got {value!r}.")
+
+
 def attention_word_sensitivity(
     X: Array,
     W: Array,
@@ -630,6 +671,7 @@ def attention_word_sensitivity(
     max_batch_elements: int = 2**23,
     device=None,
     progress: bool = False,
+    search_dtype: torch.dtype | str | None = None,
 ) -> SensitivityResult:
     """Estimate ``S(X)`` for softmax (``kind="raf"``, eq. :eq:`eq-raf`), ReLU attention
     (``kind="relu"``, eq. :eq:`eq-relu-attention`) or any normalisation of
@@ -646,6 +688,13 @@ def attention_word_sensitivity(
     from the returned ``Delta``/``per_row_Delta``, with the caller's ``W`` (exactly; the
     search alone uses ``W`` in ``X``'s dtype).
 
+    ``search_dtype`` (``torch.float32``/``"float32"`` or ``torch.float64``/``"float64"``)
+    runs the search (the fast objective, the starts, the steps) in that precision on ``X``
+    and ``W`` rounded to it; ``None`` (default) searches in ``X``'s own search dtype. The
+    search only proposes ``Δ``: every reported value is the float64 relative change at the
+    returned ``Δ`` (projected onto the exact ball) for the *unrounded* ``X`` and ``W``, so it
+    is a certified lower bound whatever the search precision.
+
     Raises
     ------
     ValueError
@@ -658,7 +707,11 @@ def attention_word_sensitivity(
     Wt, W64 = _weights(W, Xt), _weights64(W, Xt)      # the search's copy; the caller's W
     seed, lr = check_seed(seed), check_lr(lr)
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
-    obj = _FastObjective(Xt, Wt, kind)
+    work = _search_precision(search_dtype, Xt.dtype)
+    Xs, Ws = Xt.to(work), Wt.to(work)                 # what the search sees
+    if extra is not None:
+        extra = extra.to(work)
+    obj = _FastObjective(Xs, Ws, kind)
     if not math.isfinite(obj.base_norm):
         raise ValueError("φ(X) is not finite (NaN or infinite entries): the scores or the "
                          "normalisation's parameters are outside the range it is accurate in.")
@@ -672,15 +725,15 @@ def attention_word_sensitivity(
     if takeovers:
         found, most = {}, 0
         for r in row_list:
-            cands = _constructions(Xt, W64, r, kind)
+            cands = _constructions(Xt, W64, r, kind).to(work)
             most = max(most, cands.shape[0])
             init_r = cands if extra is None else torch.cat([extra, cands])
-            found.update(_ascend(objective, Xt, [r], starts=starts, steps=steps,
+            found.update(_ascend(objective, Xs, [r], starts=starts, steps=steps,
                                  seed=(seed + r) % 2**63, extra=init_r, lr=lr,
                                  max_batch_elements=max_batch_elements, progress=False))
         S += most                     # the constructions of the row that has the most
     else:
-        found = _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
+        found = _ascend(objective, Xs, row_list, starts=starts, steps=steps, seed=seed,
                         extra=extra, lr=lr, max_batch_elements=max_batch_elements,
                         progress=progress)
     return certify(lambda Z: fn(Z, W64), Xt, found, starts=S, steps=steps, seed=seed,

@@ -251,9 +251,11 @@ def rf_relative_change(u: torch.Tensor, Vi: torch.Tensor, Delta: torch.Tensor) -
     return out[0] if single else out
 
 
-def _grams(A: torch.Tensor, active: torch.Tensor | None):
+def _grams(A: torch.Tensor, active: torch.Tensor | None, full: bool = True):
     """``AᵀA`` and, if ``active`` is given, ``A_Jᵀ A_J`` (rows ``J = active``), in float64,
-    accumulated over row blocks (:func:`_blocks64`) so that no copy of ``A`` is made."""
+    accumulated over row blocks (:func:`_blocks64`) so that no copy of ``A`` is made.
+    ``full=False`` (with ``active``) skips the rows outside ``J`` and returns ``(None, A_JᵀA_J)``:
+    the same ``A_JᵀA_J``, for a caller that needs no upper certificate."""
     d = A.shape[1]
     G = torch.zeros(d, d, dtype=torch.float64, device=A.device)
     GJ = torch.zeros_like(G) if active is not None else None
@@ -262,9 +264,13 @@ def _grams(A: torch.Tensor, active: torch.Tensor | None):
             G += B.T @ B
             continue
         m = active[s:s + B.shape[0]]
-        BJ, BO = B[m], B[~m]
+        BJ = B[m]
         GJ += BJ.T @ BJ
-        G += BO.T @ BO
+        if full:
+            BO = B[~m]
+            G += BO.T @ BO
+    if GJ is not None and not full:
+        return None, GJ
     if GJ is not None:
         G += GJ
     return G, GJ
@@ -338,10 +344,15 @@ def rf_high_probability_bound(n: int, d: int, k: int, delta: float) -> float:
 
 
 def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int,
-            work_dtype: torch.dtype | None = torch.float32):
+            work_dtype: torch.dtype | None = torch.float32, stop: tuple[int, float] | None = None):
     """Projected ascent of the relative change from each row of ``starts``; every step moves to
     the sphere ``‖Δ‖ = √d`` along the gradient (the fixed point of plain projected gradient
     ascent with a large step, as the authors' lr 100 is). Keeps the best iterate.
+
+    ``stop = (m, rtol)``: stop before ``steps`` once the best value over all starts has gained
+    at most ``rtol`` (relative) over the last ``m`` steps, ``b_t ≤ (1 + rtol)·b_{t−m}``
+    (``b_t`` the best value seen up to step ``t``; :func:`rf_word_sensitivity`). ``None``
+    (default): every step is taken.
 
     The iterations run in ``work_dtype`` (float32 by default: each step is two passes over the
     ``k × d`` matrix ``V_i``, limited by memory bandwidth, and single precision halves the
@@ -358,6 +369,7 @@ def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int,
     Delta = project_ball(starts.to(Vi.dtype), radius, exact=False)
     best_val = torch.full((Delta.shape[0],), -1.0, dtype=Vi.dtype, device=Vi.device)
     best = Delta.clone()
+    trail: list[float] = []                                  # b_t, the best so far
     for t in range(steps + 1):
         pre = u[:, None] + (Delta @ Vi.T).T                  # k × B
         diff = torch.relu(pre) - base[:, None]
@@ -367,6 +379,11 @@ def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int,
         best[better] = Delta[better]
         if t == steps:
             break
+        if stop is not None:
+            trail.append(float(best_val.max()))
+            m, rtol = stop
+            if t >= m and trail[t] <= (1 + rtol) * trail[t - m]:
+                break
         # gradient of ½‖diff‖² w.r.t. Δ: V_iᵀ (1[pre > 0] ⊙ diff)
         grad = (diff * (pre > 0)).T.contiguous() @ Vi        # B × d (Bᵀ@A: the fast layout)
         gnorm = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
@@ -377,14 +394,14 @@ def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int,
     return best_val, best
 
 
-def _search_row(u, Vi, *, starts, steps, g, d, search_dtype):
+def _search_row(u, Vi, *, starts, steps, g, d, search_dtype, upper=True, stop=None):
     radius = math.sqrt(d)
-    G, GJ = _grams(Vi, _check_active(u))          # one pass over V_i for both bounds
-    upper = _upper_from(G, u, d)
+    G, GJ = _grams(Vi, _check_active(u), full=upper)   # one pass over V_i for both bounds
+    upper = _upper_from(G, u, d) if upper else math.nan
     lower, Delta_star = _lower_from(GJ, u, Vi)
     xi = sphere_starts(torch.randn(max(starts, 1), d, generator=g, dtype=u.dtype), radius)
     S = torch.cat([Delta_star[None].cpu(), -Delta_star[None].cpu(), xi]).to(Vi.device)
-    _, best = _ascend(u, Vi, S, steps, work_dtype=search_dtype)
+    _, best = _ascend(u, Vi, S, steps, work_dtype=search_dtype, stop=stop)
     # the best iterate of every start, re-evaluated in float64 after the exact projection
     # (‖Δ‖ ≤ √d in exact arithmetic and under every norm routine)
     best = project_ball(best.to(u.dtype), radius)
@@ -407,6 +424,8 @@ def rf_word_sensitivity(
     progress: bool = False,
     search_dtype: torch.dtype | str | None = torch.float32,
     precision: str = "float64",
+    upper: bool = True,
+    stop: tuple[int, float] | None = None,
 ) -> RFSensitivityResult:
     """Estimate ``S_RF(X)`` (:prf:ref:`def-word-sensitivity`) for ``φ_RF = ReLU(V flat(X))``,
     ``V ∈ R^{k×D}`` i.i.d. ``N(0, 1/D)`` drawn from ``seed``, without ever forming ``V``.
@@ -430,6 +449,13 @@ def rf_word_sensitivity(
     by default, ``"float32"`` draws single-precision weights, four times faster, a different
     draw); the ``blocks`` mode always draws single-precision weights and ignores it.
 
+    ``upper=False`` skips the upper certificate (``upper`` and ``per_row_upper`` are NaN) and
+    with it the Gram matrix of the inactive rows of ``V_i``; ``S``, ``lower`` and the search
+    are unchanged. ``stop=(m, rtol)`` (an integer ``m ≥ 1`` and ``rtol ≥ 0``) ends a row's
+    search once the best value over its starts has gained at most ``rtol``, relative, over
+    the last ``m`` steps (``_ascend``); ``None`` (default) takes all ``steps``. The value is
+    still the float64 relative change at the best iterate, a certified lower bound.
+
     Refused before any work: ``k``, ``starts``, ``steps``,
     ``rows`` or ``seed`` that are not integers (``2.7`` is not truncated) or out of range
     (seeds in ``[0, 2**63)``); a boolean row mask; complex input; a ``device`` that is not
@@ -444,6 +470,7 @@ def rf_word_sensitivity(
     rows = _check_rows(rows)
     work = _search_dtype(search_dtype)
     draw = _precision(precision)
+    stop = _check_stop(stop)
     if mode not in ("auto", "reduced", "blocks", "rows"):
         raise ValueError(f"mode must be 'auto', 'reduced', 'blocks' or 'rows', got {mode!r}.")
     Xt, row_list, _ = search_setup(_float64_text(X, device), rows=rows, starts=starts,
@@ -458,7 +485,21 @@ def rf_word_sensitivity(
     with small_work_threads(k * d):
         return _rf_word_sensitivity(Xt, k, row_list, mode, seed=seed, starts=starts,
                                     steps=steps, progress=progress, search_dtype=work,
-                                    precision=draw)
+                                    precision=draw, upper=bool(upper), stop=stop)
+
+
+def _check_stop(stop) -> tuple[int, float] | None:
+    """``stop`` as ``None`` or ``(m, rtol)``: an integer ``m ≥ 1`` and a finite ``rtol ≥ 0``."""
+    if stop is None:
+        return None
+    if isinstance(stop, (str, bytes)) or not hasattr(stop, "__len__") or len(stop) != 2:
+        raise ValueError(f"stop must be None or (m, rtol), got {stop!r}.")
+    m = check_int("stop window m", stop[0], minimum=1)
+    rtol = stop[1]
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not (
+            math.isfinite(rtol) and rtol >= 0):
+        raise ValueError(f"stop tolerance rtol must be a finite number ≥ 0, got {rtol!r}.")
+    return m, float(rtol)
 
 
 _SEARCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -522,7 +563,7 @@ def _check_rf_memory(k, d, starts, mode, work, device, draw=torch.float64) -> No
 
 
 def _rf_word_sensitivity(Xt, k, row_list, mode, *, seed, starts, steps, progress, search_dtype,
-                         precision=torch.float64):
+                         precision=torch.float64, upper=True, stop=None):
     n, d = Xt.shape
     g = torch.Generator().manual_seed(seed + 1)
     if mode == "reduced":
@@ -542,7 +583,8 @@ def _rf_word_sensitivity(Xt, k, row_list, mode, *, seed, starts, steps, progress
         if mode in ("blocks", "rows"):
             Vi = rf_weight_block(k, n, d, r, seed=seed, device=Xt.device, dtype=torch.float32)
         val, Delta, up, lo, n_starts = _search_row(u, Vi, starts=starts, steps=steps, g=g, d=d,
-                                                   search_dtype=search_dtype)
+                                                   search_dtype=search_dtype, upper=upper,
+                                                   stop=stop)
         per_row[r], per_up[r], per_lo[r] = val, up, lo
         if val > best[0]:
             best = (val, r, Delta)

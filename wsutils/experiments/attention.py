@@ -12,23 +12,75 @@ import time
 
 import torch
 
-from ..estimators.attention import (attention_word_sensitivity, certified_lower_bound, takeover_certificate)
-from ..maps import raf, relu_attention
+from ..estimators.attention import (attention_word_sensitivity, certified_lower_bound,
+                                    row_competition, takeover_certificate)
 from ..estimators.rf import rf_word_sensitivity
+from ..run import config
+from ..run.seeds import point_seed
 from ..weights import sample_W, sample_X
 
-__all__ = ["sensitivity_point", "takeover_point", "rf_point"]
+__all__ = ["SEARCH_DTYPE", "attention_grid", "grid_points", "sensitivity_point",
+           "takeover_point", "rf_point"]
+
+#: The precision of each map's search in the chapters' grids (every value is certified in
+#: float64 on the float64 text either way): float32 where it finds the float64 search's value
+#: (softmax attention: equal to 3e-7 or better on every point of
+#: ``benchmarks/bench_attention_grids.py``), float64 where the two searches take different
+#: paths (ReLU attention: up to 8e-4 apart, either way).
+SEARCH_DTYPE = {"raf": "float32", "relu": None}
+
+
+def attention_grid(scale: str | None = None) -> dict:
+    """The grid of the softmax and the ReLU attention chapters at ``scale`` (``"quick"`` or
+    ``"paper"``; ``None``: the current ``WSBOOK_SCALE``, :mod:`wsutils.run.config`): widths
+    ``ds`` and lengths ``ns`` (at the paper's scale the grid of the authors' scripts,
+    ``d ∈ {192, 384, 768}``, ``n`` 10…250), ``seeds`` texts per point and the ``search`` of
+    :func:`sensitivity_point` (rows, starts, steps). Defined once here so that both chapters
+    search the same points the same way."""
+    if scale is not None and scale not in config.SCALES:
+        raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}.")
+    grids = dict(
+        quick=dict(ds=(192, 384), ns=(10, 50, 100, 250), seeds=2,
+                   search=dict(rows=1, starts=2, steps=40)),
+        paper=dict(ds=(192, 384, 768), ns=(10, 20, 50, 100, 150, 200, 250), seeds=5,
+                   search=dict(rows=2, starts=4, steps=100)))
+    return grids[scale] if scale is not None else config.by_scale(**grids)
+
+
+def grid_points(kind: str) -> list[dict]:
+    """The points of :func:`attention_grid` for ``kind`` (``"raf"`` or ``"relu"``), as
+    :func:`sensitivity_point` takes them: every ``(d, n)`` and seed index ``s``, with the text
+    and weights of ``point_seed("attention", d, n, s)``, searched in the precision
+    :data:`SEARCH_DTYPE` gives ``kind``. The softmax chapter and the ReLU
+    chapter both take their softmax grid from here: the same list of points, hence the same
+    keys in a sweep store (:func:`wsutils.run.sweep.point_key`), so a store shared by the two
+    computes it once."""
+    g = attention_grid()
+    return [dict(kind=kind, d=d, n=n, seed=point_seed("attention", d, n, s), **g["search"],
+                 search_dtype=SEARCH_DTYPE[kind])
+            for d in g["ds"] for n in g["ns"] for s in range(g["seeds"])]
 
 
 def sensitivity_point(kind: str, d: int, n: int, seed: int, rows: int = 2, starts: int = 4,
-                      steps: int = 100) -> dict:
+                      steps: int = 100, certificates: bool = True,
+                      search_dtype: str | None = None) -> dict:
     """``S`` of softmax (``kind="raf"``) or ReLU (``"relu"``) attention at one text.
 
-    The estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) searches the first
-    ``rows`` words from ``starts`` random starts plus the take-over constructions;
-    ``certified`` is the best construction alone (:func:`wsutils.estimators.attention.certified_lower_bound`) over the same
-    rows. Also returns ``‖φ(X)‖_F/√d``, ``κ = ‖X‖_op/√d`` and, for ``raf``, the bound and the
-    self-weight of :prf:ref:`thm-raf-high` at row 0.
+    The estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) searches
+    the first ``rows`` words from ``starts`` random starts plus the take-over constructions;
+    ``S`` is the float64 relative change at the best ``Δ`` found, recomputed with the full map
+    (a certified lower bound). Also returns ``phi_norm = ‖φ(X)‖_F/√d`` (the float64 norm
+    that certification divides by),
+    ``kappa = ‖X‖_op/√d`` and the search's wall ``seconds``.
+
+    ``certificates=True`` (default) adds ``certified``, the best construction alone
+    (:func:`wsutils.estimators.attention.certified_lower_bound`, six full float64 maps per
+    row) over the same rows and, for ``raf``, the bound, self-weight, margin and ``‖A‖_F`` of
+    :prf:ref:`thm-raf-high` at row 0 (:func:`~wsutils.estimators.attention.takeover_certificate`).
+    ``certificates=False`` computes only ``S``, ``phi_norm``, ``kappa`` and ``seconds``, for a
+    grid that reads nothing else (the far-``n`` grids): the same ``S`` for the same point.
+    ``search_dtype`` (``None``: float64, or ``"float32"``) is the precision of the search
+    only: ``S`` is certified in float64 on the float64 text either way.
     """
     torch.set_num_threads(1)
     X = sample_X(n, d, seed=seed)
@@ -36,38 +88,52 @@ def sensitivity_point(kind: str, d: int, n: int, seed: int, rows: int = 2, start
     searched = list(range(min(rows, n)))
     t0 = time.perf_counter()
     res = attention_word_sensitivity(X, W, kind=kind, rows=searched, starts=starts, steps=steps,
-                                     seed=seed, takeovers=True)
+                                     seed=seed, takeovers=True, search_dtype=search_dtype)
     elapsed = time.perf_counter() - t0
-    cert = max(certified_lower_bound(X, W, r, kind=kind) for r in searched)
-    phi = (raf if kind == "raf" else relu_attention)(X, W)
     out = {
         "S": res.value,
-        "certified": cert,
-        "phi_norm": float(torch.linalg.vector_norm(phi)) / math.sqrt(d),
+        "phi_norm": res.phi_norm / math.sqrt(d),      # ‖φ(X)‖_F of the certification
         "kappa": float(torch.linalg.matrix_norm(X, ord=2)) / math.sqrt(d),
         "seconds": elapsed,
     }
+    if not certificates:
+        return out
+    out["certified"] = max(certified_lower_bound(X, W, r, kind=kind) for r in searched)
     if kind == "raf":
         c = takeover_certificate(X, W, 0)
         out.update(bound=c.bound, self_weight=c.self_weight, margin=c.margin, A_fro=c.A_fro)
     return out
 
 
-def takeover_point(d: int, n: int, seed: int) -> dict:
+def takeover_point(d: int, n: int, seed: int, certificate: bool = True) -> dict:
     """The row take-over at row 0 of one text (:prf:ref:`thm-raf-high`): the margin, the
-    self-weight ``a'_00`` it reaches and the relative change it produces, for the phase diagram."""
+    self-weight ``a'_00`` it reaches and ``lam``, the top eigenvalue of ``(W + Wᵀ)/2``; with
+    ``certificate=True`` (default) also the relative change it produces (``change``) and the
+    bound of the theorem (:func:`wsutils.estimators.attention.takeover_certificate`).
+    ``certificate=False`` computes only the row take-over's own row
+    (:func:`wsutils.estimators.attention.row_competition`, ``O(n·d + d³)`` instead of
+    ``n × n`` products and an SVD), for the phase diagram, which reads the self-weight: the
+    same margin and self-weight for the same point."""
     torch.set_num_threads(1)
     X = sample_X(n, d, seed=seed)
     W = sample_W(d, seed=seed + 1)
+    if not certificate:
+        c = row_competition(X, W, 0)
+        return {"margin": c["margin"], "self_weight": c["self_weight"], "lam": c["lam"]}
     c = takeover_certificate(X, W, 0)
     return {"margin": c.margin, "self_weight": c.self_weight, "change": c.exact,
             "bound": c.bound, "lam": c.lam}
 
 
-def rf_point(d: int, n: int, seed: int, starts: int = 2, steps: int = 30) -> dict:
+def rf_point(d: int, n: int, seed: int, starts: int = 2, steps: int = 30, upper: bool = True,
+             stop: list | None = None) -> dict:
     """``S_RF`` at the same text as :func:`sensitivity_point` (``X`` from ``seed``), ``k = D``,
-    with the exact estimator :func:`wsutils.estimators.rf.rf_word_sensitivity` (row 0)."""
+    with the exact estimator :func:`wsutils.estimators.rf.rf_word_sensitivity` (row 0);
+    ``upper`` and ``stop`` (``[m, rtol]`` or ``None``) are passed to it: ``upper=False`` skips
+    the upper certificate, which this function does not return, and ``stop`` ends the
+    search once it has converged (the estimator's docstring)."""
     torch.set_num_threads(1)
     X = sample_X(n, d, seed=seed)
-    res = rf_word_sensitivity(X, n * d, rows=0, seed=seed + 1, starts=starts, steps=steps)
+    res = rf_word_sensitivity(X, n * d, rows=0, seed=seed + 1, starts=starts, steps=steps,
+                              upper=upper, stop=None if stop is None else tuple(stop))
     return {"S": res.value}

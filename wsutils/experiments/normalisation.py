@@ -40,7 +40,8 @@ from ..sensitivity import perturb, project_ball
 from ..weights import sample_W, sample_X
 
 __all__ = ["CHAPTER", "PHASE", "DOUBLING", "required_margin", "row_margin", "doubling_bound",
-           "normalisation_point", "phase_point", "takeover_margin_model", "margin_interval", "MODEL_DRAWS"]
+           "normalisation_point", "phase_point", "takeover_margin_model", "margin_interval", "MODEL_DRAWS",
+           "SEARCH_DTYPE"]
 
 #: The normalisations of the chapter, by the label its tables and figures use.
 CHAPTER = {
@@ -112,6 +113,15 @@ def row_margin(X, W, row: int, name) -> dict:
             "others_weight": float(torch.cat([a[:i], a[i + 1:]]).max())}
 
 
+#: The precision of each normalisation's search in the chapter's grid (``S`` and every
+#: certificate are float64 on the float64 text either way): float32 where it finds the
+#: float64 search's value (within 7e-7 on the points of ``benchmarks/bench_attention_grids``'s
+#: ``norm`` part), float64 for ReLU attention (the two searches end up to 1.5e-4 apart) and for
+#: hardmax (its search can end on a construction itself, ``S`` equal to the certificate, which
+#: a float32 copy of the construction would miss by its rounding).
+SEARCH_DTYPE = {name: "float32" for name in CHAPTER} | {"relu": None, "hardmax": None}
+
+
 #: The normalisations that :prf:ref:`prop-norm-double` covers.
 DOUBLING = ("softmax", "tempered", "scalable", "sparsemax", "entmax", "hardmax")
 
@@ -147,7 +157,7 @@ def doubling_bound(X, W, row: int, name) -> dict:
 
 
 def normalisation_point(name: str, d: int, n: int, seed: int, rows: int = 1, starts: int = 2,
-                        steps: int = 40) -> dict:
+                        steps: int = 40, search_dtype: str | None = None) -> dict:
     """``S`` of attention with normalisation ``name`` (:data:`CHAPTER`) at one synthetic text
     (``X = sample_X(n, d, seed)``, ``W = sample_W(d, seed + 1)``, as in the attention
     chapters): the estimate ``S`` (fast estimator over the first ``rows`` words, random starts
@@ -159,7 +169,9 @@ def normalisation_point(name: str, d: int, n: int, seed: int, rows: int = 1, sta
     for :data:`DOUBLING`, its bound ``double_bound`` and ``double_frac``,
     :func:`doubling_bound`), the row take-over's margin and
     self-weight at word 0 (:func:`row_margin`), the seconds the estimator took (``seconds``, wall)
-    and the CPU seconds of the whole point (``cpu_seconds``)."""
+    and the CPU seconds of the whole point (``cpu_seconds``). ``search_dtype`` (``None``:
+    float64, or ``"float32"``) is the precision of the search only: ``S`` and every
+    certificate are computed in float64 on the float64 text either way."""
     torch.set_num_threads(1)
     cpu0 = time.process_time()
     norm = _norm(name)
@@ -168,7 +180,8 @@ def normalisation_point(name: str, d: int, n: int, seed: int, rows: int = 1, sta
     double = project_ball(X[:1].clone(), math.sqrt(d))[0]    # Δ = x_0, in the ball exactly
     t0 = time.perf_counter()
     res = attention_word_sensitivity(X, W, kind=norm, rows=searched, starts=starts,
-                                     steps=steps, seed=seed, takeovers=True, init=double)
+                                     steps=steps, seed=seed, takeovers=True, init=double,
+                                     search_dtype=search_dtype)
     elapsed = time.perf_counter() - t0
     # the certificate: the row and the key take-over of each searched word, and the doubling
     # Δ = x_0 of prop-norm-double, through the full map in float64 (three of the estimator's
