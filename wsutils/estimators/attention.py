@@ -110,9 +110,10 @@ def _top_eigvec(W: torch.Tensor) -> tuple[float, torch.Tensor]:
     ``W`` equals the last matrix exactly (an ``O(d²)`` comparison against the ``O(d³)``
     eigendecomposition, which the take-over constructions ask for several times per text)."""
     W64 = W.to(torch.float64)
-    if _EIG_CACHE and _EIG_CACHE[0][0].shape == W64.shape \
-            and _EIG_CACHE[0][0].device == W64.device and torch.equal(_EIG_CACHE[0][0], W64):
-        lam, u = _EIG_CACHE[0][1]
+    cached = _EIG_CACHE[0] if _EIG_CACHE else None      # read the entry once
+    if cached is not None and cached[0].shape == W64.shape \
+            and cached[0].device == W64.device and torch.equal(cached[0], W64):
+        lam, u = cached[1]
         return lam, u.clone()
     evals, evecs = torch.linalg.eigh((W64 + W64.T) / 2)
     out = (float(evals[-1]), evecs[:, -1])
