@@ -37,49 +37,69 @@ import time
 
 import torch
 
-from wsutils.estimators.attention import (attention_word_sensitivity, certified_lower_bound,
-                                          takeover_certificate)
-from wsutils.experiments.attention import (SEARCH_DTYPE, rf_point, sensitivity_point,
-                                           takeover_point)
+from wsutils.estimators.attention import (
+    attention_word_sensitivity,
+    certified_lower_bound,
+    takeover_certificate,
+)
+from wsutils.experiments.attention import SEARCH_DTYPE, rf_point, sensitivity_point, takeover_point
 from wsutils.maps import raf, relu_attention
-from wsutils.weights import sample_W, sample_X
 from wsutils.run.device import describe_device
 from wsutils.run.seeds import point_seed
+from wsutils.weights import sample_W, sample_X
 
-SEARCH = dict(rows=2, starts=4, steps=100)          # the chapters' paper-scale search
+SEARCH = dict(rows=2, starts=4, steps=100)  # the chapters' paper-scale search
 
 
-def baseline_point(kind: str, d: int, n: int, seed: int, rows: int = 2, starts: int = 4,
-                   steps: int = 100) -> dict:
+def baseline_point(
+    kind: str, d: int, n: int, seed: int, rows: int = 2, starts: int = 4, steps: int = 100
+) -> dict:
     """``sensitivity_point`` as the chapters ran it before (commit 0f465b4): the search in
     float64, the certificates at every point, ``‖φ(X)‖`` from its own full map."""
     torch.set_num_threads(1)
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
     searched = list(range(min(rows, n)))
-    res = attention_word_sensitivity(X, W, kind=kind, rows=searched, starts=starts,
-                                     steps=steps, seed=seed, takeovers=True)
+    res = attention_word_sensitivity(
+        X, W, kind=kind, rows=searched, starts=starts, steps=steps, seed=seed, takeovers=True
+    )
     cert = max(certified_lower_bound(X, W, r, kind=kind) for r in searched)
     phi = (raf if kind == "raf" else relu_attention)(X, W)
-    out = {"S": res.value, "certified": cert,
-           "phi_norm": float(torch.linalg.vector_norm(phi)) / math.sqrt(d),
-           "kappa": float(torch.linalg.matrix_norm(X, ord=2)) / math.sqrt(d)}
+    out = {
+        "S": res.value,
+        "certified": cert,
+        "phi_norm": float(torch.linalg.vector_norm(phi)) / math.sqrt(d),
+        "kappa": float(torch.linalg.matrix_norm(X, ord=2)) / math.sqrt(d),
+    }
     if kind == "raf":
         c = takeover_certificate(X, W, 0)
         out.update(bound=c.bound, self_weight=c.self_weight, margin=c.margin, A_fro=c.A_fro)
     return out
+
+
 RF_SEARCH = dict(starts=4, steps=60)
 RF_NEW = dict(upper=False, stop=[10, 1e-4])
 
 PARTS = {
-    "grid": dict(points=[(k, d, n) for k in ("raf", "relu")
-                         for d, n in ((768, 250), (768, 50), (384, 100), (192, 50))],
-                 read=("S", "phi_norm", "certified")),
-    "far": dict(points=[("raf", 192, 2000), ("raf", 192, 4000), ("relu", 192, 4000)],
-                read=("S", "phi_norm", "kappa")),
+    "grid": dict(
+        points=[
+            (k, d, n)
+            for k in ("raf", "relu")
+            for d, n in ((768, 250), (768, 50), (384, 100), (192, 50))
+        ],
+        read=("S", "phi_norm", "certified"),
+    ),
+    "far": dict(
+        points=[("raf", 192, 2000), ("raf", 192, 4000), ("relu", 192, 4000)],
+        read=("S", "phi_norm", "kappa"),
+    ),
     "phase": dict(points=[(768, 3000), (256, 3000), (768, 1000)], read=("self_weight",)),
-    "norm": dict(points=[(name, 32, 4096) for name in
-                         ("softmax", "tempered", "scalable", "sparsemax", "entmax", "sigmoid")],
-                 read=("S", "certified")),
+    "norm": dict(
+        points=[
+            (name, 32, 4096)
+            for name in ("softmax", "tempered", "scalable", "sparsemax", "entmax", "sigmoid")
+        ],
+        read=("S", "certified"),
+    ),
     "rf": dict(points=[(768, 250), (384, 250), (192, 250)], read=("S",)),
 }
 
@@ -90,21 +110,37 @@ def _calls(part: str, point):
         kind, d, n = point
         p = dict(kind=kind, d=d, n=n, seed=point_seed("attention", d, n, 0), **SEARCH)
         new = dict(search_dtype=SEARCH_DTYPE[kind], certificates=part == "grid")
-        return (f"{kind} {d}x{n}", lambda: baseline_point(**p),
-                lambda: sensitivity_point(**p, **new))
+        return (
+            f"{kind} {d}x{n}",
+            lambda: baseline_point(**p),
+            lambda: sensitivity_point(**p, **new),
+        )
     if part == "norm":
         from wsutils.experiments import normalisation as N
 
         name, d, n = point
-        p = dict(name=name, d=d, n=n, seed=point_seed("normalisation", d, n, 0), rows=1,
-                 starts=2, steps=30)
-        return (f"{name} {d}x{n}", lambda: N.normalisation_point(**p),
-                lambda: N.normalisation_point(**p, search_dtype=N.SEARCH_DTYPE[name]))
+        p = dict(
+            name=name,
+            d=d,
+            n=n,
+            seed=point_seed("normalisation", d, n, 0),
+            rows=1,
+            starts=2,
+            steps=30,
+        )
+        return (
+            f"{name} {d}x{n}",
+            lambda: N.normalisation_point(**p),
+            lambda: N.normalisation_point(**p, search_dtype=N.SEARCH_DTYPE[name]),
+        )
     if part == "phase":
         d, n = point
         p = dict(d=d, n=n, seed=point_seed("phase", d, n, 0))
-        return (f"{d}x{n}", lambda: takeover_point(**p),
-                lambda: takeover_point(**p, certificate=False))
+        return (
+            f"{d}x{n}",
+            lambda: takeover_point(**p),
+            lambda: takeover_point(**p, certificate=False),
+        )
     d, n = point
     p = dict(d=d, n=n, seed=point_seed("attention", d, n, 0), **RF_SEARCH)
     return f"{d}x{n}", lambda: rf_point(**p), lambda: rf_point(**p, **RF_NEW)
@@ -119,8 +155,10 @@ def _cells(rf_ds: list[int], only: list[str]) -> None:
     g = attention_grid()
     far_ns, phase_d = (250, 500, 1000, 2000, 4000), (2, 4, 8, 16, 32, 64, 128, 256, 768)
     phase_n = (10, 30, 100, 300, 1000, 3000)
-    cells = {f"grid {k}": [("grid", (k, d, n)) for d in g["ds"] for n in g["ns"]]
-             for k in ("raf", "relu")}
+    cells = {
+        f"grid {k}": [("grid", (k, d, n)) for d in g["ds"] for n in g["ns"]]
+        for k in ("raf", "relu")
+    }
     cells.update({f"far {k}": [("far", (k, 192, n)) for n in far_ns] for k in ("raf", "relu")})
     cells["phase"] = [("phase", (d, n)) for d in phase_d for n in phase_n]
     cells["rf"] = [("rf", (d, n)) for d in rf_ds for n in g["ns"]]
@@ -134,7 +172,7 @@ def _cells(rf_ds: list[int], only: list[str]) -> None:
             tb += _timed(before)[1]
             ta += _timed(after)[1]
         scale = g["seeds"]
-        if name == "rf":     # the widths not timed, in proportion to Σ n·d² over the grid
+        if name == "rf":  # the widths not timed, in proportion to Σ n·d² over the grid
             scale *= sum(d * d for d in g["ds"]) / sum(d * d for d in rf_ds)
         print(f"{name:>10} {len(todo):>6} {tb * scale:>9.0f} {ta * scale:>8.0f}", flush=True)
 
@@ -158,8 +196,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.cells:
         _cells([int(v) for v in args.rf_ds.split(",")], [c for c in args.only.split(",") if c])
         return
-    print(f"{'part':>6} {'point':>14} {'before s':>9} {'after s':>8} {'ratio':>6}  "
-          "largest relative difference of the values read")
+    print(
+        f"{'part':>6} {'point':>14} {'before s':>9} {'after s':>8} {'ratio':>6}  "
+        "largest relative difference of the values read"
+    )
     for part in args.parts.split(","):
         spec = PARTS[part]
         for point in spec["points"]:
@@ -171,11 +211,14 @@ def main(argv: list[str] | None = None) -> None:
                 (ob, tb_), (oa, ta_) = ((o1, t1), (o2, t2)) if r % 2 == 0 else ((o2, t2), (o1, t1))
                 tb, ta = tb + tb_, ta + ta_
             diff = {k: abs(oa[k] - ob[k]) / abs(ob[k]) for k in spec["read"]}
-            print(f"{part:>6} {label:>14} {tb / args.repeats:>9.2f} {ta / args.repeats:>8.2f} "
-                  f"{tb / ta:>6.2f}  " + ", ".join(f"{k} {v:.1e}" for k, v in diff.items()),
-                  flush=True)
+            print(
+                f"{part:>6} {label:>14} {tb / args.repeats:>9.2f} {ta / args.repeats:>8.2f} "
+                f"{tb / ta:>6.2f}  " + ", ".join(f"{k} {v:.1e}" for k, v in diff.items()),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
     import sys
+
     main(sys.argv[1:])

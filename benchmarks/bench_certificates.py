@@ -21,8 +21,12 @@ import torch
 
 import wsutils as ws
 import wsutils.estimators.attention as at
-from wsutils.estimators.relu import (relu_certified_upper, relu_upper_bound, relu_zeta_estimate,
-                                     sigma2_model)
+from wsutils.estimators.relu import (
+    relu_certified_upper,
+    relu_upper_bound,
+    relu_zeta_estimate,
+    sigma2_model,
+)
 from wsutils.experiments.attention import sensitivity_point
 from wsutils.run.seeds import point_seed
 
@@ -46,8 +50,10 @@ def main(argv=None) -> None:
             at._constructions = f
             at._ORTHO_CACHE.clear()
             t, r = _cpu(lambda: sensitivity_point("relu", d, n, seed, **PAPER_SEARCH))
-            print(f"  d={d} n={n} {name:>7}: {t:6.2f} s  S={r['S']:.4f}  "
-                  f"certified={r['certified']:.4f}")
+            print(
+                f"  d={d} n={n} {name:>7}: {t:6.2f} s  S={r['S']:.4f}  "
+                f"certified={r['certified']:.4f}"
+            )
     at._constructions = current
     print("item 2: the upper certificate over every word at the far n (d = 192)")
     for n in (1000, 4000):
@@ -55,11 +61,17 @@ def main(argv=None) -> None:
         X, W = ws.sample_X(n, 192, seed=seed), ws.sample_W(192, seed=seed + 1)
         t_up, up = _cpu(lambda: relu_certified_upper(X, W).max())
         t_s, r = _cpu(lambda: sensitivity_point("relu", 192, n, seed, **PAPER_SEARCH))
-        t_old, old = _cpu(lambda: max(relu_upper_bound(X, W, i, relu_zeta_estimate(
-            X, i, starts=4, steps=150)).value for i in range(2)))
-        print(f"  n={n}: certified upper over all {n} words {up:.3f} in {t_up:.2f} s; "
-              f"search S={r['S']:.3f} in {t_s:.2f} s; former bound (2 rows, ζ estimated) "
-              f"{old:.3f} in {t_old:.2f} s")
+        t_old, old = _cpu(
+            lambda: max(
+                relu_upper_bound(X, W, i, relu_zeta_estimate(X, i, starts=4, steps=150)).value
+                for i in range(2)
+            )
+        )
+        print(
+            f"  n={n}: certified upper over all {n} words {up:.3f} in {t_up:.2f} s; "
+            f"search S={r['S']:.3f} in {t_s:.2f} s; former bound (2 rows, ζ estimated) "
+            f"{old:.3f} in {t_old:.2f} s"
+        )
     t, law = _cpu(lambda: sigma2_model(768, draws=600, seed=point_seed("sigma2", 768)))
     print(f"item 7: sigma2_model(768, draws=600) = {law[0]:.3f} (sd {law[1]:.3f}) in {t:.2f} s")
 

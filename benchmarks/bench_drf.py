@@ -40,23 +40,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=2, help="draws per point")
     args = parser.parse_args([] if argv is None else argv)
     torch.set_num_threads(1)
-    _timed("float32", 4, 4, 2, 16, 0)                       # warm-up: load libraries
+    _timed("float32", 4, 4, 2, 16, 0)  # warm-up: load libraries
     print("drf_point, 1 thread, one process; CPU s per point (mean over seeds), S per seed")
-    head = (f"{'d':>4} {'n':>4} {'L':>2} {'k':>5} {'cpu f64':>8} {'cpu f32':>8} {'speed-up':>8}"
-            f"  S f64 / S f32 (each seed)")
+    head = (
+        f"{'d':>4} {'n':>4} {'L':>2} {'k':>5} {'cpu f64':>8} {'cpu f32':>8} {'speed-up':>8}"
+        f"  S f64 / S f32 (each seed)"
+    )
     print(head)
     print("-" * len(head))
     for d, n, L, k in POINTS:
         rows = {"float64": [], "float32": []}
         for s in range(args.seeds):
-            for prec in ("float64", "float32"):     # alternate, so load hits both alike
+            for prec in ("float64", "float32"):  # alternate, so load hits both alike
                 rows[prec].append(_timed(prec, d, n, L, k, 1000 + s))
         c64 = np.mean([c for c, _ in rows["float64"]])
         c32 = np.mean([c for c, _ in rows["float32"]])
-        pairs = ", ".join(f"{a[1]:.4f}/{b[1]:.4f}" for a, b in zip(rows["float64"],
-                                                                   rows["float32"]))
-        print(f"{d:>4} {n:>4} {L:>2} {k:>5} {c64:>8.2f} {c32:>8.2f} {c64 / c32:>7.2f}×  {pairs}",
-              flush=True)
+        pairs = ", ".join(
+            f"{a[1]:.4f}/{b[1]:.4f}" for a, b in zip(rows["float64"], rows["float32"])
+        )
+        print(
+            f"{d:>4} {n:>4} {L:>2} {k:>5} {c64:>8.2f} {c32:>8.2f} {c64 / c32:>7.2f}×  {pairs}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

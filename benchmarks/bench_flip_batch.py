@@ -26,15 +26,16 @@ import torch
 
 from wsutils import generalization as G
 
-VARIANTS = {"old": dict(batch_searches=False, search_dtype="float64"),
-            "batched64": dict(batch_searches=True, search_dtype="float64"),
-            "new": dict(batch_searches=True, search_dtype="float32")}
+VARIANTS = {
+    "old": dict(batch_searches=False, search_dtype="float64"),
+    "batched64": dict(batch_searches=True, search_dtype="float64"),
+    "new": dict(batch_searches=True, search_dtype="float32"),
+}
 
 
 def one(m: str, n: int, d: int, Ns: list[int], steps: int, variant: str):
     c0 = time.process_time()
-    out = G.flip_point(map=m, n=n, d=d, Ns=Ns, seed=0, starts=4, steps=steps,
-                       **VARIANTS[variant])
+    out = G.flip_point(map=m, n=n, d=d, Ns=Ns, seed=0, starts=4, steps=steps, **VARIANTS[variant])
     return time.process_time() - c0, out["runs"]
 
 
@@ -75,9 +76,12 @@ def linalg(m: str, n: int, d: int, Ns: list[int]) -> None:
             if name == "old":
                 ref = res
     same = all(torch.equal(a, b) for r, q in zip(ref, res) for a, b in zip(r, q))
-    print(f"linear algebra per point, {m} n = {n}, p = {Phi_all.shape[1]}, N ∈ {Ns}: "
-          f"checked per call {min(times['old']):.1f} s, checked once {min(times['new']):.1f} s "
-          f"(best of 2, CPU s); same numbers: {same}", flush=True)
+    print(
+        f"linear algebra per point, {m} n = {n}, p = {Phi_all.shape[1]}, N ∈ {Ns}: "
+        f"checked per call {min(times['old']):.1f} s, checked once {min(times['new']):.1f} s "
+        f"(best of 2, CPU s); same numbers: {same}",
+        flush=True,
+    )
 
 
 def sweep(maps: list[str], d: int, n: int, Ns: list[int], steps: int) -> None:
@@ -87,27 +91,42 @@ def sweep(maps: list[str], d: int, n: int, Ns: list[int], steps: int) -> None:
     features built once, each search's runs in one batch (ours in float32)."""
     from wsutils.run.seeds import point_seed
 
-    kw = dict(n=n, d=d, Ns=Ns, seed=point_seed("flip-vs-N", "authors", d, n, 0),
-              data="authors", losses=["output"], trainings=["fine_tune"])
+    kw = dict(
+        n=n,
+        d=d,
+        Ns=Ns,
+        seed=point_seed("flip-vs-N", "authors", d, n, 0),
+        data="authors",
+        losses=["output"],
+        trainings=["fine_tune"],
+    )
     old64 = dict(batch_searches=False, search_dtype="float64")
     print(f"N sweep, d = {d}, n = {n}, N ∈ {Ns}; CPU s per map")
-    print(f"{'map':<6}{'old':>9}{'new':>9}{'ratio':>8}   y·t1Δ ours old/new, authors old/new "
-          f"at N = {max(Ns)}")
+    print(
+        f"{'map':<6}{'old':>9}{'new':>9}{'ratio':>8}   y·t1Δ ours old/new, authors old/new "
+        f"at N = {max(Ns)}"
+    )
     for m in maps:
         c0 = time.process_time()
         o = G.flip_point(map=m, search="ours", starts=4, steps=steps, **old64, **kw)["runs"]
         a = G.flip_point(map=m, search="authors", **old64, **kw)["runs"]
         c1 = time.process_time()
-        both = G.flip_point(map=m, search=["ours", "authors"], starts=4, steps=steps,
-                            search_dtype="float32", **kw)["runs"]
+        both = G.flip_point(
+            map=m, search=["ours", "authors"], starts=4, steps=steps, search_dtype="float32", **kw
+        )["runs"]
         c2 = time.process_time()
 
         def last(runs, search):
-            return next(r["y"] * r["D1"] for r in runs
-                        if r["search"] == search and r["N"] == max(Ns))
-        print(f"{m:<6}{c1 - c0:>9.1f}{c2 - c1:>9.1f}{(c1 - c0) / (c2 - c1):>7.1f}×   "
-              f"{last(o, 'ours'):+.4f}/{last(both, 'ours'):+.4f}, "
-              f"{last(a, 'authors'):+.4f}/{last(both, 'authors'):+.4f}", flush=True)
+            return next(
+                r["y"] * r["D1"] for r in runs if r["search"] == search and r["N"] == max(Ns)
+            )
+
+        print(
+            f"{m:<6}{c1 - c0:>9.1f}{c2 - c1:>9.1f}{(c1 - c0) / (c2 - c1):>7.1f}×   "
+            f"{last(o, 'ours'):+.4f}/{last(both, 'ours'):+.4f}, "
+            f"{last(a, 'authors'):+.4f}/{last(both, 'authors'):+.4f}",
+            flush=True,
+        )
 
 
 def main(argv=None) -> None:
@@ -117,10 +136,18 @@ def main(argv=None) -> None:
     ap.add_argument("--Ns", default="1100,1200,1300")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--variants", default="old,new")
-    ap.add_argument("--linalg", default="", help="map:n, e.g. raf:120: time the per-N "
-                    "linear algebra with and without the repeated check_finite, and stop")
-    ap.add_argument("--sweep", default="", help="maps, e.g. rf,raf,relu: the sweep in N "
-                    "at --d, n = 40, N ∈ --Ns (e.g. 25,100,400,1300), and stop")
+    ap.add_argument(
+        "--linalg",
+        default="",
+        help="map:n, e.g. raf:120: time the per-N "
+        "linear algebra with and without the repeated check_finite, and stop",
+    )
+    ap.add_argument(
+        "--sweep",
+        default="",
+        help="maps, e.g. rf,raf,relu: the sweep in N "
+        "at --d, n = 40, N ∈ --Ns (e.g. 25,100,400,1300), and stop",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     Ns = [int(v) for v in args.Ns.split(",")]
@@ -132,10 +159,15 @@ def main(argv=None) -> None:
         m, n = args.linalg.split(":")
         linalg(m, int(n), args.d, Ns)
         return
-    print(f"torch {torch.__version__}, 1 thread; d = {args.d}, N ∈ {Ns}, 4 starts, "
-          f"{args.steps} steps; CPU s per point")
-    print(f"{'map':<6}{'n':>5}" + "".join(f"{v:>11}" for v in variants)
-          + f"{'ratio':>8}  max |Δ y·t1Δ|  old / new: max y·t1Δ(output), min y·t1Δ(align)")
+    print(
+        f"torch {torch.__version__}, 1 thread; d = {args.d}, N ∈ {Ns}, 4 starts, "
+        f"{args.steps} steps; CPU s per point"
+    )
+    print(
+        f"{'map':<6}{'n':>5}"
+        + "".join(f"{v:>11}" for v in variants)
+        + f"{'ratio':>8}  max |Δ y·t1Δ|  old / new: max y·t1Δ(output), min y·t1Δ(align)"
+    )
     for spec in args.configs.split(","):
         m, n = spec.split(":")
         n = int(n)
@@ -149,9 +181,13 @@ def main(argv=None) -> None:
             out = [r["y"] * r["D1"] for r in runs if r["loss"] == "output"]
             al = [r["y"] * r["D1"] for r in runs if r["loss"] != "output"]
             return f"{max(out):+.4f}/{min(al):+.4f}"
-        print(f"{m:<6}{n:>5}" + "".join(f"{res[v][0]:>11.1f}" for v in variants)
-              + f"{res[a][0] / res[b][0]:>7.1f}×  {diff:>12.2e}  {summary(a)}  {summary(b)}",
-              flush=True)
+
+        print(
+            f"{m:<6}{n:>5}"
+            + "".join(f"{res[v][0]:>11.1f}" for v in variants)
+            + f"{res[a][0] / res[b][0]:>7.1f}×  {diff:>12.2e}  {summary(a)}  {summary(b)}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

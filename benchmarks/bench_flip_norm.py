@@ -8,8 +8,8 @@ feature-alignment surrogate, and prints per normalisation and ``N``: the mean ``
 runs flipped, the mean base-model and sensitivity terms, the largest ``|sensitivity term|``,
 the median relative change and the surrogate's smallest ``y·t_1^Δ``.
 
-``python -m benchmarks.bench_flip_norm --seeds 8 --workers 2`` (the defaults are the chapter's paper
-search, ``starts=4, steps=40``, and ``N ∈ {100, 400, 800}``)
+``python -m benchmarks.bench_flip_norm --seeds 8 --workers 2`` (the defaults are the chapter's
+paper search, ``starts=4, steps=40``, and ``N ∈ {100, 400, 800}``)
 """
 
 from __future__ import annotations
@@ -42,10 +42,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=1)
     args = p.parse_args(argv or [])
     names = args.names.split(",")
-    points = [dict(map="attention", normalisation=name, d=args.d, n=args.n, Ns=args.Ns,
-                   seed=point_seed("flip-norm", args.d, args.n, s), starts=args.starts,
-                   steps=args.steps, losses=["output", "align_ft"], trainings=["fine_tune"])
-              for name in names for s in range(args.seeds)]
+    points = [
+        dict(
+            map="attention",
+            normalisation=name,
+            d=args.d,
+            n=args.n,
+            Ns=args.Ns,
+            seed=point_seed("flip-norm", args.d, args.n, s),
+            starts=args.starts,
+            steps=args.steps,
+            losses=["output", "align_ft"],
+            trainings=["fine_tune"],
+        )
+        for name in names
+        for s in range(args.seeds)
+    ]
     pool = ProcessPoolExecutor(args.workers) if args.workers > 1 else None
     t = time.perf_counter()
     try:
@@ -53,22 +65,29 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if pool is not None:
             pool.shutdown()
-    print(f"d = {args.d}, n = {args.n}, {args.seeds} draws, {args.starts} starts × "
-          f"{args.steps} steps: {time.perf_counter() - t:.0f} s", flush=True)
-    print(f"{'normalisation':>13} {'N':>5} {'y·t1Δ':>7} {'flipped':>8} {'base':>7} {'sens':>7} "
-          f"{'max|sens|':>9} {'rel.':>5} {'align min':>9}")
+    print(
+        f"d = {args.d}, n = {args.n}, {args.seeds} draws, {args.starts} starts × "
+        f"{args.steps} steps: {time.perf_counter() - t:.0f} s",
+        flush=True,
+    )
+    print(
+        f"{'normalisation':>13} {'N':>5} {'y·t1Δ':>7} {'flipped':>8} {'base':>7} {'sens':>7} "
+        f"{'max|sens|':>9} {'rel.':>5} {'align min':>9}"
+    )
     for name in names:
         for N in args.Ns:
             sel = [r for r in runs if r["normalisation"] == name and r["N"] == N]
             out = [r for r in sel if r["loss"] == "output"]
             yD1 = np.array([r["y"] * r["D1"] for r in out])
-            print(f"{name:>13} {N:>5} {yD1.mean():+7.2f} {int((yD1 < 0).sum()):>4} of "
-                  f"{len(out):<2}"
-                  f"{np.mean([r['y'] * r['base_term'] for r in out]):+7.2f} "
-                  f"{np.mean([r['y'] * r['sens_term'] for r in out]):+7.3f} "
-                  f"{max(abs(r['sens_term']) for r in out):9.3f} "
-                  f"{np.median([r['rel_change'] for r in out]):5.2f} "
-                  f"{min(r['y'] * r['D1'] for r in sel if r['loss'] == 'align_ft'):+9.2f}")
+            print(
+                f"{name:>13} {N:>5} {yD1.mean():+7.2f} {int((yD1 < 0).sum()):>4} of "
+                f"{len(out):<2}"
+                f"{np.mean([r['y'] * r['base_term'] for r in out]):+7.2f} "
+                f"{np.mean([r['y'] * r['sens_term'] for r in out]):+7.3f} "
+                f"{max(abs(r['sens_term']) for r in out):9.3f} "
+                f"{np.median([r['rel_change'] for r in out]):5.2f} "
+                f"{min(r['y'] * r['D1'] for r in sel if r['loss'] == 'align_ft'):+9.2f}"
+            )
 
 
 if __name__ == "__main__":

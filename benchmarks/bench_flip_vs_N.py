@@ -16,9 +16,9 @@ import time
 
 
 def main() -> None:
-    from wsutils.run import config
-    from wsutils.generalization import report as FR
     from wsutils import generalization as G
+    from wsutils.generalization import report as FR
+    from wsutils.run import config
     from wsutils.run.sweep import run_grid
 
     grid = config.by_scale(
@@ -27,12 +27,14 @@ def main() -> None:
     )
     data = os.environ.get("WSBOOK_FLIP_DATA", "authors")
     points = FR.sweep_points(**grid, data=data, starts=4, steps=300)
-    points.sort(key=lambda p: p["map"] == "rf")        # the costly random features last
+    points.sort(key=lambda p: p["map"] == "rf")  # the costly random features last
     t = time.perf_counter()
     records = run_grid(G.flip_point, points, store=os.environ.get("WSBOOK_FLIP_STORE"))
     runs = G.flip_table(records)
-    print(f"d = {grid['d']}, n = {grid['n']}, data = {data}, "
-          f"{time.perf_counter() - t:.0f} s", flush=True)
+    print(
+        f"d = {grid['d']}, n = {grid['n']}, data = {data}, {time.perf_counter() - t:.0f} s",
+        flush=True,
+    )
     for key in ("yD1", "base", "sens", "scale"):
         table = FR.sweep_table(runs, key)
         print(f"\n{key}:  N = " + " ".join(f"{N:>7}" for N in grid["Ns"]))
@@ -40,8 +42,10 @@ def main() -> None:
             for s in G.SEARCHES:
                 if key != "yD1" and s == "authors":
                     continue
-                print(f"{FR.NAMES[m]:>15} {s:>7}: "
-                      + " ".join(f"{table[m, s, N]:+7.2f}" for N in grid["Ns"]))
+                print(
+                    f"{FR.NAMES[m]:>15} {s:>7}: "
+                    + " ".join(f"{table[m, s, N]:+7.2f}" for N in grid["Ns"])
+                )
 
 
 if __name__ == "__main__":

@@ -26,14 +26,21 @@ from wsutils.estimators.rf import rf_word_sensitivity
 from wsutils.experiments.imdb import searched_rows
 from wsutils.weights import sample_X
 
-RF_ROWS, STEPS, STARTS = 16, 20, 2                 # the chapter's paper-scale RF search
+RF_ROWS, STEPS, STARTS = 16, 20, 2  # the chapter's paper-scale RF search
 
 
 def one(n: int, d: int, mode: str, seed: int = 0) -> tuple[float, float, object]:
     X = sample_X(n, d, seed=seed)
     t0, c0 = time.perf_counter(), time.process_time()
-    r = rf_word_sensitivity(X, n * d, rows=searched_rows(n, RF_ROWS), seed=seed + 1,
-                            starts=STARTS, steps=STEPS, mode=mode)
+    r = rf_word_sensitivity(
+        X,
+        n * d,
+        rows=searched_rows(n, RF_ROWS),
+        seed=seed + 1,
+        starts=STARTS,
+        steps=STEPS,
+        mode=mode,
+    )
     return time.perf_counter() - t0, time.process_time() - c0, r
 
 
@@ -55,8 +62,10 @@ def grid_estimate(measured: dict, h: int = 384, texts: int = 3) -> dict:
     a, b = np.linalg.lstsq(A, np.array(list(measured.values())), rcond=None)[0]
     grid = [(n, d) for d in (h // 4, h // 2, h) for n in (10, 20, 50, 100, 150, 200)]
     grid += [(n, h // 4) for n in (10, 20, 50, 100, 150, 200)]
-    return {mode: texts * sum(a * u + b * v for u, v in (_units(n, d, mode) for n, d in grid))
-            for mode in ("blocks", "rows")} | {"a": a, "b": b}
+    return {
+        mode: texts * sum(a * u + b * v for u, v in (_units(n, d, mode) for n, d in grid))
+        for mode in ("blocks", "rows")
+    } | {"a": a, "b": b}
 
 
 def main(argv=None) -> None:
@@ -65,10 +74,14 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, 1 thread; RF sweep point, {RF_ROWS} rows, "
-          f"{STARTS} starts, {STEPS} steps, k = n·d")
-    print(f"{'n':>5}{'d':>5}  {'blocks CPU s':>13}{'rows CPU s':>12}{'ratio':>7}"
-          f"  {'S blocks':>9}{'S rows':>9}  {'lower ≤ S ≤ upper (rows)':>28}")
+    print(
+        f"torch {torch.__version__}, 1 thread; RF sweep point, {RF_ROWS} rows, "
+        f"{STARTS} starts, {STEPS} steps, k = n·d"
+    )
+    print(
+        f"{'n':>5}{'d':>5}  {'blocks CPU s':>13}{'rows CPU s':>12}{'ratio':>7}"
+        f"  {'S blocks':>9}{'S rows':>9}  {'lower ≤ S ≤ upper (rows)':>28}"
+    )
     measured = {}
     for spec in args.points.split(","):
         n, d = (int(v) for v in spec.split("x"))
@@ -80,14 +93,18 @@ def main(argv=None) -> None:
                     best[mode] = (wall, cpu, r)
         (_, cb, rb), (_, cr, rr) = best["blocks"], best["rows"]
         measured[n, d, "blocks"], measured[n, d, "rows"] = cb, cr
-        print(f"{n:>5}{d:>5}  {cb:>13.1f}{cr:>12.1f}{cb / cr:>6.1f}×  {rb.value:>9.4f}"
-              f"{rr.value:>9.4f}  {rr.lower:>9.4f} ≤ {rr.value:.4f} ≤ {rr.upper:.4f}",
-              flush=True)
+        print(
+            f"{n:>5}{d:>5}  {cb:>13.1f}{cr:>12.1f}{cb / cr:>6.1f}×  {rb.value:>9.4f}"
+            f"{rr.value:>9.4f}  {rr.lower:>9.4f} ≤ {rr.value:.4f} ≤ {rr.upper:.4f}",
+            flush=True,
+        )
     if len(measured) >= 4:
         est = grid_estimate(measured)
-        print(f"fit: {est['a'] * 1e9:.2f} s per 1e9 normals drawn, {est['b'] * 1e9:.2f} s per "
-              f"1e9 (k·d per searched row); the chapter's paper RF grid (72 points, h = 384): "
-              f"blocks {est['blocks']:.0f} CPU s, rows {est['rows']:.0f} CPU s")
+        print(
+            f"fit: {est['a'] * 1e9:.2f} s per 1e9 normals drawn, {est['b'] * 1e9:.2f} s per "
+            f"1e9 (k·d per searched row); the chapter's paper RF grid (72 points, h = 384): "
+            f"blocks {est['blocks']:.0f} CPU s, rows {est['rows']:.0f} CPU s"
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Random-features word sensitivity: ``wsutils.estimators.rf.rf_word_sensitivity`` against the authors'
+"""Random-features word sensitivity: ``wsutils.estimators.rf.rf_word_sensitivity`` against the
+authors'
 algorithm written here (:func:`authors_rf_sensitivity`).
 
 Baseline, as the authors' script runs it: a dense ``D × D`` float64 ``V`` (``k = D``), the first
@@ -26,17 +27,18 @@ import time
 
 import torch
 
-SIZES = [(64, 64), (128, 128), (176, 176)]   # (d, n) where the dense baseline fits (176: 7.6 GB)
-PAPER_POINT = (768, 150)                # d, n: k = D = 115,200
-F64_SEARCH = "ours, f64 search"        # the same estimator with its ascent in float64
+SIZES = [(64, 64), (128, 128), (176, 176)]  # (d, n) where the dense baseline fits (176: 7.6 GB)
+PAPER_POINT = (768, 150)  # d, n: k = D = 115,200
+F64_SEARCH = "ours, f64 search"  # the same estimator with its ascent in float64
 
 
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def authors_rf_sensitivity(X: torch.Tensor, V: torch.Tensor, *, steps: int = 300,
-                           lr: float = 100.0, seed: int = 0) -> float:
+def authors_rf_sensitivity(
+    X: torch.Tensor, V: torch.Tensor, *, steps: int = 300, lr: float = 100.0, seed: int = 0
+) -> float:
     """The authors' RF search: first row, one start ``0.1·ξ``, plain projected gradient ascent,
     last iterate (brief §4–5). ``V`` is the dense ``k × D`` matrix."""
     n, d = X.shape
@@ -69,12 +71,19 @@ def _job(method: str, d: int, n: int, seed: int, threads: int, queue) -> None:
 
     X = ws.sample_X(n, d, seed=seed)
     k = n * d
-    _compute(method, ws.sample_X(4, 4, seed=seed), 4, 4, 16, seed)   # warm-up: load libraries
+    _compute(method, ws.sample_X(4, 4, seed=seed), 4, 4, 16, seed)  # warm-up: load libraries
     rss0 = _rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()
     out = _compute(method, X, n, d, k, seed)
-    queue.put({"time": time.perf_counter() - t0, "cpu": time.process_time() - c0,
-               "peak": _rss_mb(), "rss0": rss0, **out})
+    queue.put(
+        {
+            "time": time.perf_counter() - t0,
+            "cpu": time.process_time() - c0,
+            "peak": _rss_mb(),
+            "rss0": rss0,
+            **out,
+        }
+    )
 
 
 def _compute(method: str, X, n: int, d: int, k: int, seed: int) -> dict:
@@ -82,15 +91,16 @@ def _compute(method: str, X, n: int, d: int, k: int, seed: int) -> dict:
 
     extra = {}
     if method == "baseline":
-        V = torch.empty(k, n * d, dtype=torch.float64)     # one dense V, filled in place
+        V = torch.empty(k, n * d, dtype=torch.float64)  # one dense V, filled in place
         for j in range(n):
-            V[:, j * d:(j + 1) * d] = rf_weight_block(k, n, d, j, seed=seed + 1)
+            V[:, j * d : (j + 1) * d] = rf_weight_block(k, n, d, j, seed=seed + 1)
         S = authors_rf_sensitivity(X, V, seed=seed)
     else:
         mode = "blocks" if method == "ours (blocks)" else "reduced"
         search = {"search_dtype": None} if method == F64_SEARCH else {}
-        r = rf_word_sensitivity(X, k, rows=[0] if mode == "blocks" else 0, seed=seed + 1,
-                                mode=mode, **search)
+        r = rf_word_sensitivity(
+            X, k, rows=[0] if mode == "blocks" else 0, seed=seed + 1, mode=mode, **search
+        )
         S = r.value
         extra = {"lower": r.lower, "upper": r.upper}
     return {"S": S, **extra}
@@ -113,43 +123,67 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_rf")
-    parser.add_argument("--sizes", default=",".join(f"{d}x{n}" for d, n in SIZES),
-                        help="comma-separated dxn sizes where the dense baseline fits")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="torch threads per run (the book's process pools use 1)")
-    parser.add_argument("--no-paper-point", action="store_true",
-                        help="skip ours alone at the paper's largest point")
+    parser.add_argument(
+        "--sizes",
+        default=",".join(f"{d}x{n}" for d, n in SIZES),
+        help="comma-separated dxn sizes where the dense baseline fits",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="torch threads per run (the book's process pools use 1)",
+    )
+    parser.add_argument(
+        "--no-paper-point",
+        action="store_true",
+        help="skip ours alone at the paper's largest point",
+    )
     args = parser.parse_args([] if argv is None else argv)
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s]
-    print(f"RF word sensitivity, first row, k = D; fresh process per run, {args.threads} torch "
-          "thread(s); peak = ru_maxrss, Δpeak = peak − RSS after imports.")
-    head = (f"{'d':>4} {'n':>4} {'method':<16} {'time s':>8} {'cpu s':>8} {'peak MB':>8} "
-            f"{'Δpeak MB':>9} {'S':>8}")
+    print(
+        f"RF word sensitivity, first row, k = D; fresh process per run, {args.threads} torch "
+        "thread(s); peak = ru_maxrss, Δpeak = peak − RSS after imports."
+    )
+    head = (
+        f"{'d':>4} {'n':>4} {'method':<16} {'time s':>8} {'cpu s':>8} {'peak MB':>8} "
+        f"{'Δpeak MB':>9} {'S':>8}"
+    )
     print(head)
     print("-" * len(head))
     for d, n in sizes:
-        rows = {m: run(m, d, n, threads=args.threads)
-                for m in ("baseline", "ours (reduced)", "ours (blocks)")}
+        rows = {
+            m: run(m, d, n, threads=args.threads)
+            for m in ("baseline", "ours (reduced)", "ours (blocks)")
+        }
         for m, r in rows.items():
-            print(f"{d:>4} {n:>4} {m:<16} {r['time']:>8.2f} {r['cpu']:>8.2f} {r['peak']:>8.0f} "
-                  f"{r['peak'] - r['rss0']:>9.0f} {r['S']:>8.4f}")
+            print(
+                f"{d:>4} {n:>4} {m:<16} {r['time']:>8.2f} {r['cpu']:>8.2f} {r['peak']:>8.0f} "
+                f"{r['peak'] - r['rss0']:>9.0f} {r['S']:>8.4f}"
+            )
         b, o, same = rows["baseline"], rows["ours (reduced)"], rows["ours (blocks)"]
-        print(f"{'':>10} baseline/ours (reduced): time {b['time'] / o['time']:.1f}×, "
-              f"cpu {b['cpu'] / o['cpu']:.1f}×, peak {b['peak'] / o['peak']:.1f}×, Δpeak "
-              f"{(b['peak'] - b['rss0']) / max(o['peak'] - o['rss0'], 1):.1f}×; "
-              f"same V: S ours (blocks) − baseline = {same['S'] - b['S']:+.4f}")
+        print(
+            f"{'':>10} baseline/ours (reduced): time {b['time'] / o['time']:.1f}×, "
+            f"cpu {b['cpu'] / o['cpu']:.1f}×, peak {b['peak'] / o['peak']:.1f}×, Δpeak "
+            f"{(b['peak'] - b['rss0']) / max(o['peak'] - o['rss0'], 1):.1f}×; "
+            f"same V: S ours (blocks) − baseline = {same['S'] - b['S']:+.4f}"
+        )
     if args.no_paper_point:
         return
     d, n = PAPER_POINT
     rows = {m: run(m, d, n, threads=args.threads) for m in ("ours (reduced)", F64_SEARCH)}
     for m, r in rows.items():
-        print(f"{d:>4} {n:>4} {m:<16} {r['time']:>8.2f} {r['cpu']:>8.2f} {r['peak']:>8.0f} "
-              f"{r['peak'] - r['rss0']:>9.0f} {r['S']:>8.4f}   (certified {r['lower']:.4f} ≤ S ≤ "
-              f"{r['upper']:.4f})")
+        print(
+            f"{d:>4} {n:>4} {m:<16} {r['time']:>8.2f} {r['cpu']:>8.2f} {r['peak']:>8.0f} "
+            f"{r['peak'] - r['rss0']:>9.0f} {r['S']:>8.4f}   (certified {r['lower']:.4f} ≤ S ≤ "
+            f"{r['upper']:.4f})"
+        )
     o, f = rows["ours (reduced)"], rows[F64_SEARCH]
-    print(f"{'':>10} the dense baseline would need {(n * d) ** 2 * 8 / 1e9:.0f} GB; time of the "
-          f"float64 search / float32 search: {f['time'] / o['time']:.2f}×; S(float32) − "
-          f"S(float64) = {o['S'] - f['S']:+.1e}")
+    print(
+        f"{'':>10} the dense baseline would need {(n * d) ** 2 * 8 / 1e9:.0f} GB; time of the "
+        f"float64 search / float32 search: {f['time'] / o['time']:.2f}×; S(float32) − "
+        f"S(float64) = {o['S'] - f['S']:+.1e}"
+    )
 
 
 if __name__ == "__main__":

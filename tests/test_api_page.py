@@ -15,22 +15,36 @@ INTERNAL = {"checks"}  # input validation shared by the modules, not an API of i
 def _defines_names(name: str) -> bool:
     """A subpackage whose ``__init__`` only groups modules (a docstring) has no API of its own."""
     module = importlib.import_module(f"wsutils.{name}")
-    return any(getattr(v, "__module__", None) == module.__name__
-               for n, v in vars(module).items() if not n.startswith("_"))
+    return any(
+        getattr(v, "__module__", None) == module.__name__
+        for n, v in vars(module).items()
+        if not n.startswith("_")
+    )
 
 
 def _public_modules() -> list[str]:
     """Every module and subpackage of wsutils (dotted, below ``wsutils.``) with public names."""
-    names = [m.name.removeprefix("wsutils.")
-             for m in pkgutil.walk_packages(wsutils.__path__, prefix="wsutils.")]
-    return sorted(n for n in names
-                  if not any(part.startswith("_") for part in n.split("."))
-                  and n not in INTERNAL and _defines_names(n))
+    names = [
+        m.name.removeprefix("wsutils.")
+        for m in pkgutil.walk_packages(wsutils.__path__, prefix="wsutils.")
+    ]
+    return sorted(
+        n
+        for n in names
+        if not any(part.startswith("_") for part in n.split("."))
+        and n not in INTERNAL
+        and _defines_names(n)
+    )
 
 
 def test_every_public_module_is_on_the_api_page():
-    documented = set(re.findall(r"^\.\. automodule:: wsutils\.([\w.]+)\s*\n\s+:members:",
-                                API_PAGE.read_text(), flags=re.M))
+    documented = set(
+        re.findall(
+            r"^\.\. automodule:: wsutils\.([\w.]+)\s*\n\s+:members:",
+            API_PAGE.read_text(),
+            flags=re.M,
+        )
+    )
     missing = set(_public_modules()) - documented
     assert not missing, f"add an automodule block for {sorted(missing)} to {API_PAGE}"
     assert documented <= set(_public_modules()) | INTERNAL, "the page lists a module that is gone"
@@ -44,8 +58,11 @@ def test_every_public_name_is_documented():
         assert module.__doc__, f"wsutils.{name} has no module docstring"
         names = getattr(module, "__all__", None)
         if names is None:  # then autodoc lists the public objects defined in the module
-            names = [n for n, v in vars(module).items() if not n.startswith("_")
-                     and getattr(v, "__module__", None) == module.__name__]
+            names = [
+                n
+                for n, v in vars(module).items()
+                if not n.startswith("_") and getattr(v, "__module__", None) == module.__name__
+            ]
         exported |= set(names)
         undocumented += [f"{name}.{n}" for n in names if not getattr(module, n).__doc__]
     assert not undocumented, f"public names without a docstring: {undocumented}"

@@ -7,12 +7,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from justified import assert_justified, stochastic_upper
 
 import wsutils as ws
 from wsutils.estimators import attention as at
 from wsutils.maps import attention_scores
-
-from justified import assert_justified, stochastic_upper
 
 MAPS = {"raf": ws.raf, "relu": ws.relu_attention}
 
@@ -78,11 +77,9 @@ def test_fast_estimator_and_generic_are_each_justified(kind):
     lower = {r: at.certified_lower_bound(X, W, r, kind=kind) for r in range(10)}
     upper = stochastic_upper(X, phi(X))
     # the fast update's rounding (error model of test_fast_update_matches_full_map_...)
-    tol = 2 * 100 * 4 * (10 + 6) * max(1.0, float(attention_scores(X, W).abs().max())) \
-        * 1.1e-16
+    tol = 2 * 100 * 4 * (10 + 6) * max(1.0, float(attention_scores(X, W).abs().max())) * 1.1e-16
     gen = ws.word_sensitivity(phi, X, init=cands, steps=25, starts=3, seed=7)
-    fast = at.attention_word_sensitivity(X, W, kind=kind, init=cands, steps=25, starts=3,
-                                         seed=7)
+    fast = at.attention_word_sensitivity(X, W, kind=kind, init=cands, steps=25, starts=3, seed=7)
     for res in (gen, fast):
         assert res.per_row.keys() == set(range(10))
         assert_justified(res, phi, X, lower=lower, upper=upper, tol=tol)
@@ -107,8 +104,9 @@ def test_relu_all_zero_rows_handled():
 def test_takeovers_and_init_only_help():
     X, W = _text(8, 6, 2)
     plain = at.attention_word_sensitivity(X, W, rows=[1], steps=0, starts=1, seed=0)
-    boosted = at.attention_word_sensitivity(X, W, rows=[1], steps=0, starts=1, seed=0,
-                                            takeovers=True)
+    boosted = at.attention_word_sensitivity(
+        X, W, rows=[1], steps=0, starts=1, seed=0, takeovers=True
+    )
     assert boosted.value >= at.certified_lower_bound(X, W, 1) * (1 - 1e-9)
     assert boosted.value >= plain.value * (1 - 1e-9) or boosted.row == 1
 
@@ -136,6 +134,7 @@ def test_certified_lower_bound_is_the_best_construction(kind):
     from wsutils.estimators.relu import relu_orthogonal_takeover
     from wsutils.experiments.normalisation import DOUBLING, doubling_bound
     from wsutils.maps import Normalisation, attention
+
     n, d = 64, 128
     X, W = _text(n, d, 11)
     norm = kind if kind in at.KINDS else Normalisation(kind)
@@ -144,20 +143,24 @@ def test_certified_lower_bound_is_the_best_construction(kind):
     for row in (0, 17):
         cert = at.certified_lower_bound(X, W, row, kind=norm)
         each = [ws.relative_change(phi, X, row, D) for D in at.takeover_candidates(X, W, row)]
-        each.append(ws.relative_change(phi, X, row, X[row]))               # the doubling
+        each.append(ws.relative_change(phi, X, row, X[row]))  # the doubling
         if kind == "relu":
             each.append(relu_orthogonal_takeover(X, W, row).change)
         assert cert >= max(each) * (1 - 1e-12), (row, cert, each)
         if name in DOUBLING:
             assert cert >= doubling_bound(X, W, row, name)["bound"] * (1 - 1e-12)
         # the estimator started from the constructions ends at or above the certificate
-        est = at.attention_word_sensitivity(X, W, kind=norm, rows=row, starts=1, steps=2,
-                                            takeovers=True)
+        est = at.attention_word_sensitivity(
+            X, W, kind=norm, rows=row, starts=1, steps=2, takeovers=True
+        )
         assert est.value >= cert * (1 - 1e-9)
 
 
-@pytest.mark.parametrize("kind", ["raf", "relu", ws.maps.Normalisation("sparsemax"),
-                                  ws.maps.Normalisation("hardmax")], ids=str)
+@pytest.mark.parametrize(
+    "kind",
+    ["raf", "relu", ws.maps.Normalisation("sparsemax"), ws.maps.Normalisation("hardmax")],
+    ids=str,
+)
 def test_float32_X_with_float64_W_is_certified_for_the_callers_W(kind):
     """A float32 text with float64 weights: the search may run in float32, but every
     certified value is the relative change under the caller's ``W`` (not ``W`` rounded to
@@ -168,19 +171,21 @@ def test_float32_X_with_float64_W_is_certified_for_the_callers_W(kind):
     rng = np.random.default_rng(5)
     W = np.asarray(W, dtype=np.float64) * (1 + 1e-6 * rng.standard_normal((4, 4)))
     assert not np.array_equal(W.astype(np.float32).astype(np.float64), W)
-    X32 = torch.as_tensor(X, dtype=torch.float32)     # a float32 tensor: searched in float32
-    X64 = X32.double()                                  # the same text, exactly
+    X32 = torch.as_tensor(X, dtype=torch.float32)  # a float32 tensor: searched in float32
+    X64 = X32.double()  # the same text, exactly
     norm = at._normalisation(kind)
 
     def phi(Z):
         return ws.maps.attention(Z, W, normalisation=norm)
+
     res = at.attention_word_sensitivity(X32, W, kind=kind, starts=2, steps=15, seed=0)
     assert res.value == pytest.approx(relative_change(phi, X64, res.row, res.Delta), rel=1e-12)
     for r, v in res.per_row.items():
         assert v == pytest.approx(relative_change(phi, X64, r, res.per_row_Delta[r]), rel=1e-12)
     for row in range(6):
-        assert at.certified_lower_bound(X32, W, row, kind=kind) == \
-            at.certified_lower_bound(X64, W, row, kind=kind)
+        assert at.certified_lower_bound(X32, W, row, kind=kind) == at.certified_lower_bound(
+            X64, W, row, kind=kind
+        )
     if kind == "raf":
         assert at.takeover_certificate(X32, W, 2) == at.takeover_certificate(X64, W, 2)
 
@@ -194,11 +199,10 @@ def test_row_competition_is_the_certificates_row():
             assert c[key] == getattr(cert, key)
         Xp = X.clone()
         Xp[row] += at.row_takeover(X, W, row)
-        full = ws.maps.attention_scores(Xp, W)[row]          # the whole n × n matrix's row
+        full = ws.maps.attention_scores(Xp, W)[row]  # the whole n × n matrix's row
         np.testing.assert_allclose(c["self_score"], float(full[row]), rtol=1e-12)
-        others = torch.cat([full[:row], full[row + 1:]])
-        np.testing.assert_allclose(c["lse_others"], float(torch.logsumexp(others, 0)),
-                                   rtol=1e-12)
+        others = torch.cat([full[:row], full[row + 1 :]])
+        np.testing.assert_allclose(c["lse_others"], float(torch.logsumexp(others, 0)), rtol=1e-12)
 
 
 def test_grid_points_without_certificates_give_the_same_values():
@@ -208,8 +212,9 @@ def test_grid_points_without_certificates_give_the_same_values():
         p = dict(kind=kind, d=16, n=40, seed=3, rows=2, starts=2, steps=10)
         full, light = sensitivity_point(**p), sensitivity_point(**p, certificates=False)
         assert set(light) == {"S", "phi_norm", "kappa", "seconds"}
-        assert {k: light[k] for k in ("S", "phi_norm", "kappa")} == \
-            {k: full[k] for k in ("S", "phi_norm", "kappa")}
+        assert {k: light[k] for k in ("S", "phi_norm", "kappa")} == {
+            k: full[k] for k in ("S", "phi_norm", "kappa")
+        }
         assert full["certified"] <= full["S"] * (1 + 1e-9)
         X, W = ws.sample_X(40, 16, seed=3), ws.sample_W(16, seed=4)
         phi = float(torch.linalg.vector_norm(MAPS[kind](X, W))) / 4
@@ -223,19 +228,38 @@ def test_float32_search_is_certified_on_the_float64_text(kind):
     """The search runs on X and W rounded to float32; the value is the float64 relative change
     at the returned Δ for the unrounded X and W (so it is a certified lower bound)."""
     X, W = _text(30, 16, 8)
-    r32 = at.attention_word_sensitivity(X, W, kind=kind, rows=[0, 5], starts=3, steps=30,
-                                        seed=2, takeovers=True, search_dtype="float32")
-    r64 = at.attention_word_sensitivity(X, W, kind=kind, rows=[0, 5], starts=3, steps=30,
-                                        seed=2, takeovers=True)
+    r32 = at.attention_word_sensitivity(
+        X,
+        W,
+        kind=kind,
+        rows=[0, 5],
+        starts=3,
+        steps=30,
+        seed=2,
+        takeovers=True,
+        search_dtype="float32",
+    )
+    r64 = at.attention_word_sensitivity(
+        X, W, kind=kind, rows=[0, 5], starts=3, steps=30, seed=2, takeovers=True
+    )
     assert isinstance(r32.value, float) and r32.Delta.dtype == np.float64
     for r, Delta in r32.per_row_Delta.items():
         assert np.linalg.norm(Delta) <= math.sqrt(16)
         exact = ws.relative_change(lambda Z: MAPS[kind](Z, W), X, r, Delta)
         np.testing.assert_allclose(r32.per_row[r], exact, rtol=1e-12)
-    assert abs(r32.value / r64.value - 1) < 1e-2        # a search, not one path: loose
+    assert abs(r32.value / r64.value - 1) < 1e-2  # a search, not one path: loose
     assert r32.value >= at.certified_lower_bound(X, W, 0, kind=kind) * (1 - 1e-6)
-    default = at.attention_word_sensitivity(X, W, kind=kind, rows=[0, 5], starts=3, steps=30,
-                                            seed=2, takeovers=True, search_dtype="float64")
+    default = at.attention_word_sensitivity(
+        X,
+        W,
+        kind=kind,
+        rows=[0, 5],
+        starts=3,
+        steps=30,
+        seed=2,
+        takeovers=True,
+        search_dtype="float64",
+    )
     assert default.value == r64.value
     with pytest.raises(ValueError, match="search_dtype"):
         at.attention_word_sensitivity(X, W, search_dtype="float16")
@@ -246,8 +270,12 @@ def test_both_chapters_softmax_grid_is_one_list_of_store_keys(monkeypatch, scale
     """The softmax and the ReLU chapter take their grid from grid_points: at the paper's
     scale the authors' grid in full, one distinct store key per point, the same keys on every
     call (a store shared by the two chapters computes the softmax grid once)."""
-    from wsutils.experiments.attention import (SEARCH_DTYPE, attention_grid, grid_points,
-                                               sensitivity_point)
+    from wsutils.experiments.attention import (
+        SEARCH_DTYPE,
+        attention_grid,
+        grid_points,
+        sensitivity_point,
+    )
     from wsutils.run.sweep import point_key
 
     monkeypatch.setenv("WSBOOK_SCALE", scale)

@@ -8,12 +8,18 @@ import pytest
 import torch
 
 import wsutils as ws
-from wsutils.estimators.relu import (attention_fro2_model, far_slope_prediction, lse_model,
-                                     relu_orthogonal_takeover, relu_upper_bound,
-                                     relu_zeta_estimate, slope_standard_error)
 from wsutils.estimators import authors as au
 from wsutils.estimators.attention import _FastObjective
 from wsutils.estimators.authors import authors_estimator, authors_map, authors_replica
+from wsutils.estimators.relu import (
+    attention_fro2_model,
+    far_slope_prediction,
+    lse_model,
+    relu_orthogonal_takeover,
+    relu_upper_bound,
+    relu_zeta_estimate,
+    slope_standard_error,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +46,7 @@ def test_orthogonal_takeover_zeroes_the_other_scores():
     Xp = X.clone()
     Xp[2] += t.Delta
     out = ws.relu_attention(Xp, W)
-    torch.testing.assert_close(out[2], Xp[2], rtol=1e-9, atol=1e-9)   # the row attends to itself
+    torch.testing.assert_close(out[2], Xp[2], rtol=1e-9, atol=1e-9)  # the row attends to itself
 
 
 def test_orthogonal_takeover_refuses_when_no_room():
@@ -60,8 +66,9 @@ def test_upper_bound_holds_for_random_and_searched_perturbations():
         D = torch.randn(d, generator=g, dtype=torch.float64)
         D = D / D.norm() * math.sqrt(d) * float(torch.rand(1, generator=g))
         assert ws.relative_change(phi, X, 0, D) <= b.value
-    best = ws.attention_word_sensitivity(X, W, kind="relu", rows=[0], starts=8, steps=60,
-                                         seed=0).value
+    best = ws.attention_word_sensitivity(
+        X, W, kind="relu", rows=[0], starts=8, steps=60, seed=0
+    ).value
     assert 0 < best <= b.value
 
 
@@ -109,8 +116,10 @@ def test_authors_replica_takes_their_steps(kind):
         alt = au._project(xt - lr * g_fast, x0, math.sqrt(d))
         assert float(torch.linalg.vector_norm(nxt - alt)) <= 1e-12 * math.sqrt(d)
         xt = nxt
-    for run in (authors_estimator(X, W, seed=3, kind=kind, steps=60),
-                authors_replica(X, W, seed=3, kind=kind, steps=60)):
+    for run in (
+        authors_estimator(X, W, seed=3, kind=kind, steps=60),
+        authors_replica(X, W, seed=3, kind=kind, steps=60),
+    ):
         assert math.isfinite(run.as_run) and 0 <= run.in_ball
         assert run.in_ball <= run.as_run * (1 + 1e-9) or run.ratio <= 1
 
@@ -138,7 +147,7 @@ def test_authors_map_differs_only_by_float32_rounding():
         theirs, ours = authors_map(X, W, kind=kind), fn(X, W)
         rel = float(torch.linalg.vector_norm(theirs - ours) / torch.linalg.vector_norm(ours))
         assert 0 < rel < 1e-6
-    X, W = _text(12, 64, 4)                     # √64 is exact in float32
+    X, W = _text(12, 64, 4)  # √64 is exact in float32
     torch.testing.assert_close(authors_map(X, W, kind="raf"), ws.raf(X, W), rtol=1e-15, atol=0)
     with pytest.raises(ValueError, match="kind"):
         authors_map(X, W, kind="rf")
@@ -148,7 +157,7 @@ def test_fro2_model_is_the_delta_method():
     """Issue 23 item 8: the sd is the first-order delta method's, not the numerator's."""
     e = math.e
     mean, sd = attention_fro2_model(100)
-    assert sd == pytest.approx(math.sqrt(e ** 6 - 4 * e ** 4 + 4 * e ** 3 - e ** 2) / 100)
+    assert sd == pytest.approx(math.sqrt(e**6 - 4 * e**4 + 4 * e**3 - e**2) / 100)
     assert 16.0 < sd * 100 < 16.2
     # at large n the i.i.d.-score model's spread approaches it (n = 400: within 20 %)
     g = np.random.default_rng(0)
@@ -157,7 +166,7 @@ def test_fro2_model_is_the_delta_method():
         s = g.standard_normal((400, 400))
         a = np.exp(s - s.max(axis=1, keepdims=True))
         a /= a.sum(axis=1, keepdims=True)
-        vals.append(float((a ** 2).sum()))
+        vals.append(float((a**2).sum()))
     assert 0.7 < np.std(vals, ddof=1) / attention_fro2_model(400)[1] < 1.2
 
 
@@ -167,6 +176,7 @@ def test_sigma2_model_matches_the_construction():
     errors; sd within 20 %)."""
     from wsutils.estimators import attention as at
     from wsutils.estimators.relu import sigma2_model
+
     d, m = 48, 300
     direct = []
     for k in range(m):
@@ -177,24 +187,30 @@ def test_sigma2_model_matches_the_construction():
     se = sd * math.sqrt(1 / m + 1 / 3000)
     assert abs(np.mean(direct) - mean) < 4 * se
     assert 0.8 < np.std(direct, ddof=1) / sd < 1.2
-    assert mean > sigma2_model(4 * d, draws=600, seed=2)[0] > 3.5     # the bias falls with d
+    assert mean > sigma2_model(4 * d, draws=600, seed=2)[0] > 3.5  # the bias falls with d
 
 
 def test_relu_certified_upper_bounds_every_word():
     """Issue 23 item 2: the certified bound of prop-relu-low at every row is at least the
     per-row bound with the same ζ and at least every relative change a search finds."""
-    from wsutils.estimators.relu import (relu_certified_upper, relu_upper_bound,
-                                         relu_zeta_estimate, relu_zeta_lower)
+    from wsutils.estimators.relu import (
+        relu_certified_upper,
+        relu_upper_bound,
+        relu_zeta_estimate,
+        relu_zeta_lower,
+    )
+
     X, W = _text(120, 6, 3)
     up = relu_certified_upper(X, W)
     zl = relu_zeta_lower(X)
     assert up.shape == (120,) and np.all(zl >= 0)
     for i in (0, 7, 119):
-        assert zl[i] <= relu_zeta_estimate(X, i) * (1 + 1e-12)      # certified ≤ attained
+        assert zl[i] <= relu_zeta_estimate(X, i) * (1 + 1e-12)  # certified ≤ attained
         exact = relu_upper_bound(X, W, i, max(zl[i], 1e-300)).value
         assert up[i] >= exact * (1 - 1e-12)
-    res = ws.word_sensitivity(lambda Z: ws.relu_attention(Z, W), X, rows=[0, 7, 119],
-                              steps=30, starts=3, seed=0)
+    res = ws.word_sensitivity(
+        lambda Z: ws.relu_attention(Z, W), X, rows=[0, 7, 119], steps=30, starts=3, seed=0
+    )
     for i, v in res.per_row.items():
         assert v <= up[i]
     # at n ≫ d² the closed-form ζ bound is positive

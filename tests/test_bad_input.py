@@ -1,6 +1,5 @@
 """Every bad input gets a ValueError that says what is wrong."""
 
-
 import numpy as np
 import pytest
 

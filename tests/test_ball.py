@@ -14,12 +14,13 @@ from hypothesis import strategies as st
 import wsutils as ws
 from wsutils.estimators import attention as at
 from wsutils.estimators.drf import drf_row_sensitivity
-from wsutils.generalization import search_flip
 from wsutils.estimators.rf import rf_certified_lower, rf_row_law
+from wsutils.generalization import search_flip
 from wsutils.sensitivity import ball_slack, cosine_ascent, project_ball
 
-SETTINGS = dict(max_examples=20, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = dict(
+    max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
@@ -42,9 +43,13 @@ def _sphere(n, d, dtype, seed, scale=1.0):
 
 
 @settings(**SETTINGS)
-@given(d=st.integers(1, 400), rows=st.integers(1, 8), dtype=st.sampled_from(list(DTYPES)),
-       scale=st.sampled_from([1e-3, 0.5, 1.0, 1 + 1e-9, 1.0001, 3.0, 1e6]),
-       seed=st.integers(0, 2**31))
+@given(
+    d=st.integers(1, 400),
+    rows=st.integers(1, 8),
+    dtype=st.sampled_from(list(DTYPES)),
+    scale=st.sampled_from([1e-3, 0.5, 1.0, 1 + 1e-9, 1.0001, 3.0, 1e6]),
+    seed=st.integers(0, 2**31),
+)
 def test_project_ball_is_exact(d, rows, dtype, scale, seed):
     Delta = _sphere(rows, d, DTYPES[dtype], seed, scale)
     P = project_ball(Delta, math.sqrt(d))
@@ -81,8 +86,12 @@ def _text(n, d, seed, dtype):
     return ws.sample_X(n, d, seed=seed).to(DTYPES[dtype])
 
 
-shapes = dict(n=st.integers(1, 5), d=st.integers(1, 40), seed=st.integers(0, 10**6),
-              dtype=st.sampled_from(list(DTYPES)))
+shapes = dict(
+    n=st.integers(1, 5),
+    d=st.integers(1, 40),
+    seed=st.integers(0, 10**6),
+    dtype=st.sampled_from(list(DTYPES)),
+)
 
 
 @settings(**SETTINGS)
@@ -93,8 +102,11 @@ def test_generic_and_attention_estimators_return_deltas_in_the_ball(n, d, seed, 
     res = [ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, steps=3, starts=2, seed=seed)]
     for kind in at.KINDS:
         try:
-            res.append(at.attention_word_sensitivity(X, W, kind=kind, steps=3, starts=2,
-                                                     seed=seed, takeovers=bool(seed % 2)))
+            res.append(
+                at.attention_word_sensitivity(
+                    X, W, kind=kind, steps=3, starts=2, seed=seed, takeovers=bool(seed % 2)
+                )
+            )
         except ValueError as e:  # ReLU attention with every score ≤ 0: φ(X) = 0, refused
             assert "‖φ(X)‖ = 0" in str(e)
     for r in res:
@@ -118,8 +130,12 @@ def test_takeovers_return_deltas_in_the_ball(n, d, seed, dtype):
 
 
 @settings(**SETTINGS)
-@given(n=st.integers(1, 4), d=st.integers(1, 24), seed=st.integers(0, 10**6),
-       dtype=st.sampled_from(list(DTYPES)))
+@given(
+    n=st.integers(1, 4),
+    d=st.integers(1, 24),
+    seed=st.integers(0, 10**6),
+    dtype=st.sampled_from(list(DTYPES)),
+)
 def test_drf_rf_and_flip_searches_return_deltas_in_the_ball(n, d, seed, dtype):
     X = _text(n, d, seed, dtype)
     try:
@@ -137,6 +153,11 @@ def test_drf_rf_and_flip_searches_return_deltas_in_the_ball(n, d, seed, dtype):
     w = torch.randn(d, generator=torch.Generator().manual_seed(seed), dtype=DTYPES[dtype])
     f = search_flip(lambda D: D @ w, d, 5.0, dtype=DTYPES[dtype], starts=2, steps=3, seed=seed)
     assert_in_ball(f.Delta, d)
-    best, Ds = cosine_ascent(lambda D: (D @ w), project_ball(_sphere(3, d, w.dtype, seed), d ** .5),
-                             math.sqrt(d), steps=3, lr=0.5)
+    best, Ds = cosine_ascent(
+        lambda D: D @ w,
+        project_ball(_sphere(3, d, w.dtype, seed), d**0.5),
+        math.sqrt(d),
+        steps=3,
+        lr=0.5,
+    )
     assert_in_ball(Ds, d)

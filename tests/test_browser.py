@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("browser_check", ROOT / "tools" / "browser_check.py")
+_spec = importlib.util.spec_from_file_location(
+    "browser_check", ROOT / "tools" / "browser_check.py"
+)
 browser_check = sys.modules["browser_check"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(browser_check)
 
@@ -19,43 +21,66 @@ CHROMIUM = browser_check.find_chromium()
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None,
     reason="no Chromium installed (apt-get install -y chromium, or set CHROMIUM): "
-           "the browser check cannot run",
+    "the browser check cannot run",
 )
 
 
 def _png(width: int, height: int, pixel) -> bytes:
     """A PNG of ``width × height`` RGB pixels, ``pixel(x, y) -> (r, g, b)``."""
-    raw = b"".join(b"\0" + b"".join(bytes(pixel(x, y)) for x in range(width)) for y in range(height))
+    raw = b"".join(
+        b"\0" + b"".join(bytes(pixel(x, y)) for x in range(width)) for y in range(height)
+    )
 
     def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _page(body: str) -> str:
-    return f"<!doctype html><html><body><main><section id='s'>{body}</section></main></body></html>"
+    return (
+        f"<!doctype html><html><body><main><section id='s'>{body}</section></main></body></html>"
+    )
 
 
 BROKEN = {
-    "traceback": ("<div class='cell_output'><div class='output traceback'><pre>"
-                  "Traceback (most recent call last): ValueError</pre></div></div>", "error output"),
-    "missing-figure": ("<figure><img src='nowhere.png'><figcaption>a</figcaption></figure>",
-                       "did not load"),
+    "traceback": (
+        "<div class='cell_output'><div class='output traceback'><pre>"
+        "Traceback (most recent call last): ValueError</pre></div></div>",
+        "error output",
+    ),
+    "missing-figure": (
+        "<figure><img src='nowhere.png'><figcaption>a</figcaption></figure>",
+        "did not load",
+    ),
     "blank-figure": ("<figure><img src='blank.png'><figcaption>b</figcaption></figure>", "blank"),
-    "raw-tex": ("<p>the bound <span class='math notranslate'>\\(\\sqrt{n}\\)</span></p>",
-                "math not rendered"),
+    "raw-tex": (
+        "<p>the bound <span class='math notranslate'>\\(\\sqrt{n}\\)</span></p>",
+        "math not rendered",
+    ),
     "raw-dollars": ("<p>we have $$\\frac{1}{n}$$ here</p>", "raw TeX"),
     "question-marks": ("<p>see Figure ?? for details</p>", "unresolved reference"),
-    "dead-xref": ("<p>see <span class='xref std std-ref'>fig-first-look</span></p>",
-                  "unresolved reference"),
+    "dead-xref": (
+        "<p>see <span class='xref std std-ref'>fig-first-look</span></p>",
+        "unresolved reference",
+    ),
     # a script included twice (sphinx-thebe's under Sphinx 7): the console's SyntaxError
-    "script-twice": ("<p>text</p><script>const THEBE_JS_URL = 'a';</script>"
-                     "<script>const THEBE_JS_URL = 'a';</script>",
-                     "console error: SyntaxError: Identifier 'THEBE_JS_URL' has already been"),
-    "console-error": ("<p>text</p><script>console.error('broken widget')</script>",
-                      "console error: broken widget"),
+    "script-twice": (
+        "<p>text</p><script>const THEBE_JS_URL = 'a';</script>"
+        "<script>const THEBE_JS_URL = 'a';</script>",
+        "console error: SyntaxError: Identifier 'THEBE_JS_URL' has already been",
+    ),
+    "console-error": (
+        "<p>text</p><script>console.error('broken widget')</script>",
+        "console error: broken widget",
+    ),
     "missing-script": ("<p>text</p><script src='nowhere.js'></script>", "console error"),
 }
 
@@ -65,9 +90,12 @@ def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("site")
     (root / "plot.png").write_bytes(_png(60, 40, lambda x, y: (255 * (x > y), 80, 255 * (y > 20))))
     (root / "blank.png").write_bytes(_png(60, 40, lambda x, y: (255, 255, 255)))
-    (root / "clean.html").write_text(_page(
-        "<h1>Clean</h1><p>Prices in code: <code>\\alpha ?? $$</code>.</p>"
-        "<figure><img src='plot.png' width='300'><figcaption>a real plot</figcaption></figure>"))
+    (root / "clean.html").write_text(
+        _page(
+            "<h1>Clean</h1><p>Prices in code: <code>\\alpha ?? $$</code>.</p>"
+            "<figure><img src='plot.png' width='300'><figcaption>a real plot</figcaption></figure>"
+        )
+    )
     for name, (body, _) in BROKEN.items():
         (root / f"{name}.html").write_text(_page(body))
     return root
@@ -96,7 +124,9 @@ def test_built_book_passes(tmp_path):
     html = ROOT / "_build" / "html"
     pages = browser_check.toc_pages(ROOT / "_toc.yml")
     if not all((html / f"{p}.html").is_file() for p in pages):
-        pytest.skip("no complete build in _build/html: run `make book` (or "
-                    "`WSBOOK_SCALE=quick make book`) first, then `make browser-check`")
+        pytest.skip(
+            "no complete build in _build/html: run `make book` (or "
+            "`WSBOOK_SCALE=quick make book`) first, then `make browser-check`"
+        )
     reports = browser_check.check_site(html, pages, tmp_path, CHROMIUM)
     assert {r.page: r.problems for r in reports if r.problems} == {}

@@ -44,29 +44,31 @@ def test_the_key_follows_every_input_of_a_chapter(tmp_path):
     root = _tree(tmp_path)
     env = {"WSBOOK_SCALE": "paper"}
     key = ex.environment_key(env, root)
-    assert ex.environment_key(dict(env), root) == key                       # deterministic
-    assert ex.environment_key({"WSBOOK_SCALE": "quick"}, root) != key       # the scale
+    assert ex.environment_key(dict(env), root) == key  # deterministic
+    assert ex.environment_key({"WSBOOK_SCALE": "quick"}, root) != key  # the scale
     assert ex.environment_key({}, root) == ex.environment_key({"WSBOOK_SCALE": "quick"}, root)
     assert ex.environment_key({**env, "WSBOOK_MODEL": "bert-base-uncased"}, root) != key
     # the build's own plumbing is not an input
-    assert ex.environment_key({**env, "WSBOOK_PROGRESS": "/x", "WSBOOK_SWEEP_STORE": "/y"},
-                              root) == key
-    (root / "wsutils" / "maps.py").write_text("x = 2\n")                    # the package
+    assert (
+        ex.environment_key({**env, "WSBOOK_PROGRESS": "/x", "WSBOOK_SWEEP_STORE": "/y"}, root)
+        == key
+    )
+    (root / "wsutils" / "maps.py").write_text("x = 2\n")  # the package
     assert ex.environment_key(env, root) != key
     key = ex.environment_key(env, root)
     (root / "wsutils" / "sub").mkdir()
-    (root / "wsutils" / "sub" / "new.py").write_text("")                    # a new module
+    (root / "wsutils" / "sub" / "new.py").write_text("")  # a new module
     assert ex.environment_key(env, root) != key
     key = ex.environment_key(env, root)
-    (root / "requirements.txt").write_text("torch==9\n")                    # a pin
+    (root / "requirements.txt").write_text("torch==9\n")  # a pin
     assert ex.environment_key(env, root) != key
     key = ex.environment_key(env, root)
-    (root / "data" / "reviews.txt").write_text("another review\n")          # the data
+    (root / "data" / "reviews.txt").write_text("another review\n")  # the data
     assert ex.environment_key(env, root) != key
     key = ex.environment_key(env, root)
     pycache = root / "wsutils" / "__pycache__"
     pycache.mkdir()
-    (pycache / "maps.cpython-311.pyc").write_bytes(b"\0")                   # not bytecode
+    (pycache / "maps.cpython-311.pyc").write_bytes(b"\0")  # not bytecode
     assert ex.environment_key(env, root) == key
 
 
@@ -81,7 +83,7 @@ def test_a_local_model_folder_is_keyed_on_its_files(tmp_path):
     assert ex.environment_key(env, root) != key
     key = ex.environment_key(env, root)
     stat = (model / "config.json").stat()
-    (model / "config.json").write_text('{"layer_norm_eps": 2e-5}')          # same size,
+    (model / "config.json").write_text('{"layer_norm_eps": 2e-5}')  # same size,
     os.utime(model / "config.json", ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same time
     assert ex.environment_key(env, root) != key
 
@@ -89,7 +91,7 @@ def test_a_local_model_folder_is_keyed_on_its_files(tmp_path):
 def test_longest_first_and_lanes():
     names = ["figure-1", "imdb", "attention", "new-chapter"]
     assert ex.longest_first(names, {}) == ["imdb", "attention", "new-chapter", "figure-1"]
-    assert ex.longest_first(names, {"figure-1": 5000.0})[0] == "figure-1"   # measured wins
+    assert ex.longest_first(names, {"figure-1": 5000.0})[0] == "figure-1"  # measured wins
     assert ex.lanes(10, cores=2) == 2
     assert ex.lanes(1, cores=16) == 1
     assert ex.lanes(0, cores=2) == 1
@@ -106,8 +108,11 @@ def test_table_has_a_row_per_chapter_and_a_total():
 
 def _job(tmp_path: Path, name: str, source: str):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     path = tmp_path / f"{name}.ipynb"
     nbformat.write(nb, path)
     return ex.Job(name, path, nbformat.read(path, as_version=4), None, 120)
@@ -128,16 +133,18 @@ def test_chapters_are_executed_into_the_cache_and_then_served_from_it(tmp_path, 
     jobs = [_job(tmp_path, "one", BURN), _job(tmp_path, "two", "print(1 + 1)")]
     runner = ex.Prefill(cache, lines.append)
     runner.run(jobs, lambda name: None)
-    assert {r.docname: r.status for r in runner.rows.values()} == {"one": "executed",
-                                                                  "two": "executed"}
+    assert {r.docname: r.status for r in runner.rows.values()} == {
+        "one": "executed",
+        "two": "executed",
+    }
     one = runner.rows["one"]
     # /proc counts CPU time in clock ticks (1/100 s): two readings lose up to a tick each
     tick = 2 / os.sysconf("SC_CLK_TCK")
-    assert one.wall > 0 and one.cpu >= 0.3 - tick              # the kernel's own CPU time
+    assert one.wall > 0 and one.cpu >= 0.3 - tick  # the kernel's own CPU time
     out = jobs[0].notebook.cells[0].outputs[0]["text"].split()
-    assert out[0] == str(cache / "sweeps")                      # the build's sweep store
+    assert out[0] == str(cache / "sweeps")  # the build's sweep store
     assert out[1] == ("1" if ex.lanes(2) > 1 else "None")
-    assert "without encryption" not in capfd.readouterr().err   # IPC, not TCP
+    assert "without encryption" not in capfd.readouterr().err  # IPC, not TCP
     burn = [c for c in runner.cells if c.docname == "one"]
     assert len(burn) == 1 and burn[0].cpu >= 0.3 - tick and burn[0].line == "import os, time"
     assert ex.costliest_cells(runner.cells, n=1)[0].startswith("one ")
@@ -160,20 +167,22 @@ def test_a_failing_chapter_fails_the_build_and_is_not_cached(tmp_path):
         runner.run([bad], lambda name: None)
     assert runner.rows["bad"].status == "failed"
     assert not ex.Prefill(cache, lambda line: None).is_cached(
-        _job(tmp_path, "bad", "assert 1 == 2, 'the claim does not hold'").notebook)
+        _job(tmp_path, "bad", "assert 1 == 2, 'the claim does not hold'").notebook
+    )
     shutil.rmtree(cache)
 
 
 def test_run_grid_uses_the_build_store_only_when_the_build_sets_one(tmp_path, monkeypatch):
+    from sweep_points import rf_sensitivity
+
     from wsutils.run import config
     from wsutils.run.sweep import run_grid
-    from sweep_points import rf_sensitivity
 
     point = dict(n=3, d=4, steps=2)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(config.SWEEP_STORE_ENV, raising=False)
     run_grid(rf_sensitivity, [dict(point, seed=0)], progress=False)
-    assert not any(tmp_path.iterdir())                                      # no store
+    assert not any(tmp_path.iterdir())  # no store
     monkeypatch.setenv(config.SWEEP_STORE_ENV, str(tmp_path / "store"))
     first = run_grid(rf_sensitivity, [dict(point, seed=1)], progress=False)
     assert len(list((tmp_path / "store").glob("*.json"))) == 1

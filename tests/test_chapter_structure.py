@@ -34,8 +34,9 @@ def test_statements_labelled_figures_cited_bibliography(page):
         name = re.search(r"name:\s*(\S+)", meta)
         assert name, f"{page.name}: a figure cell has no name"
         assert "caption:" in meta, f"{page.name}: figure {name.group(1)} has no caption"
-        assert f"{{numref}}`{name.group(1)}`" in text, \
+        assert f"{{numref}}`{name.group(1)}`" in text, (
             f"{page.name}: figure {name.group(1)} is never cited with {{numref}}"
+        )
     # a chapter that cites has its own bibliography
     if "{footcite" in text:
         assert "{footbibliography}" in text, f"{page.name}: footcite without footbibliography"

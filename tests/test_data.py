@@ -76,7 +76,7 @@ def test_tampered_embedded_file_is_refused(tmp_path, monkeypatch):
     copy = tmp_path / "data" / "imdb" / "x.jsonl.gz"
     copy.parent.mkdir(parents=True)
     shutil.copyfile(data.embedded_path(), copy)
-    with open(copy, "r+b") as f:           # one byte changed in place
+    with open(copy, "r+b") as f:  # one byte changed in place
         f.seek(100)
         b = f.read(1)
         f.seek(100)
@@ -115,7 +115,7 @@ def test_select_reviews_counts_without_special_tokens(tmp_path):
     rows = [{"text": " ".join(["good"] * k), "label": k % 2} for k in (3, 4, 5, 6)]
     ds = data.load_imdb(_write_jsonl(tmp_path / "r.jsonl", rows))
     assert data.token_lengths(ds["text"], tok).tolist() == [3, 4, 5, 6]
-    sel = data.select_reviews(ds, 2, tokenizer=tok, seed=0, max_tokens=5)   # 3 and 4 qualify
+    sel = data.select_reviews(ds, 2, tokenizer=tok, seed=0, max_tokens=5)  # 3 and 4 qualify
     assert sorted(sel.tokens.tolist()) == [3, 4]
 
 
@@ -146,14 +146,17 @@ def test_bad_json_line(tmp_path):
         data.load_imdb(path)
 
 
-@pytest.mark.parametrize("row, field", [
-    ({"text": "fine", "label": None}, "label"),
-    ({"text": "fine", "label": 2}, "label"),
-    ({"text": "fine", "label": True}, "label"),
-    ({"text": None, "label": 1}, "text"),
-    ({"text": "", "label": 1}, "text"),
-    ({"label": 1}, "text"),
-])
+@pytest.mark.parametrize(
+    "row, field",
+    [
+        ({"text": "fine", "label": None}, "label"),
+        ({"text": "fine", "label": 2}, "label"),
+        ({"text": "fine", "label": True}, "label"),
+        ({"text": None, "label": 1}, "text"),
+        ({"text": "", "label": 1}, "text"),
+        ({"label": 1}, "text"),
+    ],
+)
 def test_bad_field(tmp_path, row, field):
     path = _write_jsonl(tmp_path / "f.jsonl", [GOOD[0], row])
     with pytest.raises(ValueError, match=rf"f\.jsonl, line 2: field '{field}'"):
@@ -197,6 +200,7 @@ def test_line_separators_inside_a_review(tmp_path):
     """JSON lines may hold U+2028 / U+0085 unescaped inside a string: one review, not two."""
     text = "first part\u2028second part\x85third"
     path = tmp_path / "u.jsonl"
-    path.write_text(json.dumps({"text": text, "label": 1}, ensure_ascii=False) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        json.dumps({"text": text, "label": 1}, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     assert data.load_imdb(path)["text"] == [text]

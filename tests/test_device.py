@@ -4,11 +4,10 @@ where one is visible), and ``pick_device`` chooses and validates devices."""
 import numpy as np
 import pytest
 import torch
+from justified import assert_justified
 
 import wsutils as ws
 from wsutils.run.device import describe_device, pick_device
-
-from justified import assert_justified
 
 n, d = 6, 4
 
@@ -18,9 +17,16 @@ def _run(device):
     V = ws.sample_V(n * d, n, d, seed=1, device=device)
     Vs = ws.sample_Vs(n, d, 2, seed=2, device=device)
     W = ws.sample_W(d, seed=3, device=device)
-    outs = {"X": X, "V": V, "Vs[1]": Vs[1], "W": W,
-            "rf": ws.rf(X, V), "drf": ws.drf(X, Vs), "raf": ws.raf(X, W),
-            "relu_attention": ws.relu_attention(X, W)}
+    outs = {
+        "X": X,
+        "V": V,
+        "Vs[1]": Vs[1],
+        "W": W,
+        "rf": ws.rf(X, V),
+        "drf": ws.drf(X, Vs),
+        "raf": ws.raf(X, W),
+        "relu_attention": ws.relu_attention(X, W),
+    }
     r = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, steps=5, starts=2, seed=0, device=device)
     return outs, r
 

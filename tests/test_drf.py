@@ -10,7 +10,11 @@ from hypothesis import strategies as st
 
 import wsutils as ws
 from wsutils.estimators.drf import (
-    arccos_map, drf_limit_change, drf_limit_sensitivity, drf_row_law, drf_row_sensitivity,
+    arccos_map,
+    drf_limit_change,
+    drf_limit_sensitivity,
+    drf_row_law,
+    drf_row_sensitivity,
 )
 
 
@@ -100,7 +104,7 @@ def test_float32_weights_are_single_precision_numbers_from_the_seed():
         assert M.dtype == torch.float64 and torch.equal(M, M.float().double())
     again = drf_row_law(X, 3, 32, 0, seed=5, precision="float32")
     assert all(torch.equal(p, q) for p, q in zip((b, A, *Vs), (again[0], again[1], *again[2])))
-    b64, A64, _ = drf_row_law(X, 3, 32, 0, seed=5)          # the float64 draw: another one
+    b64, A64, _ = drf_row_law(X, 3, 32, 0, seed=5)  # the float64 draw: another one
     assert not torch.equal(A, A64)
 
 
@@ -108,8 +112,7 @@ def test_float32_weights_are_single_precision_numbers_from_the_seed():
 def test_float32_search_is_certified_in_float64(L):
     n, d, k = 8, 4, 48
     X = ws.sample_X(n, d, seed=1)
-    v, D = drf_row_sensitivity(X, L, k, seed=3, starts=2, steps=6, init=X[0],
-                               precision="float32")
+    v, D = drf_row_sensitivity(X, L, k, seed=3, starts=2, steps=6, init=X[0], precision="float32")
     assert np.linalg.norm(D) <= math.sqrt(d)
     b, A, Vs = drf_row_law(X, L, k, 0, seed=3, precision="float32")
     np.testing.assert_allclose(v, _recompute(b, A, Vs, D), rtol=1e-12)
@@ -117,8 +120,10 @@ def test_float32_search_is_certified_in_float64(L):
     # returned Δ is below the float64 value there only through the float32 ranking of the
     # iterates (a relative 1e-4 covers float32 rounding of a 3-layer forward pass of width 48)
     assert v >= _recompute(b, A, Vs, X[0]) * (1 - 1e-4)
-    assert drf_row_sensitivity(X, L, k, seed=3, starts=2, steps=6, init=X[0],
-                               precision="float32")[0] == v
+    assert (
+        drf_row_sensitivity(X, L, k, seed=3, starts=2, steps=6, init=X[0], precision="float32")[0]
+        == v
+    )
 
 
 def test_bad_precision():

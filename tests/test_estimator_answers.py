@@ -9,22 +9,22 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from justified import assert_justified, stochastic_upper
+from test_ball import assert_in_ball
 
 import wsutils as ws
 from wsutils.estimators import attention as at
 from wsutils.estimators.drf import _draw_law, drf_row_sensitivity
-from wsutils.text.embeddings import sample_matrix
-from wsutils.maps import attention_scores
 from wsutils.estimators.rf import rf_relative_change, rf_row_law
+from wsutils.maps import attention_scores
 from wsutils.sensitivity import cosine_ascent, perturb, search_dtype
-
-from justified import assert_justified, stochastic_upper
-from test_ball import assert_in_ball
+from wsutils.text.embeddings import sample_matrix
 
 MAPS = {"raf": ws.raf, "relu": ws.relu_attention}
 
 
 # --- issue 14 item 1: the fast attention update at every score scale -------------------------
+
 
 def _full_change64(kind, X, W, row, Delta):
     return ws.relative_change(lambda Z: MAPS[kind](Z, W), X, row, Delta)
@@ -43,9 +43,12 @@ def test_fast_update_matches_full_map_at_every_score_scale(kind):
     X = ws.sample_X(n, d, seed=3)
     g = torch.Generator().manual_seed(5)
     Deltas = torch.randn(3 * n, d, generator=g, dtype=torch.float64)
-    Deltas = at.project_ball(Deltas * (math.sqrt(d) / Deltas.norm(dim=1, keepdim=True)) *
-                             torch.linspace(0.05, 1, 3 * n, dtype=torch.float64)[:, None],
-                             math.sqrt(d))
+    Deltas = at.project_ball(
+        Deltas
+        * (math.sqrt(d) / Deltas.norm(dim=1, keepdim=True))
+        * torch.linspace(0.05, 1, 3 * n, dtype=torch.float64)[:, None],
+        math.sqrt(d),
+    )
     rows = torch.arange(3 * n) % n
     for scale in [0.01, 1, 10, 30, 100, 1e3, 1e4, 1e6]:
         W = ws.sample_W(d, seed=4) * scale
@@ -78,11 +81,9 @@ def test_fast_and_generic_answers_are_each_justified_at_every_score_scale(scale)
     cands = torch.cat([at.takeover_candidates(X, W, r) for r in range(n)])
     lower = {r: at.certified_lower_bound(X, W, r) for r in range(n)}
     fast = at.attention_word_sensitivity(X, W, init=cands, steps=30, starts=3, seed=0)
-    gen = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, init=cands, steps=30, starts=3,
-                              seed=0)
+    gen = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, init=cands, steps=30, starts=3, seed=0)
     for res in (fast, gen):
-        assert_justified(res, lambda Z: ws.raf(Z, W), X, lower=lower, upper=upper,
-                         tol=2 * tol)
+        assert_justified(res, lambda Z: ws.raf(Z, W), X, lower=lower, upper=upper, tol=2 * tol)
 
 
 def test_fast_and_generic_agree_at_a_converged_maximum():
@@ -102,13 +103,14 @@ def test_fast_and_generic_agree_at_a_converged_maximum():
     obj = at._FastObjective(X, W, "raf")
     objectives = {
         "fast": lambda D: obj(rows, D),
-        "full": lambda D: (ws.raf(perturb(X, rows, D), W) - base).flatten(1).norm(dim=1)
-        / base.norm()}
+        "full": lambda D: (
+            (ws.raf(perturb(X, rows, D), W) - base).flatten(1).norm(dim=1) / base.norm()
+        ),
+    }
     for res, other in ((fast, "full"), (gen, "fast")):
         D = torch.as_tensor(np.stack([res.per_row_Delta[r] for r in range(n)]))
         v = np.array([res.per_row[r] for r in range(n)])
-        polished, _ = cosine_ascent(objectives[other], D.clone(), math.sqrt(d), steps=50,
-                                    lr=1e-3)
+        polished, _ = cosine_ascent(objectives[other], D.clone(), math.sqrt(d), steps=50, lr=1e-3)
         assert np.all(polished.numpy() <= v * (1 + 1e-8)), (other, polished.numpy() - v)
     for r in range(n):
         gap = np.linalg.norm(fast.per_row_Delta[r] - gen.per_row_Delta[r])
@@ -124,11 +126,13 @@ def test_relu_attention_is_scale_invariant_even_for_huge_W():
     a = at.attention_word_sensitivity(X, W, kind="relu", steps=10, starts=2, seed=0)
     b = at.attention_word_sensitivity(X, W * 1e160, kind="relu", steps=10, starts=2, seed=0)
     np.testing.assert_allclose(b.value, a.value, rtol=1e-12)
-    np.testing.assert_allclose(ws.relu_attention(X, W * 1e300), ws.relu_attention(X, W),
-                               rtol=1e-13)
+    np.testing.assert_allclose(
+        ws.relu_attention(X, W * 1e300), ws.relu_attention(X, W), rtol=1e-13
+    )
 
 
 # --- issue 14 item 2: nonsense instead of an error ---------------------------------------------
+
 
 def test_nan_map_is_an_error():
     X = ws.sample_X(4, 3, seed=0)
@@ -136,8 +140,9 @@ def test_nan_map_is_an_error():
         ws.word_sensitivity(lambda Z: Z * math.nan, X, steps=2, starts=1)
     # NaN only away from X: every iterate of every row is NaN
     with pytest.raises(ValueError, match="non-finite"):
-        ws.word_sensitivity(lambda Z: torch.where((Z - X).abs().sum() > 0, Z * math.nan, Z), X,
-                            steps=2, starts=1)
+        ws.word_sensitivity(
+            lambda Z: torch.where((Z - X).abs().sum() > 0, Z * math.nan, Z), X, steps=2, starts=1
+        )
 
 
 def test_drf_with_no_active_unit_is_an_error():
@@ -177,6 +182,7 @@ def test_sample_matrix_refuses_nan_and_handles_huge_rows():
 
 # --- issue 14 items 6 and 8: silent coercion and misleading messages --------------------------
 
+
 def test_no_silent_coercion():
     X = ws.sample_X(4, 3, seed=0)
     W = ws.sample_W(3, seed=1)
@@ -207,19 +213,23 @@ def test_float16_values_are_float64_relative_changes():
     X = ws.sample_X(6, 8, seed=2).to(torch.float16)
     W = ws.sample_W(8, seed=3).to(torch.float16)
     phi = lambda Z: ws.raf(Z, W)  # noqa: E731
-    for r in (ws.word_sensitivity(phi, X, steps=20, starts=2, seed=0),
-              at.attention_word_sensitivity(X, W, steps=20, starts=2, seed=0)):
+    for r in (
+        ws.word_sensitivity(phi, X, steps=20, starts=2, seed=0),
+        at.attention_word_sensitivity(X, W, steps=20, starts=2, seed=0),
+    ):
         assert r.Delta.dtype == np.float64
         for row, value in r.per_row.items():
             exact = ws.relative_change(phi, X, row, r.per_row_Delta[row])
             np.testing.assert_allclose(value, exact, rtol=1e-12)
     cert = at.certified_lower_bound(X, W, 0)
-    best = max(ws.relative_change(phi, X, 0, D) for D in
-               at.takeover_candidates(X.double(), W.double(), 0))
+    best = max(
+        ws.relative_change(phi, X, 0, D) for D in at.takeover_candidates(X.double(), W.double(), 0)
+    )
     np.testing.assert_allclose(cert, best, rtol=1e-12)
 
 
 # --- the property test: every public estimator, random shapes, dtypes and score scales ---------
+
 
 def _justified(value, Delta, d, recompute):
     assert math.isfinite(value) and value >= 0
@@ -227,12 +237,17 @@ def _justified(value, Delta, d, recompute):
     np.testing.assert_allclose(value, recompute(Delta), rtol=1e-10, atol=1e-14)
 
 
-@settings(max_examples=30, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(1, 5), d=st.integers(1, 10), seed=st.integers(0, 10**6),
-       dtype=st.sampled_from([torch.float64, torch.float32, torch.float16]),
-       scale=st.sampled_from([1e-3, 1.0, 30.0, 1e3, 1e6]),
-       which=st.sampled_from(["generic", "raf", "relu", "certified", "takeover", "drf", "rf"]))
+@settings(
+    max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    n=st.integers(1, 5),
+    d=st.integers(1, 10),
+    seed=st.integers(0, 10**6),
+    dtype=st.sampled_from([torch.float64, torch.float32, torch.float16]),
+    scale=st.sampled_from([1e-3, 1.0, 30.0, 1e3, 1e6]),
+    which=st.sampled_from(["generic", "raf", "relu", "certified", "takeover", "drf", "rf"]),
+)
 def test_every_estimator_returns_a_justified_value_or_refuses(n, d, seed, dtype, scale, which):
     X = ws.sample_X(n, d, seed=seed).to(dtype)
     W = (ws.sample_W(d, seed=seed + 1) * scale).to(dtype)
@@ -243,14 +258,17 @@ def test_every_estimator_returns_a_justified_value_or_refuses(n, d, seed, dtype,
         if which == "generic":
             r = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, steps=4, starts=2, seed=seed)
             for i, v in r.per_row.items():
-                _justified(v, r.per_row_Delta[i], d,
-                           lambda D: ws.relative_change(full["raf"], X64, i, D))
+                _justified(
+                    v, r.per_row_Delta[i], d, lambda D: ws.relative_change(full["raf"], X64, i, D)
+                )
         elif which in ("raf", "relu"):
-            r = at.attention_word_sensitivity(X, W, kind=which, steps=4, starts=2, seed=seed,
-                                              takeovers=bool(seed % 2))
+            r = at.attention_word_sensitivity(
+                X, W, kind=which, steps=4, starts=2, seed=seed, takeovers=bool(seed % 2)
+            )
             for i, v in r.per_row.items():
-                _justified(v, r.per_row_Delta[i], d,
-                           lambda D: ws.relative_change(full[which], X64, i, D))
+                _justified(
+                    v, r.per_row_Delta[i], d, lambda D: ws.relative_change(full[which], X64, i, D)
+                )
         elif which == "certified":
             v = at.certified_lower_bound(X, W, row, kind="relu" if seed % 2 else "raf")
             assert math.isfinite(v) and v >= 0
@@ -266,7 +284,11 @@ def test_every_estimator_returns_a_justified_value_or_refuses(n, d, seed, dtype,
         else:
             r = ws.rf_word_sensitivity(X, 4 * n * d, rows=row, seed=seed, starts=2, steps=4)
             u, Vi = rf_row_law(X.to(search_dtype(X.dtype)), 4 * n * d, row, seed=seed)
-            _justified(r.value, r.Delta, d, lambda D: float(
-                rf_relative_change(u, Vi, torch.as_tensor(D)[None])[0]))
+            _justified(
+                r.value,
+                r.Delta,
+                d,
+                lambda D: float(rf_relative_change(u, Vi, torch.as_tensor(D)[None])[0]),
+            )
     except (ValueError, TypeError) as e:
         assert len(str(e)) > 20, f"unhelpful message: {e!r}"

@@ -14,11 +14,12 @@ def _models(n=5, d=4, row=2, seed=0):
     X = ws.sample_X(n, d, seed=seed)
     W = ws.sample_W(d, seed=seed + 1)
     H, Vi = G.rf_preactivations(X[None], 17, seed=seed + 2, row=row, dtype=torch.float64)
-    return {"rf": G.rf_flip_model(H[0], Vi),
-            "raf": G.attention_flip_model(X, W, "raf", row),
-            "relu": G.attention_flip_model(X, W, "relu", row),
-            "sparsemax": G.attention_flip_model(X, W, "attention", row,
-                                                normalisation="sparsemax")}
+    return {
+        "rf": G.rf_flip_model(H[0], Vi),
+        "raf": G.attention_flip_model(X, W, "raf", row),
+        "relu": G.attention_flip_model(X, W, "relu", row),
+        "sparsemax": G.attention_flip_model(X, W, "attention", row, normalisation="sparsemax"),
+    }
 
 
 @pytest.mark.parametrize("kind", ["rf", "raf", "relu", "sparsemax"])
@@ -30,7 +31,7 @@ def test_batched_readout_is_the_readout_of_each_vector(kind):
     Delta = torch.randn(7, 4, generator=g, dtype=torch.float64)
     idx = torch.tensor([0, 2, 1, 1, 0, 2, 2])
     got = model.batched(Ws, torch.float64)(Delta, idx)
-    want = torch.stack([model.readout(Delta[b:b + 1], Ws[int(idx[b])])[0] for b in range(7)])
+    want = torch.stack([model.readout(Delta[b : b + 1], Ws[int(idx[b])])[0] for b in range(7)])
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     f32 = model.batched(Ws, torch.float32)(Delta.float(), idx)
     assert f32.dtype == torch.float32
@@ -47,8 +48,7 @@ def test_without_steps_each_search_keeps_the_start_search_flip_keeps(kind):
     taus = [-1.0, 0.5, 2.0]
     got = G.search_flips(model, Ws, taus, 4, starts=5, steps=0, seed=7)
     for j, tau in enumerate(taus):
-        one = G.search_flip(lambda D: model.readout(D, Ws[j]), 4, tau, starts=5, steps=0,
-                            seed=7)
+        one = G.search_flip(lambda D: model.readout(D, Ws[j]), 4, tau, starts=5, steps=0, seed=7)
         assert got[j].start == one.start
         torch.testing.assert_close(got[j].Delta, one.Delta, rtol=0, atol=1e-15)
 
@@ -57,14 +57,14 @@ def test_without_steps_each_search_keeps_the_start_search_flip_keeps(kind):
 def test_search_flips_reach_reachable_targets_in_the_ball(dtype):
     d = 9
     a = torch.arange(1.0, d + 1, dtype=torch.float64)
-    model = G.FlipModel(phi_row=lambda D: D, readout=lambda D, w: D @ w)   # no batched form
+    model = G.FlipModel(phi_row=lambda D: D, readout=lambda D, w: D @ w)  # no batched form
     Ws = torch.stack([a, -2 * a])
     taus = [-float(a.norm()), 3 * float(a.norm())]
     res = G.search_flips(model, Ws, taus, d, starts=3, steps=100, seed=1, search_dtype=dtype)
     for r, w, tau in zip(res, Ws, taus):
         assert r.Delta.dtype == torch.float64
         assert float(r.Delta.norm()) <= math.sqrt(d)
-        assert r.value == float(r.Delta @ w)                 # float64 at the returned Δ
+        assert r.value == float(r.Delta @ w)  # float64 at the returned Δ
         assert r.loss == (r.value - tau) ** 2 and r.min_loss == r.loss
         assert abs(r.value - tau) < 1e-3 * abs(tau)
 
@@ -86,8 +86,9 @@ def test_batched_flip_runs_keep_the_invariants_and_run_every_search(map):
     kw = dict(map=map, n=4, d=6, Ns=[8, 10], seed=2, steps=25, starts=3)
     new = G.flip_point(**kw)["runs"]
     old = G.flip_point(**kw, batch_searches=False, search_dtype="float64")["runs"]
-    assert [(r["N"], r["training"], r["loss"]) for r in new] == \
-        [(r["N"], r["training"], r["loss"]) for r in old]
+    assert [(r["N"], r["training"], r["loss"]) for r in new] == [
+        (r["N"], r["training"], r["loss"]) for r in old
+    ]
     for r, o in zip(new, old):
         # everything that does not depend on the search is the same number
         for key in ("t0", "t1", "interp_err", "rho", "S_bound", "norm_phi_theta0", "y"):
@@ -95,8 +96,11 @@ def test_batched_flip_runs_keep_the_invariants_and_run_every_search(map):
         assert abs(r["t1"] - r["y"]) < 1e-12 and r["norm_Delta"] <= math.sqrt(6)
         rhs = (r["D0"] - r["t0"]) + (r["c"] - 1) * (r["y"] - r["t0"])
         assert abs(r["D1"] - r["y"] - rhs) < 1e-9
-        assert r["search_loss"] == pytest.approx((r["D1"] + r["y"]) ** 2, rel=1e-9) \
-            if r["loss"] == "output" else True
+        assert (
+            r["search_loss"] == pytest.approx((r["D1"] + r["y"]) ** 2, rel=1e-9)
+            if r["loss"] == "output"
+            else True
+        )
 
 
 @pytest.mark.parametrize("kind", ["rf", "raf"])
@@ -110,8 +114,7 @@ def test_authors_searches_take_the_authors_steps(kind):
     for steps in (0, 1):
         got = G.authors_searches(model, Ws, taus, 4, lr=0.7, steps=steps)
         for j, tau in enumerate(taus):
-            one = G.authors_search(lambda D: model.readout(D, Ws[j]), 4, tau, lr=0.7,
-                                   steps=steps)
+            one = G.authors_search(lambda D: model.readout(D, Ws[j]), 4, tau, lr=0.7, steps=steps)
             torch.testing.assert_close(got[j].Delta, one.Delta, rtol=1e-12, atol=1e-12)
             assert got[j].value == pytest.approx(one.value, rel=1e-12, abs=1e-12)
             assert got[j].min_loss <= got[j].loss and got[j].start == 0
@@ -126,8 +129,16 @@ def test_both_searches_in_one_point_are_the_two_points(map):
     """``search=["ours", "authors"]`` builds the features once; every number that does not
     depend on the search equals that of the two separate points, and each search keeps its
     own steps (ours: ``steps``; the authors': ``gen.py``'s)."""
-    kw = dict(map=map, n=4, d=6, Ns=[8, 10], seed=2, data="authors", losses=["output"],
-              trainings=["fine_tune"])
+    kw = dict(
+        map=map,
+        n=4,
+        d=6,
+        Ns=[8, 10],
+        seed=2,
+        data="authors",
+        losses=["output"],
+        trainings=["fine_tune"],
+    )
     both = G.flip_point(**kw, search=["ours", "authors"], steps=20, starts=3)["runs"]
     ours = G.flip_point(**kw, search="ours", steps=20, starts=3)["runs"]
     auth = G.flip_point(**kw, search="authors")["runs"]

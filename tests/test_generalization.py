@@ -96,7 +96,7 @@ def test_blocked_rf_features_equal_the_dense_map(dtype):
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     for b in range(5):
         np.testing.assert_allclose(torch.relu(H[b]), ws.rf(Xs[b], V), atol=tol)
-    torch.testing.assert_close(Vi, V[:, d:2 * d])
+    torch.testing.assert_close(Vi, V[:, d : 2 * d])
     # any block regenerates alone from its own seed
     blocks = dict(G.rf_blocks(k, n, d, seed=7, block_rows=4, dtype=dtype))
     torch.testing.assert_close(blocks[8].double(), V[8:])
@@ -120,8 +120,13 @@ def test_rf_flip_model_is_the_rf_map_of_the_perturbed_text():
 
 
 @settings(max_examples=20, deadline=None)
-@given(n=st.integers(2, 7), d=st.integers(1, 6), row=st.integers(0, 6), seed=st.integers(0, 10**5),
-       kind=st.sampled_from(["raf", "relu"]))
+@given(
+    n=st.integers(2, 7),
+    d=st.integers(1, 6),
+    row=st.integers(0, 6),
+    seed=st.integers(0, 10**5),
+    kind=st.sampled_from(["raf", "relu"]),
+)
 def test_attention_readout_equals_the_full_forward_pass(n, d, row, seed, kind):
     row = row % n
     X = ws.sample_X(n, d, seed=seed)
@@ -132,8 +137,9 @@ def test_attention_readout_equals_the_full_forward_pass(n, d, row, seed, kind):
     w = torch.randn(n * d, generator=g, dtype=torch.float64)
     torch.testing.assert_close(model.readout(Delta, w), model.phi_row(Delta) @ w)
     fn = ws.raf if kind == "raf" else ws.relu_attention
-    torch.testing.assert_close(model.phi_row(torch.zeros(1, d, dtype=torch.float64))[0],
-                               ws.flat(fn(X, W)))
+    torch.testing.assert_close(
+        model.phi_row(torch.zeros(1, d, dtype=torch.float64))[0], ws.flat(fn(X, W))
+    )
 
 
 def test_search_flip_reaches_a_reachable_target_and_stays_in_the_ball():
@@ -151,7 +157,7 @@ def test_search_flip_reaches_a_reachable_target_and_stays_in_the_ball():
 
 def test_search_flip_is_reproducible():
     a = torch.randn(5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    f = lambda D: torch.tanh(D @ a) + (D ** 2).sum(-1) * 0.1  # noqa: E731
+    f = lambda D: torch.tanh(D @ a) + (D**2).sum(-1) * 0.1  # noqa: E731
     r1 = G.search_flip(f, 5, -1.0, steps=30, seed=4)
     r2 = G.search_flip(f, 5, -1.0, steps=30, seed=4)
     assert torch.equal(r1.Delta, r2.Delta)
@@ -163,8 +169,8 @@ def test_flip_point_invariants_and_identity(map):
     runs = out["runs"]
     assert len(runs) == 2 * 2 * 3
     for r in runs:
-        assert abs(r["t1"] - r["y"]) < 1e-12            # f(X; θ₁) = y
-        assert r["interp_err"] < 1e-10                   # Φθ₀ = Y
+        assert abs(r["t1"] - r["y"]) < 1e-12  # f(X; θ₁) = y
+        assert r["interp_err"] < 1e-10  # Φθ₀ = Y
         assert r["norm_Delta"] <= math.sqrt(6)
         # f(X_Δ; θ₁) − y = ⟨φ_Δ − φ, θ₀⟩ + (c(Δ) − 1)(y − t0)
         rhs = (r["D0"] - r["t0"]) + (r["c"] - 1) * (r["y"] - r["t0"])
@@ -186,7 +192,7 @@ def test_flip_point_bad_input():
 def test_flip_runs_on_planted_data_equals_flip_point(map):
     kw = dict(Ns=[8, 10], starts=2, steps=15)
     Xs, Y, X, y = G.planted_data(10, 4, 6, seed=3)
-    direct = G.flip_runs(map, Xs, Y, X, y, seed=6, **kw)       # flip_point: weights seed + 3
+    direct = G.flip_runs(map, Xs, Y, X, y, seed=6, **kw)  # flip_point: weights seed + 3
     np.testing.assert_equal(direct, G.flip_point(map=map, n=4, d=6, seed=3, **kw))  # NaN == NaN
     np.testing.assert_allclose([r["t1"] for r in direct["runs"]], y, rtol=0, atol=1e-12)
 
@@ -215,9 +221,11 @@ def test_flip_runs_bad_input():
 
 def test_empty_Ns_is_a_clear_error():
     Xs, Y, X, y = G.planted_data(5, 3, 4, seed=0)
-    for call in (lambda: G.flip_point(map="rf", n=3, d=4, Ns=[], seed=0),
-                 lambda: G.flip_runs("rf", Xs, Y, X, y, Ns=[], seed=0),
-                 lambda: G.flip_grid(d=4, Ns=[], seeds=[0])):
+    for call in (
+        lambda: G.flip_point(map="rf", n=3, d=4, Ns=[], seed=0),
+        lambda: G.flip_runs("rf", Xs, Y, X, y, Ns=[], seed=0),
+        lambda: G.flip_grid(d=4, Ns=[], seeds=[0]),
+    ):
         with pytest.raises(ValueError, match="Ns is empty"):
             call()
     with pytest.raises(TypeError, match="integer"):
@@ -229,7 +237,7 @@ def test_authors_data_is_gen_py_data():
     D = 20
     w = ws.weights.gaussian((D,), 1 / math.sqrt(D), seed=4, dtype=torch.float64)
     g = ws.weights.gaussian((D,), 1.0, seed=5, dtype=torch.float64)
-    x = (torch.eye(D, dtype=torch.float64) - torch.outer(w, w)) @ g + w   # gen.py, densely
+    x = (torch.eye(D, dtype=torch.float64) - torch.outer(w, w)) @ g + w  # gen.py, densely
     np.testing.assert_allclose(X.reshape(-1), x, atol=1e-12)
     np.testing.assert_array_equal(Y, torch.sign(Xs.reshape(30, -1) @ w))
     assert y == 1.0 and float(x @ w) > 0
@@ -239,7 +247,10 @@ def test_authors_data_is_gen_py_data():
 def test_authors_search_is_plain_projected_gradient_descent_with_the_last_iterate():
     # a quadratic read-out: the plain steps with lr 0.1 can be written out by hand
     d, a = 4, torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)
-    readout = lambda D: D @ a
+
+    def readout(D):
+        return D @ a
+
     res = G.authors_search(readout, d, 5.0, lr=0.1, steps=3)
     Delta = torch.zeros(d, dtype=torch.float64)
     for _ in range(3):
@@ -252,12 +263,22 @@ def test_authors_search_is_plain_projected_gradient_descent_with_the_last_iterat
 
 def test_flip_runs_records_both_terms_of_the_identity_under_both_searches():
     for search in G.SEARCHES:
-        out = G.flip_point(map="raf", n=5, d=8, Ns=[10, 20], seed=1, losses=("output",),
-                           search=search, data="authors", steps=20)
+        out = G.flip_point(
+            map="raf",
+            n=5,
+            d=8,
+            Ns=[10, 20],
+            seed=1,
+            losses=("output",),
+            search=search,
+            data="authors",
+            steps=20,
+        )
         for r in out["runs"]:
             assert r["search"] == search
-            np.testing.assert_allclose(r["D1"] - r["y"], r["base_term"] + r["sens_term"],
-                                       atol=1e-10)
+            np.testing.assert_allclose(
+                r["D1"] - r["y"], r["base_term"] + r["sens_term"], atol=1e-10
+            )
             assert abs(r["base_term"]) <= r["rel_change"] * r["norm_phi_theta0"] * (1 + 1e-9)
 
 

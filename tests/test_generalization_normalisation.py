@@ -21,11 +21,12 @@ def test_general_map_reproduces_the_paper_maps_bit_for_bit(kind, name):
     kw = dict(n=5, d=4, Ns=[8, 12], seed=2, starts=2, steps=15)
     old = G.flip_point(map=kind, **kw)
     new = G.flip_point(map="attention", normalisation=name, **kw)
-    np.testing.assert_equal(new, old)                  # every field of every run, exactly
-    for search in G.SEARCHES:                          # the authors' search too
+    np.testing.assert_equal(new, old)  # every field of every run, exactly
+    for search in G.SEARCHES:  # the authors' search too
         kw2 = dict(kw, Ns=[8], losses=("output",), search=search, steps=10)
-        np.testing.assert_equal(G.flip_point(map="attention", normalisation=name, **kw2),
-                                G.flip_point(map=kind, **kw2))
+        np.testing.assert_equal(
+            G.flip_point(map="attention", normalisation=name, **kw2), G.flip_point(map=kind, **kw2)
+        )
 
 
 @pytest.mark.parametrize("name", SHARP)
@@ -39,8 +40,9 @@ def test_general_readout_equals_the_full_forward_pass(name):
     torch.testing.assert_close(model.readout(Delta, w), model.phi_row(Delta) @ w)
     Xp = X.clone()
     Xp[row] += Delta[1]
-    torch.testing.assert_close(model.phi_row(Delta[1:2])[0],
-                               ws.flat(ws.maps.attention(Xp, W, normalisation=name)))
+    torch.testing.assert_close(
+        model.phi_row(Delta[1:2])[0], ws.flat(ws.maps.attention(Xp, W, normalisation=name))
+    )
     F = G.attention_features(torch.stack([X, Xp]), W, "attention", normalisation=name)
     torch.testing.assert_close(F[1], model.phi_row(Delta[1:2])[0])
 
@@ -59,23 +61,29 @@ def test_general_readout_gradient_matches_finite_differences(name):
     (grad,) = torch.autograd.grad(model.readout(Delta, w).sum(), Delta)
     h, E = 1e-6, torch.eye(d, dtype=torch.float64)
     with torch.no_grad():
-        fd = torch.stack([(model.readout(Delta + h * E[k], w) - model.readout(Delta - h * E[k], w))[0]
-                          for k in range(d)]) / (2 * h)
+        fd = torch.stack(
+            [
+                (model.readout(Delta + h * E[k], w) - model.readout(Delta - h * E[k], w))[0]
+                for k in range(d)
+            ]
+        ) / (2 * h)
     torch.testing.assert_close(grad[0], fd, rtol=1e-6, atol=1e-7)
-    assert float(grad.abs().max()) > 0   # hardmax too: through the values x_i + Δ
+    assert float(grad.abs().max()) > 0  # hardmax too: through the values x_i + Δ
 
 
 def test_general_map_records_satisfy_the_identity():
     for name in ("scalable", "sparsemax", "hardmax"):
-        out = G.flip_point(map="attention", normalisation=name, n=6, d=4, Ns=[8, 12], seed=0,
-                           steps=15, starts=2)
+        out = G.flip_point(
+            map="attention", normalisation=name, n=6, d=4, Ns=[8, 12], seed=0, steps=15, starts=2
+        )
         assert len(out["runs"]) == 2 * 2 * 3
         for r in out["runs"]:
             assert abs(r["t1"] - r["y"]) < 1e-12 and r["interp_err"] < 1e-10
             assert r["norm_Delta"] <= math.sqrt(4)
-            np.testing.assert_allclose(r["D1"] - r["y"], r["base_term"] + r["sens_term"],
-                                       atol=1e-10)
-            assert math.isnan(r["S_bound"])              # no certificate for attention
+            np.testing.assert_allclose(
+                r["D1"] - r["y"], r["base_term"] + r["sens_term"], atol=1e-10
+            )
+            assert math.isnan(r["S_bound"])  # no certificate for attention
 
 
 def test_normalisation_may_be_a_name_a_dict_or_a_Normalisation():
@@ -90,12 +98,31 @@ def test_normalisation_may_be_a_name_a_dict_or_a_Normalisation():
 
 
 def test_flip_table_names_the_normalisation_only_where_there_is_one():
-    rec = dict(map="attention", normalisation="sparsemax", n=5, d=4, seed=0,
-               **G.flip_point(map="attention", normalisation="sparsemax", n=5, d=4, Ns=[8],
-                              seed=0, steps=3, starts=1, losses=("output",)))
-    old = dict(map="raf", n=5, d=4, seed=0,
-               **G.flip_point(map="raf", n=5, d=4, Ns=[8], seed=0, steps=3, starts=1,
-                              losses=("output",)))
+    rec = dict(
+        map="attention",
+        normalisation="sparsemax",
+        n=5,
+        d=4,
+        seed=0,
+        **G.flip_point(
+            map="attention",
+            normalisation="sparsemax",
+            n=5,
+            d=4,
+            Ns=[8],
+            seed=0,
+            steps=3,
+            starts=1,
+            losses=("output",),
+        ),
+    )
+    old = dict(
+        map="raf",
+        n=5,
+        d=4,
+        seed=0,
+        **G.flip_point(map="raf", n=5, d=4, Ns=[8], seed=0, steps=3, starts=1, losses=("output",)),
+    )
     rows = G.flip_table([rec, old])
     assert rows[0]["normalisation"] == "sparsemax" and "normalisation" not in rows[-1]
 

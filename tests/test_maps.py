@@ -25,10 +25,10 @@ def text():
 def test_rf_matches_direct_formula(text):
     X, n, d = text
     V = ws.sample_V(11, n, d, seed=1).numpy()
-    expected = np.maximum(V @ X.reshape(-1), 0)   # row-major flat
+    expected = np.maximum(V @ X.reshape(-1), 0)  # row-major flat
     np.testing.assert_allclose(ws.rf(X, V), expected, rtol=1e-12)
     # column block i of V multiplies word i
-    manual = sum(V[:, i * d:(i + 1) * d] @ X[i] for i in range(n))
+    manual = sum(V[:, i * d : (i + 1) * d] @ X[i] for i in range(n))
     np.testing.assert_allclose(ws.rf(X, V), np.maximum(manual, 0), rtol=1e-12)
 
 
@@ -89,7 +89,7 @@ def test_numpy_and_torch_agree_and_kinds_are_kept(text, name):
     assert isinstance(out_np, np.ndarray) and out_np.dtype == np.float64
     assert isinstance(out_t, torch.Tensor)
     np.testing.assert_allclose(out_np, out_t.detach().numpy(), rtol=1e-12)
-    out_t.sum().backward()                       # torch in: differentiable
+    out_t.sum().backward()  # torch in: differentiable
     assert Xt.grad is not None and torch.isfinite(Xt.grad).all()
 
 
@@ -150,4 +150,6 @@ def test_property_shapes_and_positive_homogeneity(n, d, k, seed):
     assert ws.relu_attention(X, W).shape == (n, d)
     torch.testing.assert_close(ws.rf(2.5 * X, V), 2.5 * ws.rf(X, V))
     # a softmax row is a convex combination of rows of X: every output row has norm ≤ √d
-    assert float(torch.linalg.vector_norm(ws.raf(X, W), dim=-1).max()) <= math.sqrt(d) * (1 + 1e-12)
+    assert float(torch.linalg.vector_norm(ws.raf(X, W), dim=-1).max()) <= math.sqrt(d) * (
+        1 + 1e-12
+    )

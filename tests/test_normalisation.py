@@ -8,18 +8,25 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from justified import assert_justified, stochastic_upper
 
 import wsutils as ws
 from wsutils.estimators import attention as at
 from wsutils.maps import NORMALISATIONS, Normalisation, attention, sparsemax
 
-from justified import assert_justified, stochastic_upper
-
-CASES = [Normalisation("softmax"), Normalisation("softmax", beta=3.0),
-         Normalisation("scalable", s=0.7), Normalisation("sparsemax"),
-         Normalisation("sparsemax", beta=2.0), Normalisation("entmax", alpha=1.5),
-         Normalisation("entmax", alpha=1.2), Normalisation("sigmoid"),
-         Normalisation("sigmoid", bias=0.5), Normalisation("relu"), Normalisation("hardmax")]
+CASES = [
+    Normalisation("softmax"),
+    Normalisation("softmax", beta=3.0),
+    Normalisation("scalable", s=0.7),
+    Normalisation("sparsemax"),
+    Normalisation("sparsemax", beta=2.0),
+    Normalisation("entmax", alpha=1.5),
+    Normalisation("entmax", alpha=1.2),
+    Normalisation("sigmoid"),
+    Normalisation("sigmoid", bias=0.5),
+    Normalisation("relu"),
+    Normalisation("hardmax"),
+]
 
 
 def _text(n, d, seed=0):
@@ -49,7 +56,7 @@ def _direct(norm, s):
         elif norm.name == "sparsemax":
             out[j] = _sparsemax_direct(row)
         elif norm.name == "entmax":
-            a = norm.alpha                    # τ by a long bisection in extended precision
+            a = norm.alpha  # τ by a long bisection in extended precision
             lo, hi = (a - 1) * row.max() - 1, (a - 1) * row.max()
             for _ in range(200):
                 mid = (lo + hi) / 2
@@ -94,11 +101,11 @@ def test_raf_and_relu_attention_are_the_general_map_to_the_last_bit():
         for dt in (torch.float64, torch.float32):
             Xd, Wd = X.to(dt), W.to(dt)
             assert torch.equal(attention(Xd, Wd), ws.raf(Xd, Wd))
-            assert torch.equal(attention(Xd, Wd, normalisation="relu"),
-                               ws.relu_attention(Xd, Wd))
+            assert torch.equal(attention(Xd, Wd, normalisation="relu"), ws.relu_attention(Xd, Wd))
             # β > 0 leaves rownorm(ReLU(β·s)) unchanged
-            assert torch.equal(attention(Xd, Wd, normalisation="relu", beta=3.0),
-                               ws.relu_attention(Xd, Wd))
+            assert torch.equal(
+                attention(Xd, Wd, normalisation="relu", beta=3.0), ws.relu_attention(Xd, Wd)
+            )
 
 
 def test_sparsemax_matches_the_package_and_is_sparse():
@@ -108,7 +115,7 @@ def test_sparsemax_matches_the_package_and_is_sparse():
     z = torch.randn(50, 40, generator=g, dtype=torch.float64) * 3
     p = sparsemax(z)
     torch.testing.assert_close(p, pkg_sparsemax(z, dim=-1), rtol=1e-12, atol=1e-14)
-    assert bool(((p == 0).sum(-1) > 0).all())            # every row has zero weights
+    assert bool(((p == 0).sum(-1) > 0).all())  # every row has zero weights
 
 
 def test_sparsemax_one_hot_exactly_when_the_gap_exceeds_one():
@@ -116,22 +123,24 @@ def test_sparsemax_one_hot_exactly_when_the_gap_exceeds_one():
     # whatever n; a gap of 1 − 2⁻¹⁰: the second key has weight 2⁻¹¹
     for n in (2, 10, 1000):
         z = torch.zeros(n, dtype=torch.float64)
-        z[3 % n] = 1 + 2.0 ** -10
-        assert torch.equal(sparsemax(z), torch.nn.functional.one_hot(
-            torch.tensor(3 % n), n).to(torch.float64))
-    z = torch.tensor([1 - 2.0 ** -10, 0.0, -5.0], dtype=torch.float64)
-    assert sparsemax(z).tolist() == [1 - 2.0 ** -11, 2.0 ** -11, 0.0]
+        z[3 % n] = 1 + 2.0**-10
+        assert torch.equal(
+            sparsemax(z), torch.nn.functional.one_hot(torch.tensor(3 % n), n).to(torch.float64)
+        )
+    z = torch.tensor([1 - 2.0**-10, 0.0, -5.0], dtype=torch.float64)
+    assert sparsemax(z).tolist() == [1 - 2.0**-11, 2.0**-11, 0.0]
 
 
 def test_entmax_limits_and_sparsity():
     X, W = _text(9, 4, 6)
     sp = attention(X, W, normalisation="sparsemax")
     e2 = attention(X, W, normalisation="entmax", alpha=2.0)
-    torch.testing.assert_close(e2, sp, rtol=1e-9, atol=1e-12)             # α = 2: sparsemax
+    torch.testing.assert_close(e2, sp, rtol=1e-9, atol=1e-12)  # α = 2: sparsemax
     e1 = attention(X, W, normalisation="entmax", alpha=1 + 1e-4)
-    torch.testing.assert_close(e1, ws.raf(X, W), rtol=0, atol=5e-3)      # α → 1: softmax
-    A = ws.maps.normalise_scores(ws.maps.attention_scores(X, W) * 4,
-                                 Normalisation("entmax", alpha=1.5))
+    torch.testing.assert_close(e1, ws.raf(X, W), rtol=0, atol=5e-3)  # α → 1: softmax
+    A = ws.maps.normalise_scores(
+        ws.maps.attention_scores(X, W) * 4, Normalisation("entmax", alpha=1.5)
+    )
     assert bool(((A == 0).sum(-1) > 0).any())
 
 
@@ -139,7 +148,7 @@ def test_hardmax_is_the_large_beta_limit_of_softmax():
     X, W = _text(12, 7, 8)
     hard = attention(X, W, normalisation="hardmax")
     top2 = torch.topk(ws.maps.attention_scores(X, W), 2, dim=-1).values
-    gap = float((top2[:, 0] - top2[:, 1]).min())         # the smallest top-two gap of a row
+    gap = float((top2[:, 0] - top2[:, 1]).min())  # the smallest top-two gap of a row
     for t in (5.0, 20.0):
         soft = attention(X, W, beta=t / gap)
         # ‖softmax(βz) − e_top‖₁ ≤ 2(n − 1)e^{−β·gap}, and every row of X has norm √d
@@ -152,8 +161,12 @@ def test_hardmax_is_the_large_beta_limit_of_softmax():
 
 def test_scalable_is_softmax_at_beta_s_log_n():
     X, W = _text(20, 5, 2)
-    torch.testing.assert_close(attention(X, W, normalisation="scalable", s=0.5),
-                               attention(X, W, beta=0.5 * math.log(20)), rtol=1e-13, atol=0)
+    torch.testing.assert_close(
+        attention(X, W, normalisation="scalable", s=0.5),
+        attention(X, W, beta=0.5 * math.log(20)),
+        rtol=1e-13,
+        atol=0,
+    )
 
 
 def test_bad_arguments_are_refused():
@@ -189,17 +202,26 @@ def test_fast_objective_equals_full_map(norm):
     g = torch.Generator().manual_seed(0)
     rows = torch.tensor([0, 4, 11, 4, 7])
     Delta = torch.randn(5, d, generator=g, dtype=torch.float64) * 1.5
-    Delta[3] = at.row_takeover(X, W, 4)                  # a take-over: the large-change regime
+    Delta[3] = at.row_takeover(X, W, 4)  # a take-over: the large-change regime
     fast = obj(rows, Delta)
     for b in range(5):
-        full = ws.relative_change(lambda Z: attention(Z, W, normalisation=norm), X,
-                                  int(rows[b]), Delta[b])
+        full = ws.relative_change(
+            lambda Z: attention(Z, W, normalisation=norm), X, int(rows[b]), Delta[b]
+        )
         np.testing.assert_allclose(float(fast[b]), full, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("norm", [Normalisation("sparsemax"), Normalisation("entmax"),
-                                  Normalisation("scalable"), Normalisation("sigmoid"),
-                                  Normalisation("hardmax")], ids=repr)
+@pytest.mark.parametrize(
+    "norm",
+    [
+        Normalisation("sparsemax"),
+        Normalisation("entmax"),
+        Normalisation("scalable"),
+        Normalisation("sigmoid"),
+        Normalisation("hardmax"),
+    ],
+    ids=repr,
+)
 def test_fast_estimator_and_generic_are_each_justified(norm):
     """Different floating-point computations, so each answer is checked on its own
     (``justified``, issue 23 item 13), within ``[certified_lower_bound, upper]``: both start
@@ -207,16 +229,14 @@ def test_fast_estimator_and_generic_are_each_justified(norm):
     are in [0, 1] but not row-stochastic); ``tol`` is the fast update's agreement with the
     full map in ``test_fast_objective_equals_full_map`` above (rtol 1e-9)."""
     X, W = _text(10, 6, 5)
-    phi = lambda Z: attention(Z, W, normalisation=norm)          # noqa: E731
+    phi = lambda Z: attention(Z, W, normalisation=norm)  # noqa: E731
     cands = torch.cat([at.takeover_candidates(X, W, r) for r in range(10)])
     lower = {r: at.certified_lower_bound(X, W, r, kind=norm) for r in range(10)}
     upper = stochastic_upper(X, phi(X), row_stochastic=norm.name != "sigmoid")
     gen = ws.word_sensitivity(phi, X, init=cands, steps=20, starts=3, seed=7)
-    fast = at.attention_word_sensitivity(X, W, kind=norm, init=cands, steps=20, starts=3,
-                                         seed=7)
+    fast = at.attention_word_sensitivity(X, W, kind=norm, init=cands, steps=20, starts=3, seed=7)
     for res in (gen, fast):
-        assert_justified(res, phi, X, lower=lower, upper=upper,
-                         tol=2e-9 * max(lower.values()))
+        assert_justified(res, phi, X, lower=lower, upper=upper, tol=2e-9 * max(lower.values()))
 
 
 @pytest.mark.parametrize("scale", [1.0, 1e3, 1e6])
@@ -224,14 +244,19 @@ def test_fast_objective_stable_at_every_score_scale(scale):
     """Large scores: one key takes (almost) every row; the compact sparsemax update and the
     softmax update still equal the full map."""
     X, W = _text(9, 4, 11)
-    for norm in (Normalisation("sparsemax", beta=scale), Normalisation("softmax", beta=scale),
-                 Normalisation("hardmax"), Normalisation("sigmoid", beta=scale)):
+    for norm in (
+        Normalisation("sparsemax", beta=scale),
+        Normalisation("softmax", beta=scale),
+        Normalisation("hardmax"),
+        Normalisation("sigmoid", beta=scale),
+    ):
         obj = at._FastObjective(X, W, norm)
         Delta = at.takeover_candidates(X, W, 2)
         fast = obj(torch.full((Delta.shape[0],), 2), Delta)
         for b in range(Delta.shape[0]):
-            full = ws.relative_change(lambda Z: attention(Z, W, normalisation=norm), X, 2,
-                                      Delta[b])
+            full = ws.relative_change(
+                lambda Z: attention(Z, W, normalisation=norm), X, 2, Delta[b]
+            )
             np.testing.assert_allclose(float(fast[b]), full, rtol=1e-8, atol=1e-10)
 
 
@@ -271,22 +296,30 @@ def test_row_margin_and_phase_point():
 
 
 @settings(max_examples=15, deadline=None)
-@given(n=st.integers(1, 14), d=st.integers(1, 6), seed=st.integers(0, 10**5),
-       log_beta=st.floats(-2, 3), name=st.sampled_from(["sparsemax", "entmax", "hardmax"]))
+@given(
+    n=st.integers(1, 14),
+    d=st.integers(1, 6),
+    seed=st.integers(0, 10**5),
+    log_beta=st.floats(-2, 3),
+    name=st.sampled_from(["sparsemax", "entmax", "hardmax"]),
+)
 def test_compact_update_exact_for_random_texts(n, d, seed, log_beta, name):
     """The keys outside C_j never carry weight after a one-word change: the compact update
     equals the full map for random sizes, score scales and perturbations (random and take-over)."""
     X, W = _text(n, d, seed)
-    norm = Normalisation(name, beta=10.0 ** log_beta)
+    norm = Normalisation(name, beta=10.0**log_beta)
     obj = at._FastObjective(X, W, norm)
     g = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, n, (4,), generator=g)
-    Delta = ws.sensitivity.project_ball(torch.randn(4, d, generator=g, dtype=torch.float64) * 2, math.sqrt(d))
+    Delta = ws.sensitivity.project_ball(
+        torch.randn(4, d, generator=g, dtype=torch.float64) * 2, math.sqrt(d)
+    )
     Delta[0] = at.row_takeover(X, W, int(rows[0]))
     fast = obj(rows, Delta)
     for b in range(4):
-        full = ws.relative_change(lambda Z: attention(Z, W, normalisation=norm), X,
-                                  int(rows[b]), Delta[b])
+        full = ws.relative_change(
+            lambda Z: attention(Z, W, normalisation=norm), X, int(rows[b]), Delta[b]
+        )
         # the squared change is a sum of expanded terms, exact to u·M² (M ≤ 3√d per row, u
         # the unit roundoff): a change that vanishes in exact arithmetic comes out as at most
         # about √(u·n)·3√d/‖φ(X)‖_F ≈ 1e-7 here, through the square root
@@ -313,7 +346,7 @@ def test_doubling_bound(name, n, d, seed):
         c = {"hardmax": 0.0, "sparsemax": 1.0, "entmax": 2.0}[name]
         lb = (mu > c).astype(float)
     f = np.maximum(3 * lb - 2, 0)
-    np.testing.assert_allclose(b["bound"], math.sqrt((f ** 2).sum() / n), rtol=1e-12)
+    np.testing.assert_allclose(b["bound"], math.sqrt((f**2).sum() / n), rtol=1e-12)
     with pytest.raises(ValueError, match="covers"):
         doubling_bound(X, W, 0, "relu")
 
@@ -338,14 +371,16 @@ def test_compact_update_in_groups_equals_full_map(name, n, d):
         assert len(obj.groups) > 1
     g = torch.Generator().manual_seed(3)
     rows = torch.tensor([0, 7, 123, 7])
-    Delta = ws.sensitivity.project_ball(torch.randn(4, d, generator=g, dtype=torch.float64),
-                                        math.sqrt(d))
+    Delta = ws.sensitivity.project_ball(
+        torch.randn(4, d, generator=g, dtype=torch.float64), math.sqrt(d)
+    )
     Delta[1] = at.key_takeover(X, W, 7)
     Delta[2] = at.row_takeover(X, W, 123)
     fast = obj(rows, Delta)
     for b in range(4):
-        full = ws.relative_change(lambda Z: attention(Z, W, normalisation=norm), X,
-                                  int(rows[b]), Delta[b])
+        full = ws.relative_change(
+            lambda Z: attention(Z, W, normalisation=norm), X, int(rows[b]), Delta[b]
+        )
         np.testing.assert_allclose(float(fast[b]), full, rtol=1e-8, atol=1e-7)
 
 
@@ -356,7 +391,7 @@ def test_entmax_threshold_on_the_largest_entries_is_a_lower_bound():
 
     g = torch.Generator().manual_seed(5)
     z = torch.randn(40, 500, generator=g, dtype=torch.float64) * 3
-    tau_pkg, supp = _entmax_threshold_and_support(z / 2, dim=-1)      # α = 1.5: z/2 − τ
+    tau_pkg, supp = _entmax_threshold_and_support(z / 2, dim=-1)  # α = 1.5: z/2 − τ
     full = at._entmax_threshold(z, 1.5, k=500)
     np.testing.assert_allclose(full.numpy(), tau_pkg.numpy(), rtol=0, atol=1e-12)
     for k in (5, 64):
@@ -364,7 +399,7 @@ def test_entmax_threshold_on_the_largest_entries_is_a_lower_bound():
         assert bool((part <= full + 1e-12).all())
         fits = supp[:, 0] <= k
         np.testing.assert_allclose(part[fits].numpy(), full[fits].numpy(), rtol=0, atol=1e-12)
-    assert bool((supp[:, 0] > 5).any())                  # k = 5 truncates some rows
+    assert bool((supp[:, 0] > 5).any())  # k = 5 truncates some rows
 
 
 def test_margin_interval_brackets_the_self_weight():
@@ -380,7 +415,7 @@ def test_margin_interval_brackets_the_self_weight():
             for m, takes in ((nec - 1e-6, False), (suf + 1e-6, True)):
                 z = -m - torch.rand(n, generator=g, dtype=torch.float64) * 3
                 z[0] = 0.0
-                z[1] = -m                                  # the largest competitor: margin m
+                z[1] = -m  # the largest competitor: margin m
                 a = float(torch.softmax(norm.scale(n) * z, 0)[0])
                 assert (a >= 0.9) == takes
     assert margin_interval("sparsemax", 10, 1) == (1.0, 1.0)
@@ -403,11 +438,10 @@ def test_takeover_margin_model():
         u = torch.randn(200_000, d, generator=g, dtype=torch.float64)
         t = u[:, 0] / torch.linalg.vector_norm(u, dim=1)
         p = float((t > qs[0]).double().mean())
-        np.testing.assert_allclose(p, 1 - 2 ** (-1 / 9), atol=4e-3)   # ±5 s.e. at 2e5 draws
+        np.testing.assert_allclose(p, 1 - 2 ** (-1 / 9), atol=4e-3)  # ±5 s.e. at 2e5 draws
         r = takeover_margin_model(d, 100)
-        np.testing.assert_allclose(r["margin"], r["self_score"] - r["v_norm"] * r["q"],
-                                   rtol=1e-12)
-    big = takeover_margin_model(128, 1000)           # large d: √(2d) and √(3.5 d), roughly
+        np.testing.assert_allclose(r["margin"], r["self_score"] - r["v_norm"] * r["q"], rtol=1e-12)
+    big = takeover_margin_model(128, 1000)  # large d: √(2d) and √(3.5 d), roughly
     assert abs(big["self_score"] - math.sqrt(256)) < 3 and abs(big["v_norm"] - math.sqrt(448)) < 2
 
 
@@ -426,13 +460,13 @@ def test_cosine_law_tail_and_median_maximum_by_simulation():
         for q in (0.5, 0.8):
             law = 0.5 * special.betainc((d - 1) / 2, 0.5, 1 - q * q)
             se = math.sqrt(law * (1 - law) / t.numel())
-            assert abs(float((t > q).double().mean()) - law) < 5 * se   # 5 binomial s.e.
+            assert abs(float((t > q).double().mean()) - law) < 5 * se  # 5 binomial s.e.
     for d, n in ((4, 100), (16, 300)):
         q = takeover_margin_model(d, n)["q"]
         u = torch.randn(2000, n - 1, d, generator=g, dtype=torch.float64)
         top = (u[..., 0] / torch.linalg.vector_norm(u, dim=-1)).amax(dim=1)
         frac = float((top <= q).double().mean())
-        assert abs(frac - 0.5) < 5 * math.sqrt(0.25 / 2000)          # 5 binomial s.e.
+        assert abs(frac - 0.5) < 5 * math.sqrt(0.25 / 2000)  # 5 binomial s.e.
     # the quantile function behind sd: symmetric, and P(υ > τ) = p below zero too
     from wsutils.experiments.normalisation import _cosine_quantile
 
@@ -456,8 +490,9 @@ def test_entmax_refuses_inaccurate_alpha_and_is_finite_at_large_alpha(monkeypatc
     Normalisation("entmax", alpha=ws.maps.ENTMAX_MIN_ALPHA)
     big = attention(X, W, normalisation="entmax", alpha=1e20)
     np.testing.assert_allclose(big, attention(X, W, normalisation="hardmax"), rtol=1e-12)
-    S = at.attention_word_sensitivity(X, W, kind=Normalisation("entmax", alpha=1e20),
-                                      starts=1, steps=3)
+    S = at.attention_word_sensitivity(
+        X, W, kind=Normalisation("entmax", alpha=1e20), starts=1, steps=3
+    )
     assert math.isfinite(S.value)
     monkeypatch.setattr(ws.maps, "normalise_scores", lambda s, norm: s * math.nan)
     with pytest.raises(ValueError, match="not finite"):
@@ -475,5 +510,5 @@ def test_float32_search_keeps_every_certificate_in_float64(name):
     r64, r32 = normalisation_point(**p), normalisation_point(**p, search_dtype="float32")
     assert r32["certified"] == r64["certified"] and r32["margin"] == r64["margin"]
     assert r32["certified"] <= r32["S"] * (1 + 1e-9)
-    assert abs(r32["S"] / r64["S"] - 1) < 1e-2          # a search, not one path: loose
+    assert abs(r32["S"] / r64["S"] - 1) < 1e-2  # a search, not one path: loose
     assert SEARCH_DTYPE["relu"] is None and SEARCH_DTYPE["hardmax"] is None

@@ -18,10 +18,9 @@ from tools.browser_check import toc_pages  # the one reader of _toc.yml
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTATION = ROOT / "book" / "notation.md"
-CHAPTERS = [ROOT / "book" / f"{p}.md" for p in toc_pages(ROOT / "_toc.yml")
-            if p != "notation"]
+CHAPTERS = [ROOT / "book" / f"{p}.md" for p in toc_pages(ROOT / "_toc.yml") if p != "notation"]
 
-_TOKEN = re.compile(r"\\[A-Za-z]+|[^\s{}]")   # a command or one character
+_TOKEN = re.compile(r"\\[A-Za-z]+|[^\s{}]")  # a command or one character
 _RELATION = re.compile(r"\s(?:=|\\in|\\le|\\ge|\\sim|<|>)\s|\s?:\s")
 
 
@@ -32,9 +31,12 @@ def _symbol(entry: str) -> str:
     head = _RELATION.split(entry, maxsplit=1)[0]
     head = re.sub(r"\([^()]*\)$", "", head.strip())
     out = ""
-    for tok in _TOKEN.findall(head):       # a space only where a command meets a letter
-        out += (" " if out[-1:].isalpha() and re.search(r"\\[A-Za-z]+$", out)
-                and tok[0].isalpha() else "") + tok
+    for tok in _TOKEN.findall(head):  # a space only where a command meets a letter
+        out += (
+            " "
+            if out[-1:].isalpha() and re.search(r"\\[A-Za-z]+$", out) and tok[0].isalpha()
+            else ""
+        ) + tok
     return out
 
 
@@ -87,12 +89,13 @@ def test_the_page_lists_no_symbol_twice():
 
 def test_every_entry_names_a_symbol():
     entries = notation_entries()
-    assert len(entries) > 60, len(entries)          # the parser sees the tables
+    assert len(entries) > 60, len(entries)  # the parser sees the tables
     for symbol, _, line in entries:
         bad = re.search(r"[=<>]|\\[lr]Vert|\\le\b", symbol)
-        assert symbol and len(symbol) <= 40 and not bad, \
-            f"notation.md line {line}: {symbol!r} is not a symbol (write the symbol, then " \
+        assert symbol and len(symbol) <= 40 and not bad, (
+            f"notation.md line {line}: {symbol!r} is not a symbol (write the symbol, then "
             "its definition in the meaning column)"
+        )
 
 
 def test_helpers_catch_what_they_should():
@@ -120,7 +123,7 @@ def _scoped():
 # known uses of a scoped symbol elsewhere, each with its reason: {(page, symbol): why}
 KNOWN = {
     ("relu-attention", "b"): "S ≈ a/√n + b√d/n, two constants of a model in the paragraph "
-                             "on tolerances that issue 23 item 11 rewrites: rename them there",
+    "on tolerances that issue 23 item 11 rewrites: rename them there",
 }
 
 
@@ -131,9 +134,11 @@ def test_scoped_symbols_stay_in_their_chapter(page):
         if chapter == page.stem:
             continue
         found = sorted(s for s in symbols if occurs(s, math) and (page.stem, s) not in KNOWN)
-        assert not found, (f"{page.name} uses {found}, which notation.md reserves for the "
-                           f"chapter {chapter}: rename them (or, with a reason, list them in "
-                           "KNOWN)")
+        assert not found, (
+            f"{page.name} uses {found}, which notation.md reserves for the "
+            f"chapter {chapter}: rename them (or, with a reason, list them in "
+            "KNOWN)"
+        )
 
 
 def test_known_exceptions_are_still_needed():
@@ -148,20 +153,31 @@ FORBIDDEN = [
     (r"D_r\b", "D is nd; the diagonal of row scales is \\Lambda_r"),
     (r"\\mu_j", "\\mu_i is ReLU attention's; the doubling's margin of key i in row j is m_j"),
     (r"\\sigma\(", "the logistic function is \\operatorname{sigmoid}"),
-    (r"\\alpha_j|\\beta_j|\\alpha\s*=\s*\(b_", "ReLU attention's column of key i is b_{\\cdot i}, "
-     "its entries b_{ji} and b'_{ji}; \\alpha is the entmax order, \\beta the temperature"),
-    (r"(?<![A-Za-z\\])u\s*=\s*2\^", "the float32 unit roundoff is \\varepsilon_{32}; u is the "
-     "top eigenvector"),
-    (r"(?<![A-Za-z\\_])W\s*=\s*\[W_Q", "W is the d×d attention weight; all heads' weights "
-     "are W_{QKV}"),
+    (
+        r"\\alpha_j|\\beta_j|\\alpha\s*=\s*\(b_",
+        "ReLU attention's column of key i is b_{\\cdot i}, "
+        "its entries b_{ji} and b'_{ji}; \\alpha is the entmax order, \\beta the temperature",
+    ),
+    (
+        r"(?<![A-Za-z\\])u\s*=\s*2\^",
+        "the float32 unit roundoff is \\varepsilon_{32}; u is the top eigenvector",
+    ),
+    (
+        r"(?<![A-Za-z\\_])W\s*=\s*\[W_Q",
+        "W is the d×d attention weight; all heads' weights are W_{QKV}",
+    ),
     (r"\\times\s*m\}", "m is the margin; a map's output width is d_{\\mathrm{out}}"),
     (r"(?<![A-Za-z\\])m\s*=\s*\\frac\s*1\s*n", "the mean row is \\bar x"),
     (r"W\^\\top\s*m(?![A-Za-z])", "the mean row is \\bar x"),
-    (r"(?<![A-Za-z\\_])(?<!\\hat )m\(", "m is the margin, not a map (the kernel map of the DRF "
-     "proof is \\Psi)"),
+    (
+        r"(?<![A-Za-z\\_])(?<!\\hat )m\(",
+        "m is the margin, not a map (the kernel map of the DRF proof is \\Psi)",
+    ),
     (r"(?<![A-Za-z\\])L\s*=\s*12\b", "L is the depth of deep random features"),
-    (r"(?<![A-Za-z\\])r\(\\Delta\)", "r is the DRF ratio; hardmax's count of changed rows is "
-     "n_\\Delta"),
+    (
+        r"(?<![A-Za-z\\])r\(\\Delta\)",
+        "r is the DRF ratio; hardmax's count of changed rows is n_\\Delta",
+    ),
     (r"\\sigma_S\b|X_\{-S\}", "S is the word sensitivity; a set of searched rows is \\mathcal S"),
 ]
 
@@ -175,10 +191,22 @@ def test_renamed_spellings_do_not_come_back(page):
 
 
 def test_forbidden_patterns_still_match_what_they_forbid():
-    samples = [r"R_\psi", r"D_r Z", r"\mu_j > 0", r"\sigma(y)", r"\alpha_j", r"u = 2^{-24}",
-               r"W = [W_Q\ W_K]", r"\R^{n\times m}", r"m = \frac1n \sum_j x_j", r"W^\top m",
-               r"m(T_{l-1})", r"L = 12", r"\sqrt{r(\Delta)/n}",
-               r"\sigma_S = \|\flat(X_{-S})\|"]
+    samples = [
+        r"R_\psi",
+        r"D_r Z",
+        r"\mu_j > 0",
+        r"\sigma(y)",
+        r"\alpha_j",
+        r"u = 2^{-24}",
+        r"W = [W_Q\ W_K]",
+        r"\R^{n\times m}",
+        r"m = \frac1n \sum_j x_j",
+        r"W^\top m",
+        r"m(T_{l-1})",
+        r"L = 12",
+        r"\sqrt{r(\Delta)/n}",
+        r"\sigma_S = \|\flat(X_{-S})\|",
+    ]
     for (pattern, _), sample in zip(FORBIDDEN, samples, strict=True):
         assert re.search(pattern, sample), (pattern, sample)
 
@@ -214,8 +242,11 @@ def second_definitions(math: str) -> list:
         pattern = r"(?<![A-Za-z\\_^])" + body + r"(?![A-Za-z])(?![\s{}]*[_'^])\s*=\s*([^\n$]*)"
         for m in re.finditer(pattern, math):
             got = _flat(m.group(1))
-            if not (got.startswith(_flat(definition)[:6]) or re.match(r"[\d.]", got)
-                    or any(symbol == s and got.startswith(f) for s, f in FACTS)):
+            if not (
+                got.startswith(_flat(definition)[:6])
+                or re.match(r"[\d.]", got)
+                or any(symbol == s and got.startswith(f) for s, f in FACTS)
+            ):
                 out.append((symbol, m.group(1)[:40]))
     return out
 
@@ -230,4 +261,4 @@ def test_a_second_definition_is_caught():
     assert _page_definitions()["D"] == "nd"
     assert second_definitions(r"D = \operatorname{diag}(r)") == [("D", r"\operatorname{diag}(r)")]
     assert second_definitions(r"\kappa = \|X\|_{\mathrm{op}}/\sqrt d, D = nd, D = 30{,}720") == []
-    assert second_definitions(r"D_r = \operatorname{diag}(r)") == []      # another symbol
+    assert second_definitions(r"D_r = \operatorname{diag}(r)") == []  # another symbol

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _extension():
     spec = importlib.util.spec_from_file_location(
-        "wsbook_sphinx", ROOT / "book" / "_ext" / "wsbook_sphinx.py")
+        "wsbook_sphinx", ROOT / "book" / "_ext" / "wsbook_sphinx.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -38,10 +39,11 @@ def test_kernel_bars_reach_the_build_terminal(monkeypatch):
     lines: list[str] = []
     progress = ext.BuildProgress(lines.append, poll=0.05, heartbeat=3600).start()
     try:
-        assert os.environ[ext.PROGRESS_ENV] == progress.path      # kernels inherit it
+        assert os.environ[ext.PROGRESS_ENV] == progress.path  # kernels inherit it
         progress.begin("imdb")
-        subprocess.run([sys.executable, "-c", KERNEL], check=True, env=dict(os.environ),
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-c", KERNEL], check=True, env=dict(os.environ), capture_output=True
+        )
         deadline = time.monotonic() + 10
         while not any("(done)" in x for x in lines) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -51,7 +53,7 @@ def test_kernel_bars_reach_the_build_terminal(monkeypatch):
     assert lines[0] == "executing imdb …"
     bars = [x for x in lines if "grid points" in x]
     assert bars and bars[-1].startswith("  imdb [") and "3/3" in bars[-1] and "(done)" in bars[-1]
-    assert not any("hidden" in x for x in lines)                   # disabled bars stay silent
+    assert not any("hidden" in x for x in lines)  # disabled bars stay silent
     assert lines[-1].startswith("imdb done in ") and lines[-1].endswith(" s")
     assert ext.PROGRESS_ENV not in os.environ and not Path(progress.path).exists()
 
@@ -65,7 +67,7 @@ def test_heartbeat_and_partial_lines(monkeypatch):
         progress.begin("attention")
         time.sleep(0.4)
         with open(progress.path, "ab") as f:
-            f.write(b"half a li")                                   # not echoed until complete
+            f.write(b"half a li")  # not echoed until complete
         progress.drain()
         assert not any("half" in x for x in lines)
         with open(progress.path, "ab") as f:
@@ -89,4 +91,4 @@ def test_no_progress_file_changes_nothing(monkeypatch):
     from wsutils.run import _progress
 
     monkeypatch.delenv(_progress.ENV, raising=False)
-    _progress.write("nothing happens")                              # no file, no error
+    _progress.write("nothing happens")  # no file, no error

@@ -13,17 +13,19 @@ from wsutils.estimators.drf import drf_limit_change
 def test_rf_typical_values_at_k_equal_D():
     n, d = 100, 16
     assert rates.rf_upper_limit(n, d, n * d) == pytest.approx(math.sqrt(2) * 1.1 / 10)
-    assert rates.rf_lower_typical(n, d, n * d) == pytest.approx((1 + math.sqrt(0.02)) / math.sqrt(200))
+    assert rates.rf_lower_typical(n, d, n * d) == pytest.approx(
+        (1 + math.sqrt(0.02)) / math.sqrt(200)
+    )
 
 
 def test_slope_window_contains_the_model_slopes():
     n = np.repeat(np.arange(90, 151, 10), 3).astype(float)
     lo, hi = rates.rf_slope_window(n, 192, n * 192)
     assert hi == -0.5 and lo < -0.5
-    for a1 in np.linspace(0, rates.A1_MAX, 7):       # every a_1 of the model fits inside
+    for a1 in np.linspace(0, rates.A1_MAX, 7):  # every a_1 of the model fits inside
         S = 3.0 * rates.rf_finite_width_factor(192, n * 192, a1) / np.sqrt(n)
         assert lo - 1e-12 <= rates.ols_slope(n, S) <= hi + 1e-12
-    S = 3.0 * (1 + 2.0 / np.sqrt(n)) / np.sqrt(n)            # a_1 = 2 is outside the model
+    S = 3.0 * (1 + 2.0 / np.sqrt(n)) / np.sqrt(n)  # a_1 = 2 is outside the model
     assert rates.ols_slope(n, S) < lo
 
 
@@ -35,7 +37,7 @@ def test_slope_window_is_a_point_at_fixed_width():
 def test_ols_slope_with_groups():
     n = np.array([10.0, 20, 40, 10, 20, 40])
     g = np.array([0, 0, 0, 1, 1, 1])
-    S = np.where(g == 0, 1.0, 5.0) * n ** -0.5
+    S = np.where(g == 0, 1.0, 5.0) * n**-0.5
     assert rates.ols_slope(n, S, g) == pytest.approx(-0.5)
 
 
@@ -43,16 +45,19 @@ def test_drf_expansion_matches_the_corner_value():
     for L in (2, 4, 8):
         for n in (1e4, 1e6):
             F = float(drf_limit_change(n, L, 1.0, 1.0)) * math.sqrt(n)
-            assert abs(F - rates.drf_limit_expansion(n, L)) <= L ** 2 / n
+            assert abs(F - rates.drf_limit_expansion(n, L)) <= L**2 / n
 
 
-@pytest.mark.parametrize("call", [
-    lambda: rates.rf_upper_limit(0, 1, 1),
-    lambda: rates.rf_lower_typical(10, -1, 5),
-    lambda: rates.rf_finite_width_factor(1, 1, a1=2.0),
-    lambda: rates.ols_slope([1.0], [1.0]),
-    lambda: rates.drf_limit_expansion(10, -1),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: rates.rf_upper_limit(0, 1, 1),
+        lambda: rates.rf_lower_typical(10, -1, 5),
+        lambda: rates.rf_finite_width_factor(1, 1, a1=2.0),
+        lambda: rates.ols_slope([1.0], [1.0]),
+        lambda: rates.drf_limit_expansion(10, -1),
+    ],
+)
 def test_bad_input_is_refused(call):
     with pytest.raises(ValueError):
         call()
@@ -75,7 +80,7 @@ def test_ols_slope_bound_is_attained_and_bounds_every_perturbation():
     bound = rates.ols_slope_bound(ns, b)
     x = np.log(ns)
     sign = np.sign(x - x.mean())
-    base = ns ** -0.5
+    base = ns**-0.5
     assert abs(rates.ols_slope(ns, base * np.exp(b * sign)) + 0.5) == pytest.approx(bound)
     g = np.random.default_rng(0)
     for _ in range(20):
@@ -87,7 +92,7 @@ def test_ols_slope_bound_is_attained_and_bounds_every_perturbation():
 
 def test_slope_se_seeds_counts_only_the_spread_between_seeds():
     ns = (10, 50, 100, 250)
-    curved = np.array([[math.log(n) ** 2] * 3 for n in ns])        # no spread between seeds
+    curved = np.array([[math.log(n) ** 2] * 3 for n in ns])  # no spread between seeds
     assert rates.slope_se_seeds(ns, curved) < 1e-14
     noisy = curved + np.array([[0.1, -0.1, 0.0]] * 4)
     x = np.log(ns)

@@ -13,8 +13,24 @@ ROOT = Path(__file__).resolve().parents[1]
 # Top-level folders that only exist on some machine (a user's home, a scratch or mount point,
 # a CI worker's work folder). Built from words, so that this file does not name one itself;
 # /usr/bin/env, /dev/null, /proc/... are system paths, not locations of the project, and pass.
-_PLACES = ("work", "home", "root", "tmp", "Users", "mnt", "scratch", "opt", "data", "var",
-           "private", "media", "srv", "nfs", "gpfs", "lustre")
+_PLACES = (
+    "work",
+    "home",
+    "root",
+    "tmp",
+    "Users",
+    "mnt",
+    "scratch",
+    "opt",
+    "data",
+    "var",
+    "private",
+    "media",
+    "srv",
+    "nfs",
+    "gpfs",
+    "lustre",
+)
 # An absolute path starts a token: after a start of line, space, quote, bracket, '=', ',',
 # ':' or 'file://'; "https://host/home/..." (a URL's path) does not match.
 MACHINE_PATH = re.compile(
@@ -30,8 +46,12 @@ OUTSIDE = re.compile(r"(\.\./|\bcd \.\.[^)\n]*\)/)" + "sha" + r"red/")
 def _repo_files() -> list[Path]:
     """Tracked files and untracked files git does not ignore (what a commit would hold)."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                              "--exclude-standard"], cwd=ROOT, capture_output=True, check=True)
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        )
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
     names = sorted({n for n in out.stdout.decode().split("\0") if n})
@@ -50,10 +70,24 @@ def _text(path: Path) -> str | None:
 
 def test_pattern_finds_machine_paths_and_spares_system_paths():
     w = "/" + "work"
-    bad = [f"WSBOOK_IMDB={w}/shared/x.gz", f"see '{w}/shared/notes'", "path: /" + "home/ann/x",
-           f"cd {'/' + 'tmp'}/build", f"file://{w}/x.html", "C:\\" + "Users\\ann\\x"]
-    good = ["#!/usr/bin/env bash", "> /dev/null", "/proc/cpuinfo", "https://example.org/home/x",
-            "a" + w + "/b", "~" + w + "/x", "../book/data", "$(mktemp -d)/x"]
+    bad = [
+        f"WSBOOK_IMDB={w}/shared/x.gz",
+        f"see '{w}/shared/notes'",
+        "path: /" + "home/ann/x",
+        f"cd {'/' + 'tmp'}/build",
+        f"file://{w}/x.html",
+        "C:\\" + "Users\\ann\\x",
+    ]
+    good = [
+        "#!/usr/bin/env bash",
+        "> /dev/null",
+        "/proc/cpuinfo",
+        "https://example.org/home/x",
+        "a" + w + "/b",
+        "~" + w + "/x",
+        "../book/data",
+        "$(mktemp -d)/x",
+    ]
     for s in bad:
         assert MACHINE_PATH.search(s), s
     for s in good:
@@ -75,6 +109,8 @@ def test_no_file_names_a_machine_path():
         for m in OUTSIDE.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
             found.append(f"{path.relative_to(ROOT)}:{line}: {m.group(0)!r} (outside the clone)")
-    assert not found, ("files name absolute paths of a particular machine (a reader's clone "
-                       "has none of them; use a path relative to the repository or an "
-                       "environment variable):\n" + "\n".join(found))
+    assert not found, (
+        "files name absolute paths of a particular machine (a reader's clone "
+        "has none of them; use a path relative to the repository or an "
+        "environment variable):\n" + "\n".join(found)
+    )

@@ -11,8 +11,14 @@ from scipy import stats
 
 import wsutils as ws
 from wsutils.estimators.rf import (
-    rf_certified_lower, rf_certified_upper, rf_high_probability_bound, rf_preactivation,
-    rf_relative_change, rf_row_law, rf_weight_block, rf_word_sensitivity,
+    rf_certified_lower,
+    rf_certified_upper,
+    rf_high_probability_bound,
+    rf_preactivation,
+    rf_relative_change,
+    rf_row_law,
+    rf_weight_block,
+    rf_word_sensitivity,
 )
 
 # Level of every two-sample Kolmogorov–Smirnov test below: a correct implementation fails one
@@ -31,9 +37,10 @@ def test_blocks_assemble_the_dense_V():
     torch.testing.assert_close(rf_preactivation(X, k, seed=4), V @ ws.flat(X))
     Delta = _unit(torch.randn(d, dtype=torch.float64))
     u = V @ ws.flat(X)
-    ours = float(rf_relative_change(u, V[:, 2 * d:3 * d], Delta))
-    np.testing.assert_allclose(ours, ws.relative_change(lambda Z: ws.rf(Z, V), X, 2, Delta),
-                               rtol=1e-12)
+    ours = float(rf_relative_change(u, V[:, 2 * d : 3 * d], Delta))
+    np.testing.assert_allclose(
+        ours, ws.relative_change(lambda Z: ws.rf(Z, V), X, 2, Delta), rtol=1e-12
+    )
 
 
 def test_reduced_law_matches_dense_V_at_a_fixed_Delta():
@@ -60,8 +67,11 @@ def test_estimator_agrees_in_law_with_generic_estimator_on_dense_V():
     for s in range(60):
         ours.append(rf_word_sensitivity(X, k, rows=0, seed=s, starts=4, steps=30).value)
         V = ws.sample_V(k, n, d, seed=20_000 + s)
-        dense.append(ws.word_sensitivity(lambda Z: ws.rf(Z, V), X, rows=0, starts=6, steps=60,
-                                         lr=0.5, seed=s).value)
+        dense.append(
+            ws.word_sensitivity(
+                lambda Z: ws.rf(Z, V), X, rows=0, starts=6, steps=60, lr=0.5, seed=s
+            ).value
+        )
     ours, dense = np.array(ours), np.array(dense)
     assert stats.ks_2samp(ours, dense).pvalue > KS_LEVEL
     se = math.sqrt(ours.var() / len(ours) + dense.var() / len(dense))
@@ -78,13 +88,13 @@ def test_blocks_mode_on_the_same_V_matches_the_generic_estimator():
     # both are certified lower bounds on the same sup; each search should get within 2 %
     assert ours.value >= 0.98 * dense.value and dense.value >= 0.98 * ours.value
     assert ours.lower <= ours.value <= ours.upper
-    np.testing.assert_allclose(ws.relative_change(lambda Z: ws.rf(Z, V), X, ours.row, ours.Delta),
-                               ours.value, rtol=1e-10)
+    np.testing.assert_allclose(
+        ws.relative_change(lambda Z: ws.rf(Z, V), X, ours.row, ours.Delta), ours.value, rtol=1e-10
+    )
 
 
 @settings(max_examples=30, deadline=None)
-@given(n=st.integers(2, 12), d=st.integers(1, 8), k=st.integers(2, 60),
-       seed=st.integers(0, 10**6))
+@given(n=st.integers(2, 12), d=st.integers(1, 8), k=st.integers(2, 60), seed=st.integers(0, 10**6))
 def test_upper_bound_holds_for_random_Delta(n, d, k, seed):
     X = ws.sample_X(n, d, seed=seed)
     u, Vi = rf_row_law(X, k, n - 1, seed=seed + 1)
@@ -93,14 +103,16 @@ def test_upper_bound_holds_for_random_Delta(n, d, k, seed):
     upper = rf_certified_upper(u, Vi)
     g = torch.Generator().manual_seed(seed)
     Delta = torch.randn(64, d, generator=g, dtype=torch.float64)
-    Delta *= math.sqrt(d) * torch.rand(64, 1, generator=g, dtype=torch.float64) \
+    Delta *= (
+        math.sqrt(d)
+        * torch.rand(64, 1, generator=g, dtype=torch.float64)
         / torch.linalg.vector_norm(Delta, dim=1, keepdim=True)
+    )
     assert float(rf_relative_change(u, Vi, Delta).max()) <= upper * (1 + 1e-12)
 
 
 @settings(max_examples=30, deadline=None)
-@given(n=st.integers(2, 12), d=st.integers(1, 8), k=st.integers(2, 60),
-       seed=st.integers(0, 10**6))
+@given(n=st.integers(2, 12), d=st.integers(1, 8), k=st.integers(2, 60), seed=st.integers(0, 10**6))
 def test_explicit_Delta_attains_its_lower_bound(n, d, k, seed):
     X = ws.sample_X(n, d, seed=seed)
     u, Vi = rf_row_law(X, k, 0, seed=seed + 1)
@@ -120,8 +132,9 @@ def test_result_is_recomputable_and_seeded():
     assert a.value == b.value and np.array_equal(a.Delta, b.Delta)
     assert a.mode == "reduced" and a.row == 3 and isinstance(a, ws.SensitivityResult)
     u, Vi = rf_row_law(X, n * d, 3, seed=11)
-    np.testing.assert_allclose(float(rf_relative_change(u, Vi, torch.as_tensor(a.Delta))),
-                               a.value, rtol=1e-12)
+    np.testing.assert_allclose(
+        float(rf_relative_change(u, Vi, torch.as_tensor(a.Delta))), a.value, rtol=1e-12
+    )
     assert a.lower <= a.value <= a.upper
     assert np.linalg.norm(a.Delta) <= math.sqrt(d)
 
@@ -135,10 +148,16 @@ def test_high_probability_bound_covers_draws():
     assert rf_high_probability_bound(n, d, 4, 0.05) == math.inf
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(k=0), "k"), (dict(rows=9), "out of range"), (dict(mode="dense"), "mode"),
-    (dict(rows=[0, 1], mode="reduced"), "single row"), (dict(starts=0), "starts"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(k=0), "k"),
+        (dict(rows=9), "out of range"),
+        (dict(mode="dense"), "mode"),
+        (dict(rows=[0, 1], mode="reduced"), "single row"),
+        (dict(starts=0), "starts"),
+    ],
+)
 def test_bad_input(kwargs, match):
     X = ws.sample_X(4, 3, seed=0)
     args = {"k": 12, **kwargs}
@@ -161,13 +180,14 @@ def test_float32_search_matches_the_float64_search(mode, rows):
     k = 12 * 16
     r32 = rf_word_sensitivity(X, k, rows=rows, seed=9, mode=mode, steps=40)
     r64 = rf_word_sensitivity(X, k, rows=rows, seed=9, mode=mode, steps=40, search_dtype=None)
-    assert r32.lower == r64.lower and r32.upper == r64.upper          # bounds: float64 both
+    assert r32.lower == r64.lower and r32.upper == r64.upper  # bounds: float64 both
     assert r32.lower <= r32.value <= r32.upper
     np.testing.assert_allclose(r32.value, r64.value, rtol=1e-5)
-    if mode == "blocks":   # the value is the dense map's relative change at the returned Δ
+    if mode == "blocks":  # the value is the dense map's relative change at the returned Δ
         V = torch.cat([rf_weight_block(k, 12, 16, j, seed=9) for j in range(12)], dim=1)
-        np.testing.assert_allclose(ws.relative_change(lambda Z: ws.rf(Z, V), X, r32.row,
-                                                      r32.Delta), r32.value, rtol=1e-12)
+        np.testing.assert_allclose(
+            ws.relative_change(lambda Z: ws.rf(Z, V), X, r32.row, r32.Delta), r32.value, rtol=1e-12
+        )
 
 
 def test_relative_change_is_float64_for_float32_blocks():
@@ -204,14 +224,16 @@ def test_stop_rule_ends_the_search_where_it_says():
     default = rf_word_sensitivity(X, k, rows=2, seed=5, steps=40)
     assert rf_word_sensitivity(X, k, rows=2, seed=5, steps=40, stop=None).value == default.value
     never = rf_word_sensitivity(X, k, rows=2, seed=5, steps=40, stop=(40, 0.0))
-    assert never.value == default.value          # the window never fits: all 40 steps
+    assert never.value == default.value  # the window never fits: all 40 steps
     u, Vi = rf_row_law(X, k, 2, seed=5)
-    np.testing.assert_allclose(float(rf_relative_change(u, Vi, torch.as_tensor(early.Delta))),
-                               early.value, rtol=1e-12)
+    np.testing.assert_allclose(
+        float(rf_relative_change(u, Vi, torch.as_tensor(early.Delta))), early.value, rtol=1e-12
+    )
 
 
-@pytest.mark.parametrize("stop", [(0, 1e-4), (10, -1.0), (10, math.nan), "10", (10,),
-                                  (2.5, 1e-4), (10, True)])
+@pytest.mark.parametrize(
+    "stop", [(0, 1e-4), (10, -1.0), (10, math.nan), "10", (10,), (2.5, 1e-4), (10, True)]
+)
 def test_bad_stop_is_refused(stop):
     with pytest.raises((ValueError, TypeError), match="stop"):
         rf_word_sensitivity(ws.sample_X(4, 3, seed=0), 12, stop=stop)

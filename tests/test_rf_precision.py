@@ -10,8 +10,14 @@ import torch
 
 import wsutils as ws
 from wsutils.estimators.rf import (
-    _grams, _mm64, rf_certified_lower, rf_certified_upper, rf_point, rf_relative_change,
-    rf_row_law, rf_word_sensitivity,
+    _grams,
+    _mm64,
+    rf_certified_lower,
+    rf_certified_upper,
+    rf_point,
+    rf_relative_change,
+    rf_row_law,
+    rf_word_sensitivity,
 )
 
 n, d = 6, 4
@@ -25,9 +31,9 @@ def test_float32_draw_is_single_precision_and_seeded():
     u2, Vi2 = rf_row_law(X, K, 1, seed=5, precision="float32")
     assert torch.equal(u, u2) and torch.equal(Vi, Vi2)
     _, Vi3 = rf_row_law(X.float(), K, 1, seed=5, precision="float32")
-    assert torch.equal(Vi, Vi3)                             # the seed alone, not X's dtype
+    assert torch.equal(Vi, Vi3)  # the seed alone, not X's dtype
     _, V64 = rf_row_law(X, K, 1, seed=5)
-    assert not torch.equal(Vi.double(), V64)                # another draw than float64's
+    assert not torch.equal(Vi.double(), V64)  # another draw than float64's
 
 
 def test_float32_draw_is_certified_in_float64():
@@ -35,9 +41,9 @@ def test_float32_draw_is_certified_in_float64():
     r = rf_word_sensitivity(X, K, rows=2, seed=7, steps=6, precision="float32")
     u, Vi = rf_row_law(X, K, 2, seed=7, precision="float32")
     # the value is the float64 relative change at the returned Δ for the drawn weights
-    np.testing.assert_allclose(r.value, float(rf_relative_change(u, Vi.double(),
-                                                                 torch.as_tensor(r.Delta))),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        r.value, float(rf_relative_change(u, Vi.double(), torch.as_tensor(r.Delta))), rtol=1e-12
+    )
     np.testing.assert_allclose(r.upper, rf_certified_upper(u, Vi.double()), rtol=1e-12)
     np.testing.assert_allclose(r.lower, rf_certified_lower(u, Vi.double())[0], rtol=1e-12)
     # the float32 ascent ranks its iterates in float32: 1e-6 covers that rounding

@@ -11,11 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wsutils as ws
-from wsutils.run.device import DoesNotFit
 from wsutils.estimators.rf import (
-    rf_block_seed, rf_preactivation, rf_relative_change, rf_row_law, rf_weight_block,
+    rf_block_seed,
+    rf_preactivation,
+    rf_relative_change,
+    rf_row_law,
+    rf_weight_block,
     rf_word_sensitivity,
 )
+from wsutils.run.device import DoesNotFit
 
 n, d = 6, 4
 K = n * d
@@ -44,14 +48,15 @@ def test_low_precision_input_gives_the_numbers_of_its_float64_copy(X, mode, rows
     depend on the dtype (today float32/float16 input drew other weights in reduced mode)."""
     low = X.to(dtype)
     r = rf_word_sensitivity(low, K, rows=rows, seed=3, mode=mode, steps=8, check_norms=False)
-    ref = rf_word_sensitivity(low.double(), K, rows=rows, seed=3, mode=mode, steps=8,
-                              check_norms=False)
+    ref = rf_word_sensitivity(
+        low.double(), K, rows=rows, seed=3, mode=mode, steps=8, check_norms=False
+    )
     assert (r.value, r.lower, r.upper, r.row) == (ref.value, ref.lower, ref.upper, ref.row)
     assert r.Delta.dtype == np.float64 and np.array_equal(r.Delta, ref.Delta)
-    if mode == "reduced":    # recomputed from the law's float64 draw at the returned Δ
+    if mode == "reduced":  # recomputed from the law's float64 draw at the returned Δ
         u, Vi = rf_row_law(low.double(), K, rows, seed=3)
         true = float(rf_relative_change(u, Vi, torch.as_tensor(r.Delta)))
-    else:                    # the dense map of the blocks-mode V on the float64 text
+    else:  # the dense map of the blocks-mode V on the float64 text
         V = torch.cat([rf_weight_block(K, n, d, j, seed=3) for j in range(n)], dim=1)
         true = float(ws.relative_change(lambda Z: ws.rf(Z, V), low.double(), r.row, r.Delta))
     assert r.value <= true * (1 + 1e-12)
@@ -64,22 +69,25 @@ def test_rf_row_law_draws_from_the_seed_alone(X):
     assert V32.dtype == torch.float64 and torch.equal(V32, V64)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(k=2.7), TypeError, "k .* must be an integer"),
-    (dict(k=True), TypeError, "must be an integer"),
-    (dict(seed=1.7), TypeError, "seed must be an integer"),
-    (dict(seed=-1), ValueError, "seed must be in"),
-    (dict(seed=-1, rows=None), ValueError, "seed must be in"),
-    (dict(seed=2**64 - 1), ValueError, "seed must be in"),
-    (dict(rows=1.9), TypeError, "rows must be an integer"),
-    (dict(rows=[0, 1.5]), TypeError, r"rows\[1\] must be an integer"),
-    (dict(rows=np.array([True, False, True, False, False, False])), TypeError, "boolean mask"),
-    (dict(rows=[True, False]), TypeError, "boolean mask"),
-    (dict(starts=2.5), TypeError, "starts must be an integer"),
-    (dict(steps=3.0), TypeError, "steps must be an integer"),
-    (dict(search_dtype="float16"), ValueError, "search_dtype must be"),
-    (dict(search_dtype=np.float32), ValueError, "search_dtype must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(k=2.7), TypeError, "k .* must be an integer"),
+        (dict(k=True), TypeError, "must be an integer"),
+        (dict(seed=1.7), TypeError, "seed must be an integer"),
+        (dict(seed=-1), ValueError, "seed must be in"),
+        (dict(seed=-1, rows=None), ValueError, "seed must be in"),
+        (dict(seed=2**64 - 1), ValueError, "seed must be in"),
+        (dict(rows=1.9), TypeError, "rows must be an integer"),
+        (dict(rows=[0, 1.5]), TypeError, r"rows\[1\] must be an integer"),
+        (dict(rows=np.array([True, False, True, False, False, False])), TypeError, "boolean mask"),
+        (dict(rows=[True, False]), TypeError, "boolean mask"),
+        (dict(starts=2.5), TypeError, "starts must be an integer"),
+        (dict(steps=3.0), TypeError, "steps must be an integer"),
+        (dict(search_dtype="float16"), ValueError, "search_dtype must be"),
+        (dict(search_dtype=np.float32), ValueError, "search_dtype must be"),
+    ],
+)
 def test_coercions_are_refused(X, kwargs, error, match):
     """Today k=2.7, seed=1.7, rows=1.9 are truncated, seed=−1 works in reduced mode only
     (and draws the weights of 2**64 − 1), a boolean mask is read as indices."""
@@ -95,10 +103,13 @@ def test_block_seeds_are_checked():
         rf_block_seed(0, 1.5)
 
 
-@pytest.mark.parametrize("to_complex", [
-    lambda X: X.numpy().astype(np.complex128),
-    lambda X: X.to(torch.complex64),
-])
+@pytest.mark.parametrize(
+    "to_complex",
+    [
+        lambda X: X.numpy().astype(np.complex128),
+        lambda X: X.to(torch.complex64),
+    ],
+)
 def test_complex_input_is_refused(X, to_complex):
     """Today the imaginary part is dropped with a warning."""
     with pytest.raises(TypeError, match="complex"):
@@ -131,21 +142,26 @@ def test_the_estimate_is_checked_against_available_memory(X, monkeypatch):
     from wsutils.run import device
 
     monkeypatch.setattr(device, "available_memory", lambda device=None: 64 * 2**20)
-    k = 2_000_000                                    # 2e6 × 4 × (8 + 4) bytes ≈ 0.09 GiB
+    k = 2_000_000  # 2e6 × 4 × (8 + 4) bytes ≈ 0.09 GiB
     with pytest.raises(DoesNotFit, match="0.0625 GiB available"):
         rf_word_sensitivity(X, k)
     monkeypatch.setattr(device, "available_memory", lambda device=None: 2**40)
-    rf_word_sensitivity(X, 30_000, steps=1)        # below the threshold: not even measured
-
+    rf_word_sensitivity(X, 30_000, steps=1)  # below the threshold: not even measured
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(1, 6), d=st.integers(1, 5), k=st.integers(1, 40),
-       dtype=st.sampled_from([torch.float16, torch.float32, torch.float64]),
-       rows=st.sampled_from(["first", "all"]), scale=st.sampled_from([1e-3, 1.0, 1e3]),
-       seed=st.integers(0, 2**63 - 2))
-def test_the_estimator_returns_a_justified_value_or_a_clear_error(n, d, k, dtype, rows, scale,
-                                                                  seed):
+@given(
+    n=st.integers(1, 6),
+    d=st.integers(1, 5),
+    k=st.integers(1, 40),
+    dtype=st.sampled_from([torch.float16, torch.float32, torch.float64]),
+    rows=st.sampled_from(["first", "all"]),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+    seed=st.integers(0, 2**63 - 2),
+)
+def test_the_estimator_returns_a_justified_value_or_a_clear_error(
+    n, d, k, dtype, rows, scale, seed
+):
     """Random shapes, dtypes, input scales and seeds: either a value recomputed from its Δ
     (within the ball, between the certified bounds) or a ValueError/TypeError."""
     X = (ws.sample_X(n, d, seed=seed % 1000) * scale).to(dtype)

@@ -10,8 +10,13 @@ import torch
 from scipy import stats
 
 import wsutils as ws
-from wsutils.estimators.rf import (rf_preactivation, rf_relative_change, rf_rows_law,
-                                   rf_weight_block, rf_word_sensitivity)
+from wsutils.estimators.rf import (
+    rf_preactivation,
+    rf_relative_change,
+    rf_rows_law,
+    rf_weight_block,
+    rf_word_sensitivity,
+)
 
 KS_LEVEL = 1e-3
 
@@ -58,12 +63,15 @@ def test_the_joint_law_matches_the_full_draw_over_seeds():
         V1, V5 = (rf_weight_block(k, n, d, i, seed=seed, dtype=torch.float64) for i in S)
         part = V1 @ X[1] + V5 @ X[5]
         r = torch.relu(g)
-        return [float(r @ r), float(torch.corrcoef(torch.stack([g, part]))[0, 1]),
-                float(r @ (V1 @ u)), float(r @ (V5 @ u))]
+        return [
+            float(r @ r),
+            float(torch.corrcoef(torch.stack([g, part]))[0, 1]),
+            float(r @ (V1 @ u)),
+            float(r @ (V5 @ u)),
+        ]
 
     full = np.array([stat(rf_preactivation(X, k, seed=s), s) for s in range(300)])
-    rows = np.array([stat(rf_rows_law(X, k, S, seed=10_000 + s), 10_000 + s)
-                     for s in range(300)])
+    rows = np.array([stat(rf_rows_law(X, k, S, seed=10_000 + s), 10_000 + s) for s in range(300)])
     for j in range(full.shape[1]):
         assert stats.ks_2samp(full[:, j], rows[:, j]).pvalue > KS_LEVEL, j
 
@@ -71,10 +79,14 @@ def test_the_joint_law_matches_the_full_draw_over_seeds():
 def test_the_estimate_has_the_law_of_the_blocks_mode_estimate():
     n, d, k = 6, 4, 24
     X = ws.sample_X(n, d, seed=5)
-    a = [rf_word_sensitivity(X, k, rows=[0, 3], seed=s, steps=15, mode="blocks").value
-         for s in range(80)]
-    b = [rf_word_sensitivity(X, k, rows=[0, 3], seed=1000 + s, steps=15, mode="rows").value
-         for s in range(80)]
+    a = [
+        rf_word_sensitivity(X, k, rows=[0, 3], seed=s, steps=15, mode="blocks").value
+        for s in range(80)
+    ]
+    b = [
+        rf_word_sensitivity(X, k, rows=[0, 3], seed=1000 + s, steps=15, mode="rows").value
+        for s in range(80)
+    ]
     assert stats.ks_2samp(a, b).pvalue > KS_LEVEL
 
 

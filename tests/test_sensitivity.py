@@ -50,9 +50,12 @@ def test_estimator_stays_in_ball_and_value_is_recomputable(fn):
     assert np.linalg.norm(res.Delta) <= math.sqrt(d)
     assert res.value == max(res.per_row.values())
     assert set(res.per_row) == set(range(n))
-    np.testing.assert_allclose(ws.relative_change(phi, X, res.row, res.Delta), res.value, rtol=1e-10)
-    np.testing.assert_allclose(res.phi_norm, float(torch.linalg.vector_norm(phi(X))),
-                               rtol=1e-12)               # the certification's denominator
+    np.testing.assert_allclose(
+        ws.relative_change(phi, X, res.row, res.Delta), res.value, rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        res.phi_norm, float(torch.linalg.vector_norm(phi(X))), rtol=1e-12
+    )  # the certification's denominator
 
 
 def test_same_seed_same_result_and_rows_argument():

@@ -11,24 +11,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LATE_SCRIPT = '''
+LATE_SCRIPT = """
 def add(app, env, docnames):           # as sphinx-thebe's init_thebe_core
     app.add_js_file(None, body='const LATE_CONST = 1')
 
 def setup(app):
     app.connect("env-before-read-docs", add)
-'''
+"""
 
 
 def _build(tmp: Path, extensions: list[str]) -> str:
     src, out = tmp / "src", tmp / "out"
     src.mkdir()
     (src / "late_script.py").write_text(LATE_SCRIPT)
-    (src / "conf.py").write_text("import sys\nsys.path[:0] = [%r, %r]\nextensions = %r\n"
-                                 % (str(src), str(ROOT / "tools"), extensions))
+    (src / "conf.py").write_text(
+        "import sys\nsys.path[:0] = [%r, %r]\nextensions = %r\n"
+        % (str(src), str(ROOT / "tools"), extensions)
+    )
     (src / "index.rst").write_text("Title\n=====\n\ntext\n")
-    subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(src), str(out)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(src), str(out)],
+        check=True,
+        capture_output=True,
+    )
     return (out / "index.html").read_text()
 
 
@@ -41,7 +46,7 @@ def test_an_inline_script_added_after_the_builder_is_written_once(tmp_path, fixe
     if fixed or sphinx.version_info[:3] >= (8, 2, 2):
         assert count == 1
     else:
-        assert count == 2         # the bug the extension works around: the check can fail
+        assert count == 2  # the bug the extension works around: the check can fail
 
 
 def test_the_book_loads_the_extension():

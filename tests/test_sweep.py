@@ -12,9 +12,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-
 import sweep_points
 from sweep_points import rf_sensitivity, slow_rf_sensitivity
+
 from wsutils.run.sweep import StoreWarning, point_key, run_grid
 
 CALLS = []
@@ -45,15 +45,15 @@ def test_resume_after_interruption(tmp_path):
     CALLS.clear()
     with pytest.raises(RuntimeError, match="interrupted"):
         run_grid(fails_at_three, grid, store=tmp_path, progress=False)
-    assert len(list(tmp_path.glob("*.json"))) == 3          # 0, 1, 2 finished and were kept
-    assert not list(tmp_path.glob("*.tmp"))                 # no half-written file
+    assert len(list(tmp_path.glob("*.json"))) == 3  # 0, 1, 2 finished and were kept
+    assert not list(tmp_path.glob("*.tmp"))  # no half-written file
     CALLS.clear()
-    FAIL_AT.clear()                                         # the cause of the crash is gone
+    FAIL_AT.clear()  # the cause of the crash is gone
     try:
         out = run_grid(fails_at_three, grid, store=tmp_path, progress=False)
     finally:
         FAIL_AT.add(3)
-    assert CALLS == [3, 4, 5]                               # only the missing points ran
+    assert CALLS == [3, 4, 5]  # only the missing points ran
     assert [r["y"] for r in out] == [math.sqrt(x) for x in range(6)]
 
 
@@ -91,13 +91,21 @@ QUICK_GRID = [{"n": n, "d": 4, "seed": s} for n in (4, 8) for s in (0, 1, 2)]
 def test_dask_local_cluster_gives_identical_records():
     distributed = pytest.importorskip("distributed")
     local = run_grid(rf_sensitivity, QUICK_GRID, progress=False)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None, host="127.0.0.1") as cluster, \
-            distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            host="127.0.0.1",
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         workers = client.run(os.getpid)
-        assert len(set(workers.values()) - {os.getpid()}) == 2   # two real worker processes
-        remote = run_grid(rf_sensitivity, QUICK_GRID, executor=client.get_executor(),
-                          progress=False)
+        assert len(set(workers.values()) - {os.getpid()}) == 2  # two real worker processes
+        remote = run_grid(
+            rf_sensitivity, QUICK_GRID, executor=client.get_executor(), progress=False
+        )
     assert remote == local
 
 
@@ -113,8 +121,12 @@ KILL_GRID = [{"n": n, "d": 4, "seed": s, "pause": 0.15} for n in (4, 6, 8) for s
 
 def test_sweep_killed_midway_resumes_to_identical_numbers(tmp_path, monkeypatch):
     store = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
-                                                         os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     proc = subprocess.Popen([sys.executable, "-c", SWEEP_SCRIPT, str(store)], env=env)
     try:
         deadline = time.monotonic() + 120
@@ -127,20 +139,20 @@ def test_sweep_killed_midway_resumes_to_identical_numbers(tmp_path, monkeypatch)
         proc.kill()
         proc.wait()
     stored = len(list(store.glob("*.json")))
-    assert 3 <= stored < len(KILL_GRID)                 # killed midway, some points on disk
-    for f in store.glob("*.json"):                       # every stored file is complete
+    assert 3 <= stored < len(KILL_GRID)  # killed midway, some points on disk
+    for f in store.glob("*.json"):  # every stored file is complete
         json.loads(f.read_text())
 
-    calls = []      # counted through time.sleep: a replaced rf_sensitivity is other code,
-    sleep = time.sleep                      # hence another key (test_sweep_store)
+    calls = []  # counted through time.sleep: a replaced rf_sensitivity is other code,
+    sleep = time.sleep  # hence another key (test_sweep_store)
     monkeypatch.setattr(sweep_points.time, "sleep", lambda s: calls.append(s) or sleep(s))
     resumed = run_grid(slow_rf_sensitivity, KILL_GRID, store=store, progress=False)
-    assert len(calls) == len(KILL_GRID) - stored         # only the missing points ran
+    assert len(calls) == len(KILL_GRID) - stored  # only the missing points ran
     monkeypatch.undo()
-    fresh = run_grid(slow_rf_sensitivity, [{**p, "pause": 0.0} for p in KILL_GRID],
-                     progress=False)
-    assert [{k: v for k, v in r.items() if k != "pause"} for r in resumed] == \
-        [{k: v for k, v in r.items() if k != "pause"} for r in fresh]
+    fresh = run_grid(slow_rf_sensitivity, [{**p, "pause": 0.0} for p in KILL_GRID], progress=False)
+    assert [{k: v for k, v in r.items() if k != "pause"} for r in resumed] == [
+        {k: v for k, v in r.items() if k != "pause"} for r in fresh
+    ]
 
 
 def numpy_point(x):
@@ -153,13 +165,20 @@ def test_stored_records_read_back_identically(tmp_path):
     grid = [{"x": x} for x in range(3)]
     first = run_grid(numpy_point, grid, store=tmp_path, progress=False)
     again = run_grid(numpy_point, grid, store=tmp_path, progress=False)
-    assert first == again == [{"x": x, "y": x / 2, "v": list(range(x)), "t": [x, x]} for x in range(3)]
+    assert (
+        first
+        == again
+        == [{"x": x, "y": x / 2, "v": list(range(x)), "t": [x, x]} for x in range(3)]
+    )
     assert all(type(r["y"]) is float for r in first)
 
 
 def test_a_failing_point_on_an_executor_keeps_the_finished_ones(tmp_path):
     grid = [{"x": x} for x in range(6)]
-    with ProcessPoolExecutor(max_workers=2) as ex, pytest.raises(RuntimeError, match="interrupted"):
+    with (
+        ProcessPoolExecutor(max_workers=2) as ex,
+        pytest.raises(RuntimeError, match="interrupted"),
+    ):
         run_grid(fails_at_three, grid, executor=ex, store=tmp_path, progress=False)
     stored = {json.loads(f.read_text())["record"]["x"] for f in tmp_path.glob("*.json")}
     # 0, 1 and 2 started before 3 (the pool takes points in order) and are stored, although
@@ -171,7 +190,7 @@ def test_imdb_searched_rows_spread_evenly_with_the_first_and_last():
     from wsutils.experiments.imdb import searched_rows
 
     assert searched_rows(10, None) is None and searched_rows(2, 1) == [0]
-    assert searched_rows(10, 16) is None and searched_rows(16, 16) is None   # every row
+    assert searched_rows(10, 16) is None and searched_rows(16, 16) is None  # every row
     for n in (17, 20, 50, 200):
         rows = searched_rows(n, 16)
         assert len(rows) == 16 and rows[0] == 0 and rows[-1] == n - 1
@@ -184,12 +203,22 @@ def test_imdb_searched_rows_spread_evenly_with_the_first_and_last():
 def test_imdb_sensitivity_point_searches_the_stated_rows():
     from wsutils.experiments.imdb import sensitivity_point
 
-    kw = dict(n=20, d=8, source="gaussian", review=3, keep="all", seed=5, steps=5, starts=2,
-              model=None, imdb=None)
+    kw = dict(
+        n=20,
+        d=8,
+        source="gaussian",
+        review=3,
+        keep="all",
+        seed=5,
+        steps=5,
+        starts=2,
+        model=None,
+        imdb=None,
+    )
     for m in ("RAF", "ReLU attention", "RF"):
         every, some = sensitivity_point(map=m, **kw), sensitivity_point(map=m, rows=4, **kw)
         assert every["n_rows"] == 20 and some["n_rows"] == 4
         assert some["row"] in (0, 6, 13, 19)
-        for r in (every, some):       # the reported sup is recomputed with the full map
+        for r in (every, some):  # the reported sup is recomputed with the full map
             assert r["S_row_min"] <= r["S"] * (1 + 1e-9) and r["S_first"] <= r["S"] * (1 + 1e-9)
     assert sensitivity_point(map="RAF", rows=1, **kw)["n_rows"] == 1

@@ -20,7 +20,7 @@ CALLS = []
 
 def cube(x, seed=0):
     CALLS.append(x)
-    return {"y": x ** 3 + 0.5 * seed, "tag": f"x={x}"}
+    return {"y": x**3 + 0.5 * seed, "tag": f"x={x}"}
 
 
 def takes_anything(a):
@@ -44,24 +44,27 @@ def test_every_single_digit_edit_of_a_stored_record_is_recomputed(tmp_path):
     digits = [i for i, c in enumerate(text) if c.isdigit()]
     assert len(digits) >= 20
     for i in digits:
-        edited = text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1:]
+        edited = text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1 :]
         path.write_text(edited)
         CALLS.clear()
         with pytest.warns(StoreWarning, match=str(path.name)):
             out = run_grid(cube, [point], store=tmp_path, progress=False)
-        assert CALLS == [123], f"edit at {i} was accepted: {edited[max(0, i - 20):i + 20]!r}"
+        assert CALLS == [123], f"edit at {i} was accepted: {edited[max(0, i - 20) : i + 20]!r}"
         assert out == truth
-        assert path.read_text() == text                       # the file is repaired
+        assert path.read_text() == text  # the file is repaired
 
 
-@pytest.mark.parametrize("content", [
-    lambda s: {**s, "record": {}},                           # an emptied record
-    lambda s: {"key": s["key"], "record": {}},               # the old layout, emptied
-    lambda s: {"key": s["key"], "record": s["record"]},      # the old layout, intact
-    lambda s: {},
-    lambda s: [],
-    lambda s: {**s, "record": {**s["record"], "y": 0.0}},    # a changed number, same key
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        lambda s: {**s, "record": {}},  # an emptied record
+        lambda s: {"key": s["key"], "record": {}},  # the old layout, emptied
+        lambda s: {"key": s["key"], "record": s["record"]},  # the old layout, intact
+        lambda s: {},
+        lambda s: [],
+        lambda s: {**s, "record": {**s["record"], "y": 0.0}},  # a changed number, same key
+    ],
+)
 def test_tampered_or_old_records_are_recomputed(tmp_path, content):
     point = {"x": 4}
     truth = run_grid(cube, [point], store=tmp_path, progress=False)
@@ -94,13 +97,16 @@ def test_a_record_moved_to_another_points_file_is_recomputed(tmp_path):
     assert CALLS == [2] and [r["y"] for r in out] == [1, 8]
 
 
-@pytest.mark.parametrize("value, match", [
-    (np.arange(2000.0), "ndarray.*tolist"),                  # repr elided: '[0. 1. ... 1999.]'
-    (lambda: 1, "function.*name as a string"),
-    (np.sum, "name as a string"),
-    ({1: "a"}, "string keys"),
-    (object(), "not a plain JSON value"),
-])
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        (np.arange(2000.0), "ndarray.*tolist"),  # repr elided: '[0. 1. ... 1999.]'
+        (lambda: 1, "function.*name as a string"),
+        (np.sum, "name as a string"),
+        ({1: "a"}, "string keys"),
+        (object(), "not a plain JSON value"),
+    ],
+)
 def test_ambiguous_parameters_are_refused(tmp_path, value, match):
     with pytest.raises(TypeError, match=match):
         run_grid(takes_anything, [{"a": value}], store=tmp_path, progress=False)
@@ -116,13 +122,15 @@ def test_large_arrays_with_the_same_repr_no_longer_share_a_record(tmp_path):
     assert str(a) == str(b)
     with pytest.raises(TypeError):
         run_grid(takes_anything, [{"a": a}], store=tmp_path, progress=False)
-    assert point_key(takes_anything, {"a": a.tolist()}) != point_key(takes_anything,
-                                                                     {"a": b.tolist()})
+    assert point_key(takes_anything, {"a": a.tolist()}) != point_key(
+        takes_anything, {"a": b.tolist()}
+    )
 
 
 def test_numpy_scalars_are_their_python_values():
-    assert point_key(cube, {"x": np.int64(3), "seed": np.float64(0.5)}) == \
-        point_key(cube, {"x": 3, "seed": 0.5})
+    assert point_key(cube, {"x": np.int64(3), "seed": np.float64(0.5)}) == point_key(
+        cube, {"x": 3, "seed": 0.5}
+    )
     assert point_key(cube, {"x": 3}) != point_key(cube, {"x": 3.0})
     assert point_key(cube, {"x": True}) != point_key(cube, {"x": 1})
 
@@ -132,8 +140,12 @@ def test_functions_without_a_unique_name_are_refused_with_a_store(tmp_path):
         return {"y": x}
 
     import functools
-    for fn, match in [(lambda x: {"y": x}, "lambda"), (nested, "nested"),
-                      (functools.partial(cube, seed=1), "partial")]:
+
+    for fn, match in [
+        (lambda x: {"y": x}, "lambda"),
+        (nested, "nested"),
+        (functools.partial(cube, seed=1), "partial"),
+    ]:
         with pytest.raises(TypeError, match=match):
             run_grid(fn, [{"x": 1}], store=tmp_path, progress=False)
     # without a store nothing is named, so a lambda still runs
@@ -158,7 +170,7 @@ def test_a_same_named_function_does_not_receive_the_first_grids_result(tmp_path)
         assert (first.__module__, first.__qualname__) == (second.__module__, second.__qualname__)
         assert run_grid(second, [{"x": 1}], store=tmp_path, progress=False)[0]["y"] == 100
         with pytest.raises(TypeError, match="does not name fn itself"):
-            run_grid(first, [{"x": 1}], store=tmp_path, progress=False)   # replaced
+            run_grid(first, [{"x": 1}], store=tmp_path, progress=False)  # replaced
     finally:
         sys.modules.pop(name, None)
 
@@ -176,14 +188,19 @@ sweep.run_grid(cube, [{"x": 2}], store=sys.argv[1], progress=False)
 
 @pytest.mark.skipif(os.name == "nt", reason="SIGKILL")
 def test_the_tmp_file_of_a_killed_write_is_removed_on_the_next_run(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
-                                                         os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", KILLED_WRITE, str(tmp_path)], env=env,
-                          timeout=120)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITE, str(tmp_path)], env=env, timeout=120
+    )
     assert proc.returncode == -signal.SIGKILL
     left = list(tmp_path.glob("*.tmp"))
     assert len(left) == 1 and not list(tmp_path.glob("*.json"))
-    foreign = tmp_path / "notes.tmp"                          # not ours: left alone
+    foreign = tmp_path / "notes.tmp"  # not ours: left alone
     foreign.write_text("x")
     out = run_grid(cube, [{"x": 2}], store=tmp_path, progress=False)
     assert out[0]["y"] == 8
@@ -195,6 +212,7 @@ def test_a_running_writers_tmp_file_is_kept(tmp_path):
     """A temporary file of a live process (this test's own parent, say) is not touched."""
     run_grid(cube, [{"x": 5}], store=tmp_path, progress=False)
     from wsutils.run import sweep
+
     live = tmp_path / f"{'a' * 24}.json.{sweep._HOST}-{os.getppid()}.abcd1234.tmp"
     live.write_text("{")
     run_grid(cube, [{"x": 5}], store=tmp_path, progress=False)
@@ -218,10 +236,10 @@ def test_the_key_follows_the_code_that_runs_not_the_file_on_disk(tmp_path, monke
         m = importlib.import_module(name)
         before = point_key(m.f, {"x": 1})
         (src / f"{name}.py").write_text("def f(x):\n    return {'y': x * 100}  # new\n")
-        assert point_key(m.f, {"x": 1}) == before           # the same code still runs
+        assert point_key(m.f, {"x": 1}) == before  # the same code still runs
         assert run_grid(m.f, [{"x": 1}], store=store, progress=False)[0]["y"] == 2
         importlib.invalidate_caches()
-        m = importlib.reload(m)                             # now the new code runs
+        m = importlib.reload(m)  # now the new code runs
         assert point_key(m.f, {"x": 1}) != before
         assert run_grid(m.f, [{"x": 1}], store=store, progress=False)[0]["y"] == 100
     finally:
@@ -236,14 +254,17 @@ def test_the_key_covers_what_fn_calls_and_reads_in_its_package(tmp_path):
     try:
         keys = []
         for helper, offset in (("x + 1", 0), ("x + 2", 0), ("x + 1", 1)):
-            m = _module_with(name, f"OFFSET = {offset}\ndef helper(x):\n    return {helper}\n"
-                             + body)
+            m = _module_with(
+                name, f"OFFSET = {offset}\ndef helper(x):\n    return {helper}\n" + body
+            )
             keys.append(point_key(m.f, {"x": 1}))
-            assert run_grid(m.f, [{"x": 1}], store=tmp_path,
-                            progress=False)[0]["y"] == eval(helper, {"x": 1}) + offset
+            assert (
+                run_grid(m.f, [{"x": 1}], store=tmp_path, progress=False)[0]["y"]
+                == eval(helper, {"x": 1}) + offset
+            )
         assert len(set(keys)) == 3
         m = _module_with(name, "OFFSET = 0\ndef helper(x):\n    return x + 1\n" + body)
-        assert point_key(m.f, {"x": 1}) == keys[0]          # the same code, the same key
+        assert point_key(m.f, {"x": 1}) == keys[0]  # the same code, the same key
     finally:
         sys.modules.pop(name, None)
 
@@ -255,7 +276,7 @@ def test_the_key_follows_imports_made_inside_a_function(monkeypatch):
     from wsutils.experiments import imdb
     from wsutils.run.sweep import _code_digest
 
-    before = _code_digest(imdb.sensitivity_point)   # imports rf_word_sensitivity inside
+    before = _code_digest(imdb.sensitivity_point)  # imports rf_word_sensitivity inside
     monkeypatch.setattr(rf.rf_word_sensitivity, "__code__", (lambda *a, **k: None).__code__)
     assert _code_digest(imdb.sensitivity_point) != before
 

@@ -1,4 +1,5 @@
-"""wsutils.text.data, wsutils.text.embeddings and wsutils.text.chat on tiny random-weight models saved and
+"""wsutils.text.data, wsutils.text.embeddings and wsutils.text.chat on tiny random-weight
+models saved and
 reloaded through the real transformers path, and on a few of the embedded real reviews."""
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import torch
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 
-from wsutils.text import chat, data
-from wsutils.run import config  # noqa: E402
-from wsutils.text import embeddings as em  # noqa: E402
+from tiny_bert import save_tiny_bert  # noqa: E402
 
-from tiny_bert import WORDS, save_tiny_bert  # noqa: E402
+from wsutils.run import config  # noqa: E402
+from wsutils.text import chat, data  # noqa: E402
+from wsutils.text import embeddings as em  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +45,7 @@ def test_embed_shapes_mask_and_layer0(enc, tmp_path):
     texts = ["i love her much", "the movie was very very good and the plot is great"]
     E, mask = em.embed(texts, model=enc, max_length=16, return_mask=True, cache_dir=tmp_path)
     assert E.shape == (2, 16, 32) and mask.shape == (2, 16) and E.dtype == np.float32
-    assert mask.sum(axis=1).tolist() == [6, 13]       # [CLS] + words + [SEP]
+    assert mask.sum(axis=1).tolist() == [6, 13]  # [CLS] + words + [SEP]
     batch = enc.tokenizer(texts, padding="max_length", max_length=16, return_tensors="pt")
     with torch.no_grad():
         hs = enc.model(**batch, output_hidden_states=True).hidden_states
@@ -61,20 +62,23 @@ def test_cache_roundtrip_corrupt_and_mismatch(enc, tmp_path):
     E = em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path, ids=[3, 4])
     (f,) = list((tmp_path / "embeddings").glob("*.npz"))
     stamp = f.stat().st_mtime_ns
-    np.testing.assert_array_equal(em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path,
-                                           ids=[3, 4]), E)
-    assert f.stat().st_mtime_ns == stamp                  # read, not rewritten
-    f.write_bytes(f.read_bytes()[:-100])                  # truncated: recomputed
-    np.testing.assert_array_equal(em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path,
-                                           ids=[3, 4]), E)
-    with np.load(f) as z:                                 # tampered values: recomputed
+    np.testing.assert_array_equal(
+        em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path, ids=[3, 4]), E
+    )
+    assert f.stat().st_mtime_ns == stamp  # read, not rewritten
+    f.write_bytes(f.read_bytes()[:-100])  # truncated: recomputed
+    np.testing.assert_array_equal(
+        em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path, ids=[3, 4]), E
+    )
+    with np.load(f) as z:  # tampered values: recomputed
         meta, mask, bad = str(z["meta"]), z["mask"], z["E"].copy()
     bad[0, 0, 0] += 1.0
     np.savez(f, E=bad, mask=mask, meta=np.array(meta))
-    np.testing.assert_array_equal(em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path,
-                                           ids=[3, 4]), E)
+    np.testing.assert_array_equal(
+        em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path, ids=[3, 4]), E
+    )
     other = em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path, ids=[5, 6])
-    assert len(list((tmp_path / "embeddings").glob("*.npz"))) == 2   # other ids, other key
+    assert len(list((tmp_path / "embeddings").glob("*.npz"))) == 2  # other ids, other key
     np.testing.assert_array_equal(other, E)
     assert not list((tmp_path / "embeddings").glob("*.tmp"))
 
@@ -94,22 +98,27 @@ def test_unwritable_cache_warns_before_the_work_and_keeps_the_result(enc, tmp_pa
         E = em.embed(texts, model=enc, max_length=12, cache_dir=blocker)
     np.testing.assert_array_equal(E, ref)
     assert len(calls) == 1
+
     # a write that fails after the work (e.g. a full disk) also keeps the result
     def fail(*a, **k):
         raise PermissionError("read-only file system")
+
     monkeypatch.setattr(em, "_write_cache", fail)
     with pytest.warns(RuntimeWarning, match="not writable"):
         E = em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path / "ok")
     np.testing.assert_array_equal(E, ref)
 
 
-@pytest.mark.parametrize("damage, match", [
-    ("no-tokenizer", "no tokenizer file"),
-    ("bad-tokenizer", "its tokenizer does not load"),
-    ("no-config", "config.json is missing"),
-    ("bad-config", "config.json is not valid JSON"),
-    ("bad-weights", "its model does not load"),
-])
+@pytest.mark.parametrize(
+    "damage, match",
+    [
+        ("no-tokenizer", "no tokenizer file"),
+        ("bad-tokenizer", "its tokenizer does not load"),
+        ("no-config", "config.json is missing"),
+        ("bad-config", "config.json is not valid JSON"),
+        ("bad-weights", "its model does not load"),
+    ],
+)
 def test_broken_model_folder_says_what_to_do(tiny_bert, tmp_path, damage, match):
     import shutil
 
@@ -142,14 +151,20 @@ def test_random_model_same_shape(enc):
 
 
 def test_sample_matrix(enc):
-    E, mask = em.embed(["the movie was good and the plot was great"], model=enc, max_length=16,
-                       return_mask=True, cache_dir=False)
+    E, mask = em.embed(
+        ["the movie was good and the plot was great"],
+        model=enc,
+        max_length=16,
+        return_mask=True,
+        cache_dir=False,
+    )
     X = em.sample_matrix(E[0], 5, 8)
     np.testing.assert_allclose(np.linalg.norm(X, axis=1), math.sqrt(8))
-    np.testing.assert_allclose(X[1] / np.linalg.norm(X[1]),
-                               E[0, 1, :8] / np.linalg.norm(E[0, 1, :8]), rtol=1e-6)
+    np.testing.assert_allclose(
+        X[1] / np.linalg.norm(X[1]), E[0, 1, :8] / np.linalg.norm(E[0, 1, :8]), rtol=1e-6
+    )
     Xw = em.sample_matrix(E[0], 3, 8, rows=em.word_rows(mask[0]))
-    np.testing.assert_allclose(Xw[0], X[1])               # [CLS] skipped
+    np.testing.assert_allclose(Xw[0], X[1])  # [CLS] skipped
     with pytest.raises(ValueError, match="eligible rows"):
         em.sample_matrix(E[0], 20, 8)
     with pytest.raises(ValueError, match="coordinates"):
@@ -251,7 +266,7 @@ def test_real_reviews_embedded_model(tmp_path):
     assert (sel.tokens < data.MAX_TOKENS).all() and sorted(sel.y) == [-1, -1, 1, 1]
     E, mask = em.embed(sel.texts, model=enc, ids=sel.review, return_mask=True, cache_dir=tmp_path)
     assert E.shape == (4, 256, enc.hidden)
-    np.testing.assert_array_equal(mask.sum(axis=1), sel.tokens + 2)   # + [CLS], [SEP]
+    np.testing.assert_array_equal(mask.sum(axis=1), sel.tokens + 2)  # + [CLS], [SEP]
     X = em.sample_matrix(E[0], 40, enc.hidden // 2)
     np.testing.assert_allclose(np.linalg.norm(X, axis=1), math.sqrt(enc.hidden // 2))
 
@@ -269,8 +284,9 @@ def test_flip_point_imdb_tiny():
     from wsutils import generalization as G
     from wsutils.experiments.imdb import flip_point_imdb, flip_texts
 
-    kw = dict(n=6, d=8, reviews=12, select_seed=0, model=config.EMBEDDED_MODEL, imdb=IMDB,
-              max_length=32)
+    kw = dict(
+        n=6, d=8, reviews=12, select_seed=0, model=config.EMBEDDED_MODEL, imdb=IMDB, max_length=32
+    )
     Xs, y, ids = flip_texts(**kw)
     assert Xs.shape == (12, 6, 8) and list(y) == [-1.0, 1.0] * 6 and len(set(ids)) == 12
     np.testing.assert_allclose(np.linalg.norm(Xs, axis=-1), math.sqrt(8))
@@ -283,8 +299,9 @@ def test_flip_point_imdb_tiny():
         assert max(r["interp_err"] for r in runs) < 1e-9
         assert max(r["norm_Delta"] for r in runs) <= math.sqrt(8)
         # the same numbers as flip_runs on the same texts
-        direct = G.flip_runs(m, Xs[:10], y[:10], Xs[11], y[11], Ns=[8, 10], seed=1, steps=10,
-                             starts=2)
+        direct = G.flip_runs(
+            m, Xs[:10], y[:10], Xs[11], y[11], Ns=[8, 10], seed=1, steps=10, starts=2
+        )
         np.testing.assert_equal(direct["runs"], runs)
     with pytest.raises(ValueError, match="held_out"):
         flip_point_imdb(map="rf", Ns=[10], seed=0, held_out=5, **kw)
@@ -301,12 +318,20 @@ def tiny_chat(tiny_bert, tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny-chat")
     tok = transformers.AutoTokenizer.from_pretrained(str(tiny_bert))
     tok.add_tokens(["Yes", "No"])
-    tok.chat_template = ("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
-                         "{% if add_generation_prompt %}[assistant]{% endif %}")
+    tok.chat_template = (
+        "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
-                                   num_hidden_layers=1, num_attention_heads=2,
-                                   num_key_value_heads=2, max_position_embeddings=128)
+    cfg = transformers.LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     transformers.LlamaForCausalLM(cfg).save_pretrained(str(path))
     tok.save_pretrained(str(path))
     return path
@@ -319,7 +344,7 @@ def test_chat_answer_probabilities(tiny_chat, monkeypatch):
     assert prompts[0][0].replace("positive", "negative") == prompts[1][0]
     p = chat.answer_probabilities(model, prompts)
     assert p.shape == (2, 2) and (p > 0).all() and (p.sum(axis=1) <= 1 + 1e-12).all()
-    assert not np.allclose(p[0], p[1])                    # the one word reaches the output
+    assert not np.allclose(p[0], p[1])  # the one word reaches the output
     np.testing.assert_array_equal(p, chat.answer_probabilities(model, prompts))
 
 
@@ -339,7 +364,9 @@ def test_first_layer_attention_matches_model(enc):
         ref = enc.model(input_ids=ids, output_attentions=True).attentions
     for layer in (0, 1):
         A = ta.head_averaged_attention(enc, ids, layer=layer)
-        np.testing.assert_allclose(A, ref[layer].mean(dim=1).double().numpy(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(
+            A, ref[layer].mean(dim=1).double().numpy(), rtol=1e-5, atol=1e-7
+        )
         np.testing.assert_allclose(A.sum(axis=-1), 1.0, rtol=1e-5)
     words, W = ta.word_attention(enc, "i love her much")
     assert words == ["i", "love", "her", "much"] and W.shape == (4, 4)
@@ -412,15 +439,19 @@ def test_embedding_cache_key_covers_config_tokenizer_and_live_weights(tmp_path):
     cache = tmp_path / "cache"
     for folder in (a, b, c):
         enc = em.load_model(str(folder))
-        np.testing.assert_array_equal(em.embed(texts, model=enc, max_length=8, cache_dir=cache),
-                                      em.embed(texts, model=enc, max_length=8, cache_dir=False))
+        np.testing.assert_array_equal(
+            em.embed(texts, model=enc, max_length=8, cache_dir=cache),
+            em.embed(texts, model=enc, max_length=8, cache_dir=False),
+        )
     enc = em.load_model(str(a))
     saved = enc.model.embeddings.word_embeddings.weight.detach().clone()
     try:
         with torch.no_grad():
             enc.model.embeddings.word_embeddings.weight.mul_(1.5)
-        np.testing.assert_array_equal(em.embed(texts, model=enc, max_length=8, cache_dir=cache),
-                                      em.embed(texts, model=enc, max_length=8, cache_dir=False))
+        np.testing.assert_array_equal(
+            em.embed(texts, model=enc, max_length=8, cache_dir=cache),
+            em.embed(texts, model=enc, max_length=8, cache_dir=False),
+        )
     finally:
         with torch.no_grad():
             enc.model.embeddings.word_embeddings.weight.copy_(saved)

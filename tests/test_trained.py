@@ -14,11 +14,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from wsutils.text import embeddings as em  # noqa: E402
+from tiny_bert import save_tiny_bert  # noqa: E402
+
 from wsutils import trained as tr  # noqa: E402
 from wsutils.sensitivity import relative_change  # noqa: E402
-
-from tiny_bert import save_tiny_bert  # noqa: E402
+from wsutils.text import embeddings as em  # noqa: E402
 
 TEXTS = ["i love her smile and the movie was very good", "the plot is bad and the actor awful"]
 
@@ -38,14 +38,15 @@ def enc(tmp_path_factory, one_thread):
     """A 2-layer random BERT (hidden 32, 4 heads of width 8), biases made non-zero."""
     torch.manual_seed(0)
 
-    def nonzero_biases(model):   # the library initialises biases to zero; a trained model's are not
+    def nonzero_biases(model):  # the library initialises biases to zero; a trained model's are not
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if name.endswith("bias"):
                     p.normal_(0, 0.1)
 
-    path = save_tiny_bert(tmp_path_factory.mktemp("tiny-bert-trained"), edit=nonzero_biases,
-                          initializer_range=0.2)
+    path = save_tiny_bert(
+        tmp_path_factory.mktemp("tiny-bert-trained"), edit=nonzero_biases, initializer_range=0.2
+    )
     return em.load_model(str(path))
 
 
@@ -72,10 +73,11 @@ def test_head_map_is_the_models_attention(enc, H, layer):
     dh = enc.hidden // enc.heads
     for h in range(enc.heads):
         head = tr.head_weights(enc, layer, h)
-        assert float(head.b_Q.abs().max()) > 0      # the fixture's biases are in the map
+        assert float(head.b_Q.abs().max()) > 0  # the fixture's biases are in the map
         out = tr.head_map(head)(X.double())
-        np.testing.assert_allclose(out.numpy(), ctx[..., h * dh:(h + 1) * dh].double().numpy(),
-                                   rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            out.numpy(), ctx[..., h * dh : (h + 1) * dh].double().numpy(), rtol=1e-4, atol=1e-5
+        )
 
 
 def test_key_bias_cancels_and_value_bias_shifts(enc, H):
@@ -93,12 +95,15 @@ def test_block_layer_and_stack_maps(enc, H, layer):
     X = torch.as_tensor(H[layer - 1])
     with torch.no_grad():
         block = enc.model.encoder.layer[layer - 1].attention(X)[0]
-        np.testing.assert_allclose(tr.block_map(enc, layer)(X).numpy(), block.numpy(),
-                                   rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(tr.layer_map(enc, layer)(X).numpy(), H[layer],
-                                   rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(tr.stack_map(enc, layer)(torch.as_tensor(H[0])).numpy(),
-                                   H[layer], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            tr.block_map(enc, layer)(X).numpy(), block.numpy(), rtol=1e-6, atol=1e-6
+        )
+        np.testing.assert_allclose(
+            tr.layer_map(enc, layer)(X).numpy(), H[layer], rtol=1e-4, atol=1e-4
+        )
+        np.testing.assert_allclose(
+            tr.stack_map(enc, layer)(torch.as_tensor(H[0])).numpy(), H[layer], rtol=1e-4, atol=1e-4
+        )
         # the float64 copy computes the same map
         y64 = tr.layer_map(enc, layer)(X.double())
     assert y64.dtype == torch.float64
@@ -110,8 +115,9 @@ def test_own_norm_problem(enc, H):
     X = H[0, 0].astype(np.float64)
     Z, phi_Z, r = tr.own_norm_problem(phi, X)
     d = X.shape[1]
-    np.testing.assert_allclose(torch.linalg.vector_norm(Z, dim=1).numpy(), math.sqrt(d),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        torch.linalg.vector_norm(Z, dim=1).numpy(), math.sqrt(d), rtol=1e-12
+    )
     torch.testing.assert_close(phi_Z(Z), phi(torch.as_tensor(X)), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="zero"):
         tr.own_norm_problem(phi, np.zeros((3, d)))
@@ -134,7 +140,7 @@ def test_fast_head_estimator_and_generic_are_each_justified(enc, H):
             D = res.per_row_Delta[r]
             v = relative_change(tr.head_map(head), X, r, D)
             assert res.per_row[r] == pytest.approx(v, rel=1e-9)
-            Dz = torch.as_tensor(D) / scale[r, 0]             # Δ in the own-norm coordinates
+            Dz = torch.as_tensor(D) / scale[r, 0]  # Δ in the own-norm coordinates
             assert float(obj(torch.tensor([r]), Dz[None])[0]) == pytest.approx(v, rel=1e-9)
     # the Δ is in X's coordinates, within the own-norm ball, and attains the value
     D = fast.Delta
@@ -145,6 +151,7 @@ def test_fast_head_estimator_and_generic_are_each_justified(enc, H):
 
 def test_own_norm_search_is_word_sensitivity_and_certified_at_X(enc, H):
     from wsutils.sensitivity import word_sensitivity
+
     phi = tr.layer_map(enc, 2)
     X = H[1, 0].astype(np.float64)
     kw = dict(rows=[2, 5], starts=2, steps=6, seed=4)
@@ -164,7 +171,8 @@ def test_random_head_norms(enc):
     rnd = tr.random_head(head, seed=3)
     assert rnd.qk_norm() == pytest.approx(head.qk_norm(), rel=1e-12)
     assert float(torch.linalg.matrix_norm(rnd.W_V)) == pytest.approx(
-        float(torch.linalg.matrix_norm(head.W_V)), rel=1e-12)
+        float(torch.linalg.matrix_norm(head.W_V)), rel=1e-12
+    )
     assert float(rnd.b_Q.abs().max()) == 0
     assert not torch.equal(rnd.W_Q, tr.random_head(head, seed=4).W_Q)
 
@@ -196,8 +204,9 @@ def test_vocabulary_changes_equal_full_forward(enc):
         np.testing.assert_array_equal(np.delete(Xc.numpy(), pos, 0), np.delete(X.numpy(), pos, 0))
         for h in range(enc.heads):
             phi = tr.head_map(tr.head_weights(enc, 1, h))
-            want = float(torch.linalg.vector_norm(phi(Xc) - phi(X))
-                         / torch.linalg.vector_norm(phi(X)))
+            want = float(
+                torch.linalg.vector_norm(phi(Xc) - phi(X)) / torch.linalg.vector_norm(phi(X))
+            )
             # both float64, sums of at most n·d = 256 terms (u·256 ≈ 3e-14 each), through a
             # softmax and a ratio whose values here are ≥ 1e-3 (asserted): 1e-9 relative
             assert want > 1e-3
@@ -228,28 +237,44 @@ def test_factored_equals_direct(enc, tokens, monkeypatch):
 
 def test_factored_guard_and_cache(enc):
     ids = enc.tokenizer(TEXTS[1], truncation=True, max_length=8)["input_ids"]
-    other = em.Encoder(name=enc.name, identity=enc.identity, tokenizer=enc.tokenizer,
-                       model=copy.deepcopy(enc.model))
+    other = em.Encoder(
+        name=enc.name,
+        identity=enc.identity,
+        tokenizer=enc.tokenizer,
+        model=copy.deepcopy(enc.model),
+    )
     before = tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
     # the cache follows the model's parameters: a changed query weight is used at once
     with torch.no_grad():
         other.model.encoder.layer[0].attention.self.query.weight.mul_(2)
     after = tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
     assert not np.allclose(after.values, before.values)
-    np.testing.assert_allclose(after.values, tr.vocabulary_changes(
-        other, ids, 4, tokens=[5, 6], method="direct").values, rtol=1e-10)
+    np.testing.assert_allclose(
+        after.values,
+        tr.vocabulary_changes(other, ids, 4, tokens=[5, 6], method="direct").values,
+        rtol=1e-10,
+    )
     # also a change that bypasses autograd's version counter (p.data), and load_state_dict
-    for change in (lambda m: m.encoder.layer[0].attention.self.query.bias.data.add_(0.5),
-                   lambda m: m.embeddings.word_embeddings.weight.data[5].mul_(1.5),
-                   lambda m: m.load_state_dict(enc.model.state_dict())):
+    for change in (
+        lambda m: m.encoder.layer[0].attention.self.query.bias.data.add_(0.5),
+        lambda m: m.embeddings.word_embeddings.weight.data[5].mul_(1.5),
+        lambda m: m.load_state_dict(enc.model.state_dict()),
+    ):
         stale = tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
         change(other.model)
         now = tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
         assert not np.allclose(now.values, stale.values)
-        fresh = em.Encoder(name=enc.name, identity=enc.identity, tokenizer=enc.tokenizer,
-                           model=copy.deepcopy(other.model))
-        np.testing.assert_allclose(now.values, tr.vocabulary_changes(
-            fresh, ids, 4, tokens=[5, 6], method="direct").values, rtol=1e-10)
+        fresh = em.Encoder(
+            name=enc.name,
+            identity=enc.identity,
+            tokenizer=enc.tokenizer,
+            model=copy.deepcopy(other.model),
+        )
+        np.testing.assert_allclose(
+            now.values,
+            tr.vocabulary_changes(fresh, ids, 4, tokens=[5, 6], method="direct").values,
+            rtol=1e-10,
+        )
         held = tr.free_vocabulary_tables(fresh)
         assert held > 0 and tr.free_vocabulary_tables(fresh) == 0
     # a formula that no longer matches the module is caught by the check, even when it is
@@ -266,8 +291,10 @@ def test_factored_guard_and_cache(enc):
     other.model.embeddings.LayerNorm = torch.nn.Identity()
     with pytest.raises(ValueError, match="method='direct'"):
         tr.vocabulary_changes(other, ids, 4, tokens=[5, 6])
-    assert tr.vocabulary_changes(other, ids, 4, tokens=[5, 6], method="direct").values.shape \
-        == (enc.heads, 2)
+    assert tr.vocabulary_changes(other, ids, 4, tokens=[5, 6], method="direct").values.shape == (
+        enc.heads,
+        2,
+    )
 
 
 def test_vocabulary_changes_refuses_other_position_numbering(enc):
@@ -275,11 +302,20 @@ def test_vocabulary_changes_refuses_other_position_numbering(enc):
     rows (position_ids = i) would then not be the model's, so both methods refuse it."""
     import transformers
 
-    cfg = transformers.RobertaConfig(vocab_size=enc.model.config.vocab_size, hidden_size=32,
-                                     num_hidden_layers=1, num_attention_heads=4,
-                                     intermediate_size=64, max_position_embeddings=64)
-    rob = em.Encoder(name="roberta", identity="roberta", tokenizer=enc.tokenizer,
-                     model=transformers.RobertaModel(cfg).eval())
+    cfg = transformers.RobertaConfig(
+        vocab_size=enc.model.config.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    rob = em.Encoder(
+        name="roberta",
+        identity="roberta",
+        tokenizer=enc.tokenizer,
+        model=transformers.RobertaModel(cfg).eval(),
+    )
     ids = enc.tokenizer(TEXTS[1], truncation=True, max_length=8)["input_ids"]
     for method in ("factored", "direct"):
         with pytest.raises(ValueError, match="number"):
@@ -296,8 +332,9 @@ def test_substitution_changes(enc):
         changed[2] = t
         with torch.no_grad():
             h0 = enc.model(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
-            h1 = enc.model(input_ids=torch.tensor([changed]),
-                           output_hidden_states=True).hidden_states
+            h1 = enc.model(
+                input_ids=torch.tensor([changed]), output_hidden_states=True
+            ).hidden_states
         for layer in range(1, enc.layers + 1):
             want = float((h1[layer] - h0[layer]).norm() / h0[layer].norm())
             assert out[b, layer - 1] == pytest.approx(want, rel=1e-4)
@@ -318,8 +355,11 @@ def test_bad_input(enc):
 
 def test_pair_changes(enc):
     from wsutils.text import attention as ta
-    texts = ["i love her much. the movie was good and the plot great! "
-             "this actor is very bad. it is a film of the review."] * 3
+
+    texts = [
+        "i love her much. the movie was good and the plot great! "
+        "this actor is very bad. it is a film of the review."
+    ] * 3
     pairs = ta.one_word_pairs(texts, enc.tokenizer, count=3, seed=0, min_words=4)
     out = tr.pair_changes(enc, pairs)
     assert out["heads"].shape == (3, enc.heads) and out["layers"].shape == (3, enc.layers)
@@ -338,10 +378,12 @@ def test_heads_batch_matches_single_head_values(enc, H):
     assert vals.shape == (enc.heads,)
     # one head in the batch: the very search of head_word_sensitivity
     for h in (0, 3):
-        one = tr.heads_word_sensitivity([heads[h]], X, rows=[2, 5], starts=2, steps=10, seed=1,
-                                        dtype=torch.float64)
-        single = tr.head_word_sensitivity(heads[h], X, rows=[2, 5], starts=2, steps=10, seed=1,
-                                          dtype=torch.float64)
+        one = tr.heads_word_sensitivity(
+            [heads[h]], X, rows=[2, 5], starts=2, steps=10, seed=1, dtype=torch.float64
+        )
+        single = tr.head_word_sensitivity(
+            heads[h], X, rows=[2, 5], starts=2, steps=10, seed=1, dtype=torch.float64
+        )
         assert one[0] == pytest.approx(single.value, rel=1e-8)
     grid = tr.head_grid(enc, H[:, 0], [1, 3], steps=3)
     assert grid.shape == (enc.layers, enc.heads) and (grid > 0).all()
@@ -361,15 +403,20 @@ def test_vocabulary_search_is_vocabulary_changes_at_every_position_with_or_witho
         assert list(vc.tokens) == [t for t in tokens if t != ids[vc.position]]
         one = tr.vocabulary_changes(enc, ids, vc.position, tokens=vc.tokens)
         np.testing.assert_array_equal(vc.values, one.values)
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"),
-                             initializer=torch.set_num_threads, initargs=(1,)) as ex:
+    with ProcessPoolExecutor(
+        1,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=torch.set_num_threads,
+        initargs=(1,),
+    ) as ex:
         pooled, _ = tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens, executor=ex)
         for (r, ids, vc), (r2, ids2, vc2) in zip(found, pooled):
             assert (r, ids, vc.position) == (r2, ids2, vc2.position)
             np.testing.assert_array_equal(vc.values, vc2.values)
-        with pytest.raises(ValueError, match="by its name"):      # not from load_model
-            tr.vocabulary_search(em.random_model(enc, seed=1), texts, 6, [1], tokens=tokens,
-                                 executor=ex)
+        with pytest.raises(ValueError, match="by its name"):  # not from load_model
+            tr.vocabulary_search(
+                em.random_model(enc, seed=1), texts, 6, [1], tokens=tokens, executor=ex
+            )
     with pytest.raises(ValueError, match="fewer than n"):
         tr.vocabulary_search(enc, ["film"], 6, [1], tokens=tokens)
     with pytest.raises(ValueError, match="positions"):
@@ -415,8 +462,12 @@ def test_non_integer_token_ids_are_a_type_error(enc):
 
 def _copy_of(enc) -> em.Encoder:
     """The fixture's encoder with its own copy of the model (a test may change it in place)."""
-    return em.Encoder(name=enc.name, identity=enc.identity, tokenizer=enc.tokenizer,
-                      model=copy.deepcopy(enc.model))
+    return em.Encoder(
+        name=enc.name,
+        identity=enc.identity,
+        tokenizer=enc.tokenizer,
+        model=copy.deepcopy(enc.model),
+    )
 
 
 @pytest.mark.parametrize("make", [tr.block_map, tr.layer_map, tr.stack_map])
@@ -451,8 +502,12 @@ def _spawn_or_fork(kind):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context(kind),
-                               initializer=torch.set_num_threads, initargs=(1,))
+    return ProcessPoolExecutor(
+        1,
+        mp_context=multiprocessing.get_context(kind),
+        initializer=torch.set_num_threads,
+        initargs=(1,),
+    )
 
 
 @pytest.mark.parametrize("when", ["fork pool made before the change", "spawn pool"])
@@ -461,20 +516,19 @@ def test_pooled_vocabulary_search_follows_the_callers_model(enc, when):
     in-place change of the caller's model they used to return values of the old one."""
     texts = ["a good film with a fine cast and a plot"]
     tokens = np.arange(0, 12)
-    mine = em.load_model(enc.name)       # the cached Encoder itself: changed, then restored
+    mine = em.load_model(enc.name)  # the cached Encoder itself: changed, then restored
     w = mine.model.embeddings.word_embeddings.weight
     saved = w.detach().clone()
     ex = _spawn_or_fork(when.split()[0])
     try:
         if when.startswith("fork"):
-            ex.submit(int, 0).result()             # the worker exists: it holds the old model
+            ex.submit(int, 0).result()  # the worker exists: it holds the old model
         with torch.no_grad():
             w.mul_(1.5)
         here, _ = tr.vocabulary_search(mine, texts, 6, [1, 3], tokens=tokens)
         try:
-            pooled, _ = tr.vocabulary_search(mine, texts, 6, [1, 3], tokens=tokens,
-                                             executor=ex)
-        except ValueError as err:                  # a refusal is allowed, a wrong number not
+            pooled, _ = tr.vocabulary_search(mine, texts, 6, [1, 3], tokens=tokens, executor=ex)
+        except ValueError as err:  # a refusal is allowed, a wrong number not
             assert "differs" in str(err)
         else:
             for (_, _, a), (_, _, b) in zip(here, pooled):
@@ -491,8 +545,9 @@ def _exit_on(word_id, orig):
 
     def changes(enc, ids, i, **kw):
         if word_id in list(ids):
-            os._exit(3)                            # the worker is killed
+            os._exit(3)  # the worker is killed
         return orig(enc, ids, i, **kw)
+
     return changes
 
 
@@ -502,8 +557,11 @@ def test_a_killed_pool_worker_keeps_the_finished_texts(enc, monkeypatch):
     from concurrent.futures.process import BrokenProcessPool
 
     tokens = np.arange(0, 12)
-    texts = ["i love her smile and the movie was good", "the film is bad",
-             "the plot is bad and the actor awful"]
+    texts = [
+        "i love her smile and the movie was good",
+        "the film is bad",
+        "the plot is bad and the actor awful",
+    ]
     want, _ = tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens)
     film = enc.tokenizer.convert_tokens_to_ids("film")
     monkeypatch.setattr(tr, "vocabulary_changes", _exit_on(film, tr.vocabulary_changes))
@@ -512,8 +570,11 @@ def test_a_killed_pool_worker_keeps_the_finished_texts(enc, monkeypatch):
     monkeypatch.undo()
     calls = []
     orig = tr.vocabulary_changes
-    monkeypatch.setattr(tr, "vocabulary_changes",
-                        lambda e, ids, i, **kw: calls.append(list(ids)) or orig(e, ids, i, **kw))
+    monkeypatch.setattr(
+        tr,
+        "vocabulary_changes",
+        lambda e, ids, i, **kw: calls.append(list(ids)) or orig(e, ids, i, **kw),
+    )
     got, _ = tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens)
     assert enc.tokenizer(texts[0], truncation=True, max_length=6)["input_ids"] not in calls
     assert 0 < len(calls) <= 4

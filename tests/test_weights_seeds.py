@@ -2,28 +2,28 @@
 function of the seed alone, seeds and sizes are checked, not truncated or wrapped, sizes that
 cannot fit are refused before allocating, and a missing GPU is a clear error."""
 
-import math
-
 import numpy as np
 import pytest
 import torch
 
 import wsutils as ws
-from wsutils.run import device as wsdevice
 from wsutils import weights
-from wsutils.run.device import DoesNotFit
-from wsutils.generalization import rf_blocks
 from wsutils.estimators.rf import rf_weight_block
+from wsutils.generalization import rf_blocks
+from wsutils.run import device as wsdevice
+from wsutils.run.device import DoesNotFit
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_weights_depend_on_the_seed_not_on_the_dtype(dtype):
     """Today float32 draws other normals than float64 (sample_W differs by up to 1.39)."""
-    for sample in (lambda **kw: ws.sample_W(48, seed=3, **kw),
-                   lambda **kw: ws.sample_V(7, 3, 4, seed=5, **kw),
-                   lambda **kw: ws.sample_X(6, 5, seed=1, **kw),
-                   lambda **kw: ws.sample_Vs(3, 4, 2, seed=2, **kw)[1],
-                   lambda **kw: weights.gaussian((5, 4), 2.0, seed=9, **kw)):
+    for sample in (
+        lambda **kw: ws.sample_W(48, seed=3, **kw),
+        lambda **kw: ws.sample_V(7, 3, 4, seed=5, **kw),
+        lambda **kw: ws.sample_X(6, 5, seed=1, **kw),
+        lambda **kw: ws.sample_Vs(3, 4, 2, seed=2, **kw)[1],
+        lambda **kw: weights.gaussian((5, 4), 2.0, seed=9, **kw),
+    ):
         low, high = sample(dtype=dtype), sample()
         assert low.dtype == dtype and high.dtype == torch.float64
         assert torch.equal(low, high.to(dtype))
@@ -40,16 +40,27 @@ def test_float32_draws_are_a_function_of_the_seed_alone():
         assert torch.equal(g64[start], g32[start].double())
 
 
-@pytest.mark.parametrize("seed, error", [
-    (-1, ValueError), (2**64 - 1, ValueError), (2**63, ValueError),
-    (1.7, TypeError), (2.0, TypeError), (True, TypeError), ("3", TypeError),
-])
+@pytest.mark.parametrize(
+    "seed, error",
+    [
+        (-1, ValueError),
+        (2**64 - 1, ValueError),
+        (2**63, ValueError),
+        (1.7, TypeError),
+        (2.0, TypeError),
+        (True, TypeError),
+        ("3", TypeError),
+    ],
+)
 def test_bad_seeds_are_refused(seed, error):
     """Today −1 draws exactly the weights of 2**64 − 1 and 1.7 those of 1."""
-    for sample in (lambda: ws.sample_W(3, seed=seed), lambda: ws.sample_X(2, 3, seed=seed),
-                   lambda: ws.sample_V(2, 2, 3, seed=seed),
-                   lambda: ws.sample_Vs(2, 3, 2, seed=seed),
-                   lambda: weights.gaussian((2,), 1.0, seed=seed)):
+    for sample in (
+        lambda: ws.sample_W(3, seed=seed),
+        lambda: ws.sample_X(2, 3, seed=seed),
+        lambda: ws.sample_V(2, 2, 3, seed=seed),
+        lambda: ws.sample_Vs(2, 3, 2, seed=seed),
+        lambda: weights.gaussian((2,), 1.0, seed=seed),
+    ):
         with pytest.raises(error, match="seed"):
             sample()
 
@@ -61,11 +72,14 @@ def test_seed_range_edges():
         ws.sample_Vs(2, 3, 2, seed=top)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(d=2.7), TypeError, "d must be an integer"),
-    (dict(d=True), TypeError, "d must be an integer"),
-    (dict(d=-3), ValueError, "positive"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(d=2.7), TypeError, "d must be an integer"),
+        (dict(d=True), TypeError, "d must be an integer"),
+        (dict(d=-3), ValueError, "positive"),
+    ],
+)
 def test_sizes_are_not_truncated(kwargs, error, match):
     with pytest.raises(error, match=match):
         ws.sample_W(seed=0, **kwargs)
@@ -84,7 +98,7 @@ def test_sizes_that_cannot_fit_are_refused_before_allocating():
 
 
 def test_the_memory_check_uses_the_available_memory(monkeypatch):
-    shape = (4096, 4096)                                  # 128 MiB of float64 normals
+    shape = (4096, 4096)  # 128 MiB of float64 normals
     monkeypatch.setattr(wsdevice, "available_memory", lambda device=None: 100 * 2**20)
     with pytest.raises(DoesNotFit, match="0.125 GiB.*0.0977 GiB"):
         weights.gaussian(shape, 1.0, seed=0)

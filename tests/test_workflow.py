@@ -33,7 +33,9 @@ def test_triggers_and_jobs():
     book = jobs["book"]
     assert book["env"]["WSBOOK_SCALE"] == "paper"
     assert "make book" in _runs(book) and "touch _build/html/.nojekyll" in _runs(book)
-    upload = [s for s in book["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact")]
+    upload = [
+        s for s in book["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact")
+    ]
     assert upload and upload[0]["with"]["path"] == "_build/html"
     assert jobs["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
 
@@ -47,8 +49,9 @@ def test_every_command_it_calls_exists():
         for script in re.findall(r"\bpython (tools/[\w/]+\.py)", run):
             assert (ROOT / script).is_file(), f"job {name} calls {script}, which does not exist"
         for pin in re.findall(r"\^(\w+)==", run):
-            assert re.search(rf"^{pin}==", (ROOT / "requirements.txt").read_text(), flags=re.M), \
+            assert re.search(rf"^{pin}==", (ROOT / "requirements.txt").read_text(), flags=re.M), (
                 f"job {name} takes the {pin} pin from requirements.txt, which has none"
+            )
 
 
 def _load(path: Path, name: str):
@@ -75,13 +78,23 @@ def test_colab_notebooks_and_their_buttons(tmp_path):
 
     ext = _load(ROOT / "book" / "_ext" / "wsbook_sphinx.py", "wsbook_sphinx")
     url = "https://colab.research.google.com/github/o/r/blob/main/book/word-sensitivity.md"
-    context = {"header_buttons": [{"type": "group", "buttons": [
-        {"text": "Binder", "url": "https://mybinder.org/v2/gh/o/r/main?urlpath=x.md"},
-        {"text": "Colab", "url": url}]}]}
+    context = {
+        "header_buttons": [
+            {
+                "type": "group",
+                "buttons": [
+                    {"text": "Binder", "url": "https://mybinder.org/v2/gh/o/r/main?urlpath=x.md"},
+                    {"text": "Colab", "url": url},
+                ],
+            }
+        ]
+    }
     ext.colab_notebook_links(None, "word-sensitivity", "page.html", context, None)
     binder, button = context["header_buttons"][0]["buttons"]
-    assert button["url"] == ("https://colab.research.google.com/github/o/r/blob/"
-                             f"{ext.COLAB_BRANCH}/book/word-sensitivity.ipynb")
+    assert button["url"] == (
+        "https://colab.research.google.com/github/o/r/blob/"
+        f"{ext.COLAB_BRANCH}/book/word-sensitivity.ipynb"
+    )
     assert binder["url"].endswith("x.md")  # Binder opens the MyST chapter itself
     # the workflow pushes the notebooks to the branch the buttons point at
     assert f" {ext.COLAB_BRANCH}\n" in _runs(_workflow()["jobs"]["colab"]) + "\n"

@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-WORDS = ("i love her much smile the movie was good bad film great awful plot actor "
-         "and it a of to is this not very positive negative review").split()
+WORDS = (
+    "i love her much smile the movie was good bad film great awful plot actor "
+    "and it a of to is this not very positive negative review"
+).split()
 
 
 def save_tiny_bert(path: Path, *, edit: Callable | None = None, **config) -> Path:
@@ -20,10 +22,19 @@ def save_tiny_bert(path: Path, *, edit: Callable | None = None, **config) -> Pat
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "##s", "##ing", "."]
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
     tok = transformers.BertTokenizerFast.from_pretrained(str(path))
-    cfg = transformers.BertConfig(**{**dict(vocab_size=len(vocab), hidden_size=32,
-                                            num_hidden_layers=2, num_attention_heads=4,
-                                            intermediate_size=64, max_position_embeddings=64),
-                                     **config})
+    cfg = transformers.BertConfig(
+        **{
+            **dict(
+                vocab_size=len(vocab),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=64,
+                max_position_embeddings=64,
+            ),
+            **config,
+        }
+    )
     model = transformers.BertModel(cfg)
     if edit is not None:
         edit(model)

@@ -47,9 +47,17 @@ import yaml
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-extensions", "--disable-dev-shm-usage", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
     "--remote-debugging-pipe",
 ]
 WIDTH, HEIGHT, MAX_HEIGHT = 1280, 1000, 20000
@@ -208,10 +216,18 @@ class Browser:
             os.dup2(hi_w, 4)
 
         self.proc = subprocess.Popen(
-            [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}",
-             f"--window-size={WIDTH},{HEIGHT}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=child, close_fds=False,  # Python fds are close-on-exec anyway
+            [
+                chromium,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={self.profile}",
+                f"--window-size={WIDTH},{HEIGHT}",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=child,
+            close_fds=False,  # Python fds are close-on-exec anyway
         )
         os.close(hi_r)
         os.close(hi_w)
@@ -269,14 +285,25 @@ class Browser:
             self.send("Runtime.enable", session)
             self.send("Log.enable", session)
             self.send("Page.enable", session)
-            self.send("Emulation.setDeviceMetricsOverride", session, width=WIDTH, height=HEIGHT,
-                      deviceScaleFactor=1, mobile=False)
+            self.send(
+                "Emulation.setDeviceMetricsOverride",
+                session,
+                width=WIDTH,
+                height=HEIGHT,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
             self.events.clear()
             nav = self.send("Page.navigate", session, url=url)
             if nav.get("errorText"):
                 return [f"page did not load: {nav['errorText']}"], []
-            res = self.send("Runtime.evaluate", session, expression=CHECKS_JS,
-                            awaitPromise=True, returnByValue=True)
+            res = self.send(
+                "Runtime.evaluate",
+                session,
+                expression=CHECKS_JS,
+                awaitPromise=True,
+                returnByValue=True,
+            )
             if "exceptionDetails" in res:
                 return [f"the checks failed in the page: {res['exceptionDetails']}"], []
             problems = list(res["result"]["value"])
@@ -284,11 +311,18 @@ class Browser:
                 metrics = self.send("Page.getLayoutMetrics", session)
                 size = metrics.get("cssContentSize") or metrics["contentSize"]
                 height = int(min(max(size["height"], HEIGHT), MAX_HEIGHT))
-                self.send("Emulation.setDeviceMetricsOverride", session, width=WIDTH,
-                          height=height, deviceScaleFactor=1, mobile=False)
+                self.send(
+                    "Emulation.setDeviceMetricsOverride",
+                    session,
+                    width=WIDTH,
+                    height=height,
+                    deviceScaleFactor=1,
+                    mobile=False,
+                )
                 time.sleep(0.3)  # let the page lay out at its full height
-                shot = self.send("Page.captureScreenshot", session, format="png",
-                                 captureBeyondViewport=True)
+                shot = self.send(
+                    "Page.captureScreenshot", session, format="png", captureBeyondViewport=True
+                )
                 screenshot.write_bytes(base64.b64decode(shot["data"]))
             js_errors = console_errors(self.events)
             return problems + [f"console error: {e}" for e in js_errors], js_errors
@@ -308,12 +342,13 @@ def console_errors(events: list[dict]) -> list[str]:
             d = p.get("exceptionDetails", {})
             text = d.get("exception", {}).get("description") or d.get("text", "")
         elif method == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-            text = " ".join(str(a.get("value", a.get("description", "")))
-                            for a in p.get("args", []))
+            text = " ".join(
+                str(a.get("value", a.get("description", ""))) for a in p.get("args", [])
+            )
         elif method == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
             entry = p["entry"]
             if entry.get("url", "").split("?")[0].endswith("/favicon.ico"):
-                continue         # the browser's own request, not one the page makes
+                continue  # the browser's own request, not one the page makes
             text = entry.get("text", "") + (f" ({entry['url']})" if entry.get("url") else "")
         else:
             continue
@@ -351,12 +386,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     chromium = find_chromium()
     if chromium is None:
-        print("browser check: no Chromium found; install it (apt-get install -y chromium) "
-              "or set CHROMIUM to its path.", file=sys.stderr)
+        print(
+            "browser check: no Chromium found; install it (apt-get install -y chromium) "
+            "or set CHROMIUM to its path.",
+            file=sys.stderr,
+        )
         return 2
     if not (args.html / "index.html").is_file() and not args.pages:
-        print(f"browser check: {args.html} holds no built book; run `make book` first.",
-              file=sys.stderr)
+        print(
+            f"browser check: {args.html} holds no built book; run `make book` first.",
+            file=sys.stderr,
+        )
         return 2
     pages = args.pages or toc_pages(args.toc)
     reports = check_site(args.html, pages, args.out, chromium)

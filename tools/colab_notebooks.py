@@ -23,13 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from browser_check import toc_pages  # noqa: E402
 
-INSTALL = '''\
+INSTALL = """\
 # On Colab only: install this book's package (and myst-nb, for `glue`) from its repository.
 import sys
 if "google.colab" in sys.modules:
     import subprocess
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "myst-nb",
-                    "wsutils @ git+{repo}@main"], check=True)'''
+                    "wsutils @ git+{repo}@main"], check=True)"""
 
 
 def repository_url() -> str:

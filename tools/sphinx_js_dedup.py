@@ -24,13 +24,13 @@ FIXED_IN = (8, 2, 2)
 def _none_as_empty(add_js_file):
     def wrapped(self, filename, *args, **kwargs):
         return add_js_file(self, "" if filename is None else filename, *args, **kwargs)
+
     wrapped.wsbook_none_as_empty = True
     return wrapped
 
 
 def setup(app):
     original = StandaloneHTMLBuilder.add_js_file
-    if sphinx.version_info[:3] < FIXED_IN and not getattr(original, "wsbook_none_as_empty",
-                                                           False):
+    if sphinx.version_info[:3] < FIXED_IN and not getattr(original, "wsbook_none_as_empty", False):
         StandaloneHTMLBuilder.add_js_file = _none_as_empty(original)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -4,20 +4,21 @@ A Study via Random Features* (Bombari & Mondelli, ICML 2024), as used by the wsb
 Modules: :mod:`wsutils.run.config` (the environment knobs), :mod:`wsutils.maps` (RF, DRF, RAF,
 ReLU attention), :mod:`wsutils.weights` (seeded weight samplers), :mod:`wsutils.sensitivity`
 (the generic word-sensitivity estimator), :mod:`wsutils.estimators.rf` and
-:mod:`wsutils.estimators.drf` (random features without the ``k×D`` matrix, certified bounds, the
-wide limit), :mod:`wsutils.estimators.attention` (take-over constructions, the fast attention estimator),
-:mod:`wsutils.generalization`, the real-text modules :mod:`wsutils.text.data`,
-:mod:`wsutils.text.embeddings`, :mod:`wsutils.experiments.imdb`, :mod:`wsutils.text.attention`,
-:mod:`wsutils.text.chat`, and :mod:`wsutils.run.sweep` (grids on any executor).
+:mod:`wsutils.estimators.drf` (random features without the ``k×D`` matrix, certified bounds,
+the wide limit), :mod:`wsutils.estimators.attention` (take-over constructions, the fast
+attention estimator), :mod:`wsutils.generalization`, the real-text modules
+:mod:`wsutils.text.data`, :mod:`wsutils.text.embeddings`, :mod:`wsutils.experiments.imdb`,
+:mod:`wsutils.text.attention`, :mod:`wsutils.text.chat`, and :mod:`wsutils.run.sweep` (grids on
+any executor).
 
 The random-features estimator lives in ``wsutils.estimators.rf``, not ``wsutils.rf``: a
 submodule named ``rf`` would shadow the map :func:`wsutils.rf` once imported.
 """
 
-from .run import _progress
-from .maps import drf, flat, normalize_rows, raf, relu_attention, rf
 from .estimators.attention import attention_word_sensitivity, certified_lower_bound
 from .estimators.rf import rf_word_sensitivity
+from .maps import drf, flat, normalize_rows, raf, relu_attention, rf
+from .run import _progress
 from .sensitivity import SensitivityResult, relative_change, word_sensitivity
 from .weights import sample_V, sample_Vs, sample_W, sample_X
 
@@ -25,8 +26,20 @@ _progress.install()  # tqdm bars to the book build's terminal, only when WSBOOK_
 
 __version__ = "0.1.0"
 __all__ = [
-    "rf", "drf", "raf", "relu_attention", "flat", "normalize_rows",
-    "sample_V", "sample_Vs", "sample_W", "sample_X",
-    "word_sensitivity", "relative_change", "SensitivityResult",
-    "rf_word_sensitivity", "attention_word_sensitivity", "certified_lower_bound",
+    "rf",
+    "drf",
+    "raf",
+    "relu_attention",
+    "flat",
+    "normalize_rows",
+    "sample_V",
+    "sample_Vs",
+    "sample_W",
+    "sample_X",
+    "word_sensitivity",
+    "relative_change",
+    "SensitivityResult",
+    "rf_word_sensitivity",
+    "attention_word_sensitivity",
+    "certified_lower_bound",
 ]

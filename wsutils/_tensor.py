@@ -13,8 +13,9 @@ import torch
 Array = Any  # numpy.ndarray or torch.Tensor
 
 
-def as_tensor(x: Array, *, dtype: torch.dtype | None = None, device=None,
-              name: str = "input") -> torch.Tensor:
+def as_tensor(
+    x: Array, *, dtype: torch.dtype | None = None, device=None, name: str = "input"
+) -> torch.Tensor:
     """A torch view of ``x``: float64 for numpy input unless ``dtype`` says otherwise;
     a floating torch tensor keeps its dtype and device unless told otherwise.
 
@@ -22,15 +23,19 @@ def as_tensor(x: Array, *, dtype: torch.dtype | None = None, device=None,
     anything that is not numeric (strings, objects)."""
     if isinstance(x, torch.Tensor):
         if x.is_complex():
-            raise TypeError(f"{name} is complex ({x.dtype}); wsutils works on real arrays: pass "
-                            "the real part explicitly if that is what you mean.")
+            raise TypeError(
+                f"{name} is complex ({x.dtype}); wsutils works on real arrays: pass "
+                "the real part explicitly if that is what you mean."
+            )
         if dtype is None and not x.is_floating_point():
             dtype = torch.float64
         return x.to(dtype=dtype or x.dtype, device=device or x.device)
     a = np.asarray(x)
     if np.iscomplexobj(a):
-        raise TypeError(f"{name} is complex ({a.dtype}); wsutils works on real arrays: pass "
-                        "the real part explicitly if that is what you mean.")
+        raise TypeError(
+            f"{name} is complex ({a.dtype}); wsutils works on real arrays: pass "
+            "the real part explicitly if that is what you mean."
+        )
     if a.dtype.kind not in "biuf":
         raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}.")
     return torch.as_tensor(a, dtype=dtype or torch.float64, device=device)
@@ -52,7 +57,7 @@ def row_norms(t: torch.Tensor, *, keepdim: bool = True) -> torch.Tensor:
     (exact: only the exponent changes), normed, and multiplied back. Rows of zeros give 0.
     """
     big = t.detach().abs().amax(dim=-1, keepdim=True)
-    _, e = torch.frexp(big)                       # big = m·2^e with 0.5 ≤ m < 1
+    _, e = torch.frexp(big)  # big = m·2^e with 0.5 ≤ m < 1
     scale = torch.ldexp(torch.ones_like(big), e)  # a power of two ≥ big
     scale = torch.where(big > 0, scale, torch.ones_like(scale))
     out = torch.linalg.vector_norm(t / scale, dim=-1, keepdim=True) * scale

@@ -15,7 +15,9 @@ def check_finite(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); pass at least one entry.")
     if not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())
-        raise ValueError(f"{name} has {bad} non-finite entries (NaN or inf); clean the input first.")
+        raise ValueError(
+            f"{name} has {bad} non-finite entries (NaN or inf); clean the input first."
+        )
 
 
 def check_text(X: torch.Tensor) -> tuple[int, int]:
@@ -26,7 +28,9 @@ def check_text(X: torch.Tensor) -> tuple[int, int]:
         )
     n, d = X.shape[-2], X.shape[-1]
     if n == 0 or d == 0:
-        raise ValueError(f"X is empty (shape {tuple(X.shape)}); a text needs n ≥ 1 words of d ≥ 1.")
+        raise ValueError(
+            f"X is empty (shape {tuple(X.shape)}); a text needs n ≥ 1 words of d ≥ 1."
+        )
     check_finite("X", X)
     return n, d
 
@@ -53,8 +57,8 @@ def check_unit_rows(X: torch.Tensor, *, rtol: float | None = None) -> None:
     err = float((norms / math.sqrt(d) - 1).abs().max())
     if err > rtol:
         raise ValueError(
-            f"rows of X must have norm √d = {math.sqrt(d):.6g}; the worst row is off by a relative "
-            f"{err:.3g}. Rescale with wsutils.normalize_rows(X)."
+            f"rows of X must have norm √d = {math.sqrt(d):.6g}; the worst row is off by a "
+            f"relative {err:.3g}. Rescale with wsutils.normalize_rows(X)."
         )
 
 
@@ -63,8 +67,10 @@ def check_int(name: str, value, *, minimum: int | None = None) -> int:
     part is refused too: ``2.0`` is a float) of at least ``minimum``. A bool, a float such as
     ``2.7`` or a string is a TypeError; nothing is truncated."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}; "
-                        "pass an int (nothing is rounded or truncated).")
+        raise TypeError(
+            f"{name} must be an integer, got {type(value).__name__} {value!r}; "
+            "pass an int (nothing is rounded or truncated)."
+        )
     value = int(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}.")
@@ -80,6 +86,8 @@ def check_seed(seed, name: str = "seed") -> int:
     """A seed as a Python ``int`` in ``[0, 2**63)``; anything else is an error that says so."""
     seed = check_int(name, seed)
     if not 0 <= seed < SEED_LIMIT:
-        raise ValueError(f"{name} must be in [0, 2**63), got {seed}; use a non-negative integer "
-                         "(wsutils.run.seeds.point_seed derives one from a grid point).")
+        raise ValueError(
+            f"{name} must be in [0, 2**63), got {seed}; use a non-negative integer "
+            "(wsutils.run.seeds.point_seed derives one from a grid point)."
+        )
     return seed

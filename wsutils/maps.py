@@ -38,9 +38,21 @@ import torch
 from ._tensor import Array, as_tensor, like, row_norms
 from .checks import check_finite, check_shape, check_text
 
-__all__ = ["flat", "rf", "drf", "raf", "relu_attention", "attention_scores", "normalize_rows",
-           "NORMALISATIONS", "ENTMAX_MIN_ALPHA", "Normalisation", "normalise_scores", "sparsemax",
-           "attention"]
+__all__ = [
+    "flat",
+    "rf",
+    "drf",
+    "raf",
+    "relu_attention",
+    "attention_scores",
+    "normalize_rows",
+    "NORMALISATIONS",
+    "ENTMAX_MIN_ALPHA",
+    "Normalisation",
+    "normalise_scores",
+    "sparsemax",
+    "attention",
+]
 
 
 def flat(X: torch.Tensor) -> torch.Tensor:
@@ -87,8 +99,10 @@ def _raf(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     Xc, Wc = X.to(cd), W.to(cd)
     s = attention_scores(Xc, Wc)
     if not bool(torch.isfinite(s).all()):
-        raise ValueError(f"the attention scores XWXᵀ/√d overflow {cd} (|score| > "
-                         f"{torch.finfo(cd).max:.3g}): pass float64 input or a smaller W.")
+        raise ValueError(
+            f"the attention scores XWXᵀ/√d overflow {cd} (|score| > "
+            f"{torch.finfo(cd).max:.3g}): pass float64 input or a smaller W."
+        )
     return (torch.softmax(s, dim=-1) @ Xc).to(X.dtype)
 
 
@@ -149,8 +163,7 @@ def drf(X: Array, Vs: Sequence[Array], *, dtype: torch.dtype | None = None) -> A
             )
         check_finite(f"Vs[{i}]", Vt)
         fan_in = Vt.shape[0]
-    return like(_finite(_drf(Xt, [w[str(i)] for i in range(len(Vs))]), "deep random-features"),
-                X)
+    return like(_finite(_drf(Xt, [w[str(i)] for i in range(len(Vs))]), "deep random-features"), X)
 
 
 def _attention(X: Array, W: Array, dtype, kernel) -> Array:
@@ -197,7 +210,9 @@ def normalize_rows(X: Array) -> Array:
     n, d = check_text(Xt)
     norms = row_norms(Xt)
     if bool((norms == 0).any()):
-        raise ValueError("X has an all-zero row, which cannot be rescaled to norm √d; drop it first.")
+        raise ValueError(
+            "X has an all-zero row, which cannot be rescaled to norm √d; drop it first."
+        )
     return like(Xt * (math.sqrt(d) / norms), X)
 
 
@@ -268,8 +283,10 @@ class Normalisation:
         object.__setattr__(self, "beta", _positive("beta", self.beta))
         for key, owner in (("s", "scalable"), ("alpha", "entmax"), ("bias", "sigmoid")):
             if getattr(self, key) is not None and self.name != owner:
-                raise ValueError(f"{key} applies only to normalisation={owner!r}, not "
-                                 f"{self.name!r}; leave it unset.")
+                raise ValueError(
+                    f"{key} applies only to normalisation={owner!r}, not "
+                    f"{self.name!r}; leave it unset."
+                )
         if self.name == "scalable":
             object.__setattr__(self, "s", _positive("s", 1.0 if self.s is None else self.s))
         if self.name == "entmax":
@@ -277,15 +294,20 @@ class Normalisation:
             if isinstance(a, (bool, np.bool_)) or not isinstance(a, numbers.Real):
                 raise TypeError(f"alpha must be a real number > 1, got {a!r}.")
             if not (math.isfinite(float(a)) and float(a) >= ENTMAX_MIN_ALPHA):
-                raise ValueError(f"alpha must be a finite number ≥ {ENTMAX_MIN_ALPHA} (the "
-                                 f"bisection's error grows like u/(α − 1): 8e-15 at α − 1 = "
-                                 f"1e-3, 7e-12 at 1e-6, 1e-5 at 1e-12; α → 1 is softmax: use "
-                                 f"normalisation='softmax'), got {a}.")
+                raise ValueError(
+                    f"alpha must be a finite number ≥ {ENTMAX_MIN_ALPHA} (the "
+                    f"bisection's error grows like u/(α − 1): 8e-15 at α − 1 = "
+                    f"1e-3, 7e-12 at 1e-6, 1e-5 at 1e-12; α → 1 is softmax: use "
+                    f"normalisation='softmax'), got {a}."
+                )
             object.__setattr__(self, "alpha", float(a))
         if self.name == "sigmoid" and self.bias is not None:
             b = self.bias
-            if isinstance(b, (bool, np.bool_)) or not isinstance(b, numbers.Real) \
-                    or not math.isfinite(float(b)):
+            if (
+                isinstance(b, (bool, np.bool_))
+                or not isinstance(b, numbers.Real)
+                or not math.isfinite(float(b))
+            ):
                 raise ValueError(f"bias must be a finite real number, got {b!r}.")
             object.__setattr__(self, "bias", float(b))
 
@@ -361,15 +383,16 @@ def normalise_scores(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
     if name == "entmax":
         try:
             from entmax import entmax15, entmax_bisect
-        except ImportError as e:      # an optional dependency (pyproject extra "entmax")
-            raise ImportError("normalisation='entmax' needs the entmax package: "
-                              "pip install 'entmax>=1.3' (or make env).") from e
-        if norm.alpha == 1.5:         # exact, sort-based (on the k largest, k doubled as needed)
+        except ImportError as e:  # an optional dependency (pyproject extra "entmax")
+            raise ImportError(
+                "normalisation='entmax' needs the entmax package: "
+                "pip install 'entmax>=1.3' (or make env)."
+            ) from e
+        if norm.alpha == 1.5:  # exact, sort-based (on the k largest, k doubled as needed)
             return entmax15(z, dim=-1, k=min(n, 64))
         # translation invariant: shifted so that (α − 1)z keeps its digits at large α (at
         # α = 1e20 the unshifted bisection returns NaN)
-        return entmax_bisect(z - z.detach().amax(dim=-1, keepdim=True), alpha=norm.alpha,
-                             dim=-1)
+        return entmax_bisect(z - z.detach().amax(dim=-1, keepdim=True), alpha=norm.alpha, dim=-1)
     if name == "sigmoid":
         return torch.sigmoid(z + norm.sigmoid_bias(n))
     if name == "hardmax":
@@ -390,24 +413,36 @@ def _general_attention(X: torch.Tensor, W: torch.Tensor, norm: Normalisation) ->
     # two reductions instead of an elementwise pass: a NaN or an inf reaches amax or amin
     hi, lo = float(s.detach().amax()), float(s.detach().amin())
     if not (math.isfinite(hi) and math.isfinite(lo)) or not math.isfinite(c * max(hi, -lo)):
-        raise ValueError(f"the attention scores c·XWXᵀ/√d overflow {cd}: pass float64 input "
-                         "or a smaller W (or β).")
+        raise ValueError(
+            f"the attention scores c·XWXᵀ/√d overflow {cd}: pass float64 input "
+            "or a smaller W (or β)."
+        )
     return _finite((normalise_scores(s, norm) @ Xc).to(X.dtype), norm.name)
 
 
 def _finite(out: torch.Tensor, what: str) -> torch.Tensor:
     """``out``, or a ValueError if any entry is NaN or infinite (a map never returns them)."""
     if not bool(torch.isfinite(out.detach()).all()):
-        raise ValueError(f"the output of the {what} map is not finite "
-                         f"({int((~torch.isfinite(out.detach())).sum())} NaN or infinite "
-                         "entries): the inputs or weights are too large for its dtype, or its "
-                         "parameters outside the range where it is accurate.")
+        raise ValueError(
+            f"the output of the {what} map is not finite "
+            f"({int((~torch.isfinite(out.detach())).sum())} NaN or infinite "
+            "entries): the inputs or weights are too large for its dtype, or its "
+            "parameters outside the range where it is accurate."
+        )
     return out
 
 
-def attention(X: Array, W: Array, *, normalisation: str | Normalisation = "softmax",
-              beta: float = 1.0, s: float | None = None, alpha: float | None = None,
-              bias: float | None = None, dtype: torch.dtype | None = None) -> Array:
+def attention(
+    X: Array,
+    W: Array,
+    *,
+    normalisation: str | Normalisation = "softmax",
+    beta: float = 1.0,
+    s: float | None = None,
+    alpha: float | None = None,
+    bias: float | None = None,
+    dtype: torch.dtype | None = None,
+) -> Array:
     """Attention with a named row normalisation, ``φ(X) = norm(c_n·X W Xᵀ/√d) X``
     (eq. :eq:`eq-general-attention`; the normalisations and their parameters are those of
     :class:`Normalisation`: ``beta`` the inverse temperature, ``s`` scalable softmax's factor,
@@ -432,7 +467,9 @@ def attention(X: Array, W: Array, *, normalisation: str | Normalisation = "softm
 def _as_normalisation(normalisation, *, beta=1.0, s=None, alpha=None, bias=None) -> Normalisation:
     if isinstance(normalisation, Normalisation):
         if not (isinstance(beta, numbers.Real) and beta == 1.0) or (s, alpha, bias) != (None,) * 3:
-            raise ValueError("normalisation is a Normalisation already: set beta, s, alpha and "
-                             "bias in it, not beside it.")
+            raise ValueError(
+                "normalisation is a Normalisation already: set beta, s, alpha and "
+                "bias in it, not beside it."
+            )
         return normalisation
     return Normalisation(normalisation, beta=beta, s=s, alpha=alpha, bias=bias)

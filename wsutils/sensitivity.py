@@ -26,9 +26,21 @@ from tqdm.auto import tqdm
 from ._tensor import Array, as_tensor, row_norms
 from .checks import check_finite, check_int, check_seed, check_text, check_unit_rows
 
-__all__ = ["BALL_DTYPES", "SensitivityResult", "ball_slack", "certify", "check_lr",
-           "cosine_ascent", "perturb", "project_ball", "relative_change", "search_dtype",
-           "search_setup", "sphere_starts", "word_sensitivity"]
+__all__ = [
+    "BALL_DTYPES",
+    "SensitivityResult",
+    "ball_slack",
+    "certify",
+    "check_lr",
+    "cosine_ascent",
+    "perturb",
+    "project_ball",
+    "relative_change",
+    "search_dtype",
+    "search_setup",
+    "sphere_starts",
+    "word_sensitivity",
+]
 
 Map = Callable[[torch.Tensor], torch.Tensor]
 
@@ -113,9 +125,11 @@ def project_ball(Delta: torch.Tensor, radius: float, *, exact: bool = True) -> t
     iterate; every ``Δ`` an estimator returns goes through ``exact=True``.
     """
     if Delta.dtype not in BALL_DTYPES:
-        raise TypeError(f"project_ball works in float32 or float64, got {Delta.dtype}; "
-                        "cast the perturbation first (half precision is too coarse for an "
-                        "exact ball).")
+        raise TypeError(
+            f"project_ball works in float32 or float64, got {Delta.dtype}; "
+            "cast the perturbation first (half precision is too coarse for an "
+            "exact ball)."
+        )
     d = Delta.shape[-1]
     slack = ball_slack(d, Delta.dtype)
     if not slack < 0.25:
@@ -125,11 +139,15 @@ def project_ball(Delta: torch.Tensor, radius: float, *, exact: bool = True) -> t
         norm = torch.linalg.vector_norm(Delta.detach(), dim=-1, keepdim=True)
         if not bool(torch.isfinite(norm).all()):
             if not bool(torch.isfinite(Delta).all()):
-                raise ValueError("Delta has non-finite entries (NaN or inf): there is nothing "
-                                 "to project.")
-            norm = row_norms(Delta.detach())     # the squares overflowed: rescaled norms
-        factor = torch.where(norm > target, target / norm.clamp_min(torch.finfo(norm.dtype).tiny),
-                             torch.ones_like(norm))
+                raise ValueError(
+                    "Delta has non-finite entries (NaN or inf): there is nothing to project."
+                )
+            norm = row_norms(Delta.detach())  # the squares overflowed: rescaled norms
+        factor = torch.where(
+            norm > target,
+            target / norm.clamp_min(torch.finfo(norm.dtype).tiny),
+            torch.ones_like(norm),
+        )
     Delta = Delta * factor
     if not exact:
         return Delta
@@ -169,8 +187,15 @@ def search_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in BALL_DTYPES else torch.float32
 
 
-def _changes64(phi_b: Map, X64: torch.Tensor, rows: Sequence[int], Deltas: torch.Tensor, *,
-               max_batch_elements: int = 2**23, with_base: bool = False):
+def _changes64(
+    phi_b: Map,
+    X64: torch.Tensor,
+    rows: Sequence[int],
+    Deltas: torch.Tensor,
+    *,
+    max_batch_elements: int = 2**23,
+    with_base: bool = False,
+):
     """``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` in float64 for pairs ``(rows[b], Deltas[b])`` (trusted
     input: ``X64`` float64 ``(n, d)``, ``Deltas`` ``(B, d)``). ``X`` goes through ``φ`` in the
     same batch as each chunk of perturbed copies, and ``Δ = 0`` gives exactly 0. A non-finite
@@ -182,15 +207,19 @@ def _changes64(phi_b: Map, X64: torch.Tensor, rows: Sequence[int], Deltas: torch
     out = []
     with torch.no_grad():
         for j in range(0, len(rows), chunk):
-            r = torch.as_tensor(list(rows[j:j + chunk]), device=X64.device)
-            pair = torch.cat([X64[None], perturb(X64, r, Deltas[j:j + chunk])])
+            r = torch.as_tensor(list(rows[j : j + chunk]), device=X64.device)
+            pair = torch.cat([X64[None], perturb(X64, r, Deltas[j : j + chunk])])
             y = phi_b(pair).to(torch.float64)
             if not bool(torch.isfinite(y).all()):
-                raise ValueError("φ returned non-finite values (NaN or inf) on X or on a "
-                                 "perturbed X_i(Δ) in float64: the relative change is undefined.")
+                raise ValueError(
+                    "φ returned non-finite values (NaN or inf) on X or on a "
+                    "perturbed X_i(Δ) in float64: the relative change is undefined."
+                )
             base_norm = torch.linalg.vector_norm(y[0])
             if not float(base_norm) > 0:
-                raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
+                raise ValueError(
+                    "‖φ(X)‖ = 0: the relative change is undefined for this X and map."
+                )
             out.append(_norms(y[1:] - y[0], len(r)) / base_norm)
     out = torch.cat(out)
     # X_i(0) = X exactly, so Δ = 0 gives exactly 0 on every machine (a batched product need
@@ -212,8 +241,9 @@ def relative_change(phi: Map, X: Array, row: int, Delta: Array) -> float:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
     Dt = as_tensor(Delta, dtype=torch.float64, device=Xt.device, name="Delta")
     if tuple(Dt.shape) != (d,):
-        raise ValueError(f"Delta must have length d = {d} (one vector), got shape "
-                         f"{tuple(Dt.shape)}.")
+        raise ValueError(
+            f"Delta must have length d = {d} (one vector), got shape {tuple(Dt.shape)}."
+        )
     check_finite("Delta", Dt)
     row = _rows(row, n)
     if len(row) != 1:
@@ -233,8 +263,9 @@ def _rows(rows, n: int) -> list[int]:
         else:
             rows = rows.tolist()
     if isinstance(rows, np.ndarray) and rows.dtype == bool:
-        raise TypeError("rows is a boolean mask; pass the row indices instead, e.g. "
-                        "rows=np.flatnonzero(mask).")
+        raise TypeError(
+            "rows is a boolean mask; pass the row indices instead, e.g. rows=np.flatnonzero(mask)."
+        )
     if isinstance(rows, (str, bytes)):
         raise TypeError(f"rows must be None, an int or a sequence of ints, got {rows!r}.")
     if np.ndim(rows) == 0:
@@ -242,8 +273,10 @@ def _rows(rows, n: int) -> list[int]:
     else:
         items = list(rows)
         if items and all(isinstance(r, (bool, np.bool_)) for r in items):
-            raise TypeError("rows is a boolean mask; pass the row indices instead, e.g. "
-                            "rows=np.flatnonzero(mask).")
+            raise TypeError(
+                "rows is a boolean mask; pass the row indices instead, e.g. "
+                "rows=np.flatnonzero(mask)."
+            )
         rows = [check_int("rows entry", r) for r in items]
     if not rows:
         raise ValueError("rows is empty: pass None (all rows) or at least one row index.")
@@ -262,8 +295,16 @@ def check_lr(lr) -> float:
     return float(lr)
 
 
-def search_setup(X: Array, *, rows, starts: int, steps: int, init: Array | None = None,
-                 check_norms: bool = True, device=None):
+def search_setup(
+    X: Array,
+    *,
+    rows,
+    starts: int,
+    steps: int,
+    init: Array | None = None,
+    check_norms: bool = True,
+    device=None,
+):
     """Validate what every word-sensitivity estimator takes, once: a single text ``X``
     (``n × d``, real, finite, rows of norm ``√d`` unless ``check_norms=False``), integers
     ``starts ≥ 1`` and ``steps ≥ 0``, the rows to search (``None``: all; see ``_rows``) and
@@ -276,7 +317,7 @@ def search_setup(X: Array, *, rows, starts: int, steps: int, init: Array | None 
     if Xt.ndim != 2:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
     if check_norms:
-        check_unit_rows(Xt)                     # in X's own dtype: its rounding is allowed
+        check_unit_rows(Xt)  # in X's own dtype: its rounding is allowed
     Xt = Xt.to(search_dtype(Xt.dtype))
     check_int("starts", starts, minimum=1)
     check_int("steps", steps, minimum=0)
@@ -292,8 +333,10 @@ def init_starts(init: Array, d: int, *, dtype: torch.dtype, device=None) -> torc
     if extra.ndim == 1:
         extra = extra[None]
     if extra.ndim != 2 or extra.shape[1] != d:
-        raise ValueError(f"init must be one perturbation of length d = {d} or an m × d "
-                         f"array of them, got shape {tuple(extra.shape)}.")
+        raise ValueError(
+            f"init must be one perturbation of length d = {d} or an m × d "
+            f"array of them, got shape {tuple(extra.shape)}."
+        )
     check_finite("init", extra)
     return project_ball(extra, math.sqrt(d))
 
@@ -338,8 +381,9 @@ def word_sensitivity(
     have rows of norm ``√d`` (``check_norms=False`` skips that check). A map that returns
     NaN/inf at ``X``, or at every iterate of a row, is a ValueError. Same ``seed``, same result.
     """
-    Xt, row_list, extra = search_setup(X, rows=rows, starts=starts, steps=steps, init=init,
-                                       check_norms=check_norms, device=device)
+    Xt, row_list, extra = search_setup(
+        X, rows=rows, starts=starts, steps=steps, init=init, check_norms=check_norms, device=device
+    )
     seed, lr = check_seed(seed), check_lr(lr)
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     S = starts + (0 if extra is None else extra.shape[0])
@@ -347,23 +391,47 @@ def word_sensitivity(
 
     with torch.no_grad():
         base = phi(Xt)
-    found = search_rows(phi_b, Xt, base, row_list, starts=starts, steps=steps, seed=seed,
-                        extra=extra, lr=lr, max_batch_elements=max_batch_elements,
-                        progress=progress)
-    return certify(phi_b, Xt, found, starts=S, steps=steps, seed=seed,
-                   max_batch_elements=max_batch_elements)
+    found = search_rows(
+        phi_b,
+        Xt,
+        base,
+        row_list,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        extra=extra,
+        lr=lr,
+        max_batch_elements=max_batch_elements,
+        progress=progress,
+    )
+    return certify(
+        phi_b, Xt, found, starts=S, steps=steps, seed=seed, max_batch_elements=max_batch_elements
+    )
 
 
-def search_rows(phi_b: Map, Xt: torch.Tensor, base: torch.Tensor, row_list: list[int], *,
-                starts: int, steps: int, seed: int, extra, lr: float,
-                max_batch_elements: int, progress: bool = False) -> dict[int, torch.Tensor]:
+def search_rows(
+    phi_b: Map,
+    Xt: torch.Tensor,
+    base: torch.Tensor,
+    row_list: list[int],
+    *,
+    starts: int,
+    steps: int,
+    seed: int,
+    extra,
+    lr: float,
+    max_batch_elements: int,
+    progress: bool = False,
+) -> dict[int, torch.Tensor]:
     """The ascent of :func:`word_sensitivity` on checked inputs: ``phi_b`` (batched) at
     ``Xt``, with ``base = φ(X)``; the relative change ``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` is
     maximised for every row of ``row_list``; returns the best ``Δ`` of each row
     (``_ascend``). A non-finite or zero ``φ(X)`` is a ValueError."""
     if not bool(torch.isfinite(base).all()):
-        raise ValueError("φ(X) has non-finite entries (NaN or inf): the relative change is "
-                         "undefined; check the map and its weights.")
+        raise ValueError(
+            "φ(X) has non-finite entries (NaN or inf): the relative change is "
+            "undefined; check the map and its weights."
+        )
     base_norm = float(torch.linalg.vector_norm(base))
     if not base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
@@ -372,15 +440,33 @@ def search_rows(phi_b: Map, Xt: torch.Tensor, base: torch.Tensor, row_list: list
         def values(row_idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
             out = phi_b(perturb(Xt, row_idx, Delta))
             return _norms(out - base, len(row_idx)) / base_norm
+
         return values
 
-    return _ascend(objective, Xt, row_list, starts=starts, steps=steps, seed=seed,
-                   extra=extra, lr=lr, max_batch_elements=max_batch_elements,
-                   progress=progress)
+    return _ascend(
+        objective,
+        Xt,
+        row_list,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        extra=extra,
+        lr=lr,
+        max_batch_elements=max_batch_elements,
+        progress=progress,
+    )
 
 
-def certify(phi_b: Map, Xt: torch.Tensor, found: dict[int, torch.Tensor], *, starts: int,
-            steps: int, seed: int, max_batch_elements: int = 2**23) -> SensitivityResult:
+def certify(
+    phi_b: Map,
+    Xt: torch.Tensor,
+    found: dict[int, torch.Tensor],
+    *,
+    starts: int,
+    steps: int,
+    seed: int,
+    max_batch_elements: int = 2**23,
+) -> SensitivityResult:
     """The result of a search: for each row its best ``Δ`` (``found[row]``), cast to float64
     and projected onto the exact ball (a no-op unless the search dtype was coarser), and the
     float64 relative change there (``_changes64``); ``value``/``row``/``Delta`` are the
@@ -388,17 +474,25 @@ def certify(phi_b: Map, Xt: torch.Tensor, found: dict[int, torch.Tensor], *, sta
     n, d = Xt.shape
     X64 = Xt.to(torch.float64)
     rows = list(found)
-    D64 = project_ball(torch.stack([found[r] for r in rows]).to(torch.float64).cpu(),
-                       math.sqrt(d))
-    vals, phi_norm = _changes64(phi_b, X64, rows, D64, max_batch_elements=max_batch_elements,
-                                with_base=True)
+    D64 = project_ball(torch.stack([found[r] for r in rows]).to(torch.float64).cpu(), math.sqrt(d))
+    vals, phi_norm = _changes64(
+        phi_b, X64, rows, D64, max_batch_elements=max_batch_elements, with_base=True
+    )
     vals = vals.cpu()
     per_row = {r: float(vals[j]) for j, r in enumerate(rows)}
     per_Delta = {r: D64[j].numpy().copy() for j, r in enumerate(rows)}
     j = int(torch.argmax(vals))
-    return SensitivityResult(value=per_row[rows[j]], row=rows[j], Delta=per_Delta[rows[j]],
-                             per_row=per_row, starts=starts, steps=steps, seed=seed,
-                             per_row_Delta=per_Delta, phi_norm=phi_norm)
+    return SensitivityResult(
+        value=per_row[rows[j]],
+        row=rows[j],
+        Delta=per_Delta[rows[j]],
+        per_row=per_row,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        per_row_Delta=per_Delta,
+        phi_norm=phi_norm,
+    )
 
 
 def sphere_starts(xi: torch.Tensor, radius: float) -> torch.Tensor:
@@ -410,8 +504,9 @@ def sphere_starts(xi: torch.Tensor, radius: float) -> torch.Tensor:
     return xi
 
 
-def cosine_ascent(values, Delta: torch.Tensor, radius: float, *, steps: int, lr: float,
-                  exact_result: bool = True):
+def cosine_ascent(
+    values, Delta: torch.Tensor, radius: float, *, steps: int, lr: float, exact_result: bool = True
+):
     """Projected gradient ascent of ``values(Delta) -> (B,)`` from each row of ``Delta``
     (``B × d``) over the ball ``‖Δ‖ ≤ radius``: step ``t`` moves by
     ``lr·radius·(1 + cos(πt/steps))/2`` along the normalised gradient and projects back
@@ -439,21 +534,34 @@ def cosine_ascent(values, Delta: torch.Tensor, radius: float, *, steps: int, lr:
             ok = torch.isfinite(grad).all(dim=-1, keepdim=True)
             grad = torch.where(ok, grad, torch.zeros_like(grad))
             gnorm = row_norms(grad)
-            step = torch.where(gnorm > 0, grad / gnorm.clamp_min(torch.finfo(grad.dtype).tiny),
-                               torch.zeros_like(grad))   # a zero gradient stays where it is
+            step = torch.where(
+                gnorm > 0,
+                grad / gnorm.clamp_min(torch.finfo(grad.dtype).tiny),
+                torch.zeros_like(grad),
+            )  # a zero gradient stays where it is
             Delta = project_ball(Delta.detach() + eta * step, radius, exact=False)
     best_Delta = best_Delta.detach()
     return best_val.detach(), project_ball(best_Delta, radius) if exact_result else best_Delta
 
 
-def _ascend(objective, Xt: torch.Tensor, row_list: list[int], *, starts: int, steps: int,
-            seed: int, extra: torch.Tensor | None, lr: float, max_batch_elements: int,
-            progress: bool) -> dict[int, torch.Tensor]:
+def _ascend(
+    objective,
+    Xt: torch.Tensor,
+    row_list: list[int],
+    *,
+    starts: int,
+    steps: int,
+    seed: int,
+    extra: torch.Tensor | None,
+    lr: float,
+    max_batch_elements: int,
+    progress: bool,
+) -> dict[int, torch.Tensor]:
     """The search shared by :func:`word_sensitivity` and the fast attention estimator
-    (:func:`wsutils.estimators.attention.attention_word_sensitivity`): ``objective(chunk)`` returns a
-    function ``values(row_idx, Delta) -> (B,)`` of relative changes for the rows of ``chunk``.
-    Same seed, same starts and same steps whichever objective is used. Returns, for each
-    row, the best iterate over its starts (on the CPU, in the search dtype, not yet on the
+    (:func:`wsutils.estimators.attention.attention_word_sensitivity`): ``objective(chunk)``
+    returns a function ``values(row_idx, Delta) -> (B,)`` of relative changes for the rows of
+    ``chunk``. Same seed, same starts and same steps whichever objective is used. Returns, for
+    each row, the best iterate over its starts (on the CPU, in the search dtype, not yet on the
     exact ball: :func:`certify` projects it in float64); a row where every value was NaN is a
     ValueError."""
     n, d = Xt.shape
@@ -461,7 +569,7 @@ def _ascend(objective, Xt: torch.Tensor, row_list: list[int], *, starts: int, st
     S = starts + (0 if extra is None else extra.shape[0])
     g = torch.Generator().manual_seed(int(seed))
     rows_per_chunk = max(1, max_batch_elements // (S * n * d))
-    chunks = [row_list[j:j + rows_per_chunk] for j in range(0, len(row_list), rows_per_chunk)]
+    chunks = [row_list[j : j + rows_per_chunk] for j in range(0, len(row_list), rows_per_chunk)]
     found: dict[int, torch.Tensor] = {}
     for chunk in tqdm(chunks, desc="word sensitivity", disable=not progress, leave=False):
         R = len(chunk)
@@ -472,13 +580,16 @@ def _ascend(objective, Xt: torch.Tensor, row_list: list[int], *, starts: int, st
         Delta = project_ball(Delta.reshape(R * S, d), radius, exact=False)
         row_idx = torch.tensor(chunk, device=Xt.device).repeat_interleave(S)
         values = objective(chunk)
-        best_val, best_Delta = cosine_ascent(lambda D: values(row_idx, D), Delta, radius,
-                                             steps=steps, lr=lr, exact_result=False)
+        best_val, best_Delta = cosine_ascent(
+            lambda D: values(row_idx, D), Delta, radius, steps=steps, lr=lr, exact_result=False
+        )
         vals = best_val.reshape(R, S).cpu()
         lost = [r for j, r in enumerate(chunk) if not bool(torch.isfinite(vals[j]).any())]
         if lost:
-            raise ValueError(f"the map gave non-finite values (NaN or inf) at every iterate of "
-                             f"rows {lost}: no relative change could be measured there.")
+            raise ValueError(
+                f"the map gave non-finite values (NaN or inf) at every iterate of "
+                f"rows {lost}: no relative change could be measured there."
+            )
         for j, r in enumerate(chunk):
             k = j * S + int(torch.argmax(torch.nan_to_num(vals[j], nan=-math.inf)))
             found[r] = best_Delta[k].detach().cpu()

@@ -44,9 +44,15 @@ def _draw_bytes(numel: int, dtype: torch.dtype, draw: torch.dtype) -> int:
     return size + (numel * dtype.itemsize if dtype != draw else 0)
 
 
-def gaussian(shape: Sequence[int], std: float, *, seed: int, device=None,
-             dtype: torch.dtype = torch.float64,
-             draw: torch.dtype = torch.float64) -> torch.Tensor:
+def gaussian(
+    shape: Sequence[int],
+    std: float,
+    *,
+    seed: int,
+    device=None,
+    dtype: torch.dtype = torch.float64,
+    draw: torch.dtype = torch.float64,
+) -> torch.Tensor:
     """I.i.d. ``N(0, std²)`` entries of the given shape, reproducible from ``seed``.
 
     The normals are drawn in ``draw`` precision (float64, or float32 where the calling code
@@ -61,26 +67,42 @@ def gaussian(shape: Sequence[int], std: float, *, seed: int, device=None,
         raise TypeError(f"dtype must be a floating torch dtype, got {dtype!r}.")
     device = _device_arg(device)
     numel = math.prod(dims.values())
-    check_fits(_draw_bytes(numel, dtype, draw), f"drawing {tuple(dims.values())} weights",
-               hint="use smaller sizes")
+    check_fits(
+        _draw_bytes(numel, dtype, draw),
+        f"drawing {tuple(dims.values())} weights",
+        hint="use smaller sizes",
+    )
     if device is not None and device.type != "cpu":
-        check_fits(numel * dtype.itemsize, f"{tuple(dims.values())} weights", device,
-                   hint="use smaller sizes or device='cpu'")
+        check_fits(
+            numel * dtype.itemsize,
+            f"{tuple(dims.values())} weights",
+            device,
+            hint="use smaller sizes or device='cpu'",
+        )
     g = torch.Generator().manual_seed(seed)
     out = torch.randn(*dims.values(), generator=g, dtype=draw).mul_(std).to(dtype)
     return out.to(device) if device is not None else out
 
 
-def sample_V(k: int, n: int, d: int, *, seed: int, device=None,
-             dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def sample_V(
+    k: int, n: int, d: int, *, seed: int, device=None, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     """RF weights ``V ∈ R^{k×D}``, entries ``N(0, 1/D)``, ``D = n·d`` (eq. :eq:`eq-rf`)."""
     k, n, d = _dims(k=k, n=n, d=d).values()
     D = n * d
     return gaussian((k, D), 1 / math.sqrt(D), seed=seed, device=device, dtype=dtype)
 
 
-def sample_Vs(n: int, d: int, L: int, *, widths: Sequence[int] | None = None, seed: int,
-              device=None, dtype: torch.dtype = torch.float64) -> list[torch.Tensor]:
+def sample_Vs(
+    n: int,
+    d: int,
+    L: int,
+    *,
+    widths: Sequence[int] | None = None,
+    seed: int,
+    device=None,
+    dtype: torch.dtype = torch.float64,
+) -> list[torch.Tensor]:
     """DRF weights (eq. :eq:`eq-drf`): ``L`` layers, layer ``l`` of shape ``k_l × k_{l−1}``
     with He scaling ``N(0, 2/k_{l−1})``; ``k_0 = D = n·d``. The authors use ``k_l = D``
     for every layer (``widths=None``). Layer ``l`` uses seed ``seed + l``."""
@@ -90,28 +112,36 @@ def sample_Vs(n: int, d: int, L: int, *, widths: Sequence[int] | None = None, se
     n, d = _dims(n=n, d=d).values()
     seed = check_seed(seed)
     if seed + L - 1 >= SEED_LIMIT:
-        raise ValueError(f"layer l uses seed + l, so seed + L − 1 must be below 2**63; got "
-                         f"seed = {seed}, L = {L}. Pass a smaller seed.")
+        raise ValueError(
+            f"layer l uses seed + l, so seed + L − 1 must be below 2**63; got "
+            f"seed = {seed}, L = {L}. Pass a smaller seed."
+        )
     widths = [n * d] * L if widths is None else list(widths)
     if len(widths) != L:
         raise ValueError(f"widths must list L = {L} layer widths, got {len(widths)}.")
     widths = [check_int(f"widths[{l}]", k, minimum=1) for l, k in enumerate(widths)]
     fans = [n * d] + widths[:-1]
     total = sum(k * f for k, f in zip(widths, fans)) * dtype.itemsize
-    check_fits(total, f"{L} DRF layers of widths {widths}", _device_arg(device),
-               hint="use smaller widths")
-    return [gaussian((k, f), math.sqrt(2 / f), seed=seed + l, device=device, dtype=dtype)
-            for l, (k, f) in enumerate(zip(widths, fans))]
+    check_fits(
+        total, f"{L} DRF layers of widths {widths}", _device_arg(device), hint="use smaller widths"
+    )
+    return [
+        gaussian((k, f), math.sqrt(2 / f), seed=seed + l, device=device, dtype=dtype)
+        for l, (k, f) in enumerate(zip(widths, fans))
+    ]
 
 
-def sample_W(d: int, *, seed: int, device=None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def sample_W(
+    d: int, *, seed: int, device=None, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     """Attention weights ``W ∈ R^{d×d}``, entries ``N(0, 1/d)`` (eq. :eq:`eq-raf`)."""
     (d,) = _dims(d=d).values()
     return gaussian((d, d), 1 / math.sqrt(d), seed=seed, device=device, dtype=dtype)
 
 
-def sample_X(n: int, d: int, *, seed: int, device=None,
-             dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def sample_X(
+    n: int, d: int, *, seed: int, device=None, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     """A synthetic text: ``n`` i.i.d. Gaussian rows rescaled to norm ``√d`` (the paper's
     synthetic texts). Rescaled in float64, then cast to ``dtype``."""
     n, d = _dims(n=n, d=d).values()

@@ -11,15 +11,15 @@ with jupyter-cache's own API. myst-nb then finds every chapter in the cache and 
 
 What a cached page can depend on (:func:`environment_key`): the cache folder is
 ``_build/.jupyter_cache/<key>``, where ``key`` is a SHA-256 of the ``WSBOOK_*`` knobs (the
-scale, model, reviews, chat model; a local model or review path by its files' contents;
-a hub name by the name alone), every file of ``wsutils/`` and ``data/``, the pinned
-requirements, ``pyproject.toml``, ``book/matplotlibrc`` and the Python version. jupyter-cache itself keys each chapter on its
-code cells and kernelspec, so a change of prose re-renders from the cache, a change of one
-chapter's code re-executes that chapter only, and any change to the package, the data, the
-pins or a knob starts a fresh folder (the old ones are pruned, :data:`KEEP`). The sweep store
-that ``wsutils.run.sweep.run_grid`` uses during the build (``WSBOOK_SWEEP_STORE``, set for
-the kernels only) lives inside the same folder, so grids are reused exactly as long as the
-package and the knobs are unchanged.
+scale, model, reviews, chat model; a local model or review path by its files' contents; a hub
+name by the name alone), every file of ``wsutils/`` and ``data/``, the pinned requirements,
+``pyproject.toml``, ``book/matplotlibrc`` and the Python version. jupyter-cache itself keys
+each chapter on its code cells and kernelspec, so a change of prose re-renders from the cache,
+a change of one chapter's code re-executes that chapter only, and any change to the package,
+the data, the pins or a knob starts a fresh folder (the old ones are pruned, :data:`KEEP`). The
+sweep store that ``wsutils.run.sweep.run_grid`` uses during the build (``WSBOOK_SWEEP_STORE``,
+set for the kernels only) lives inside the same folder, so grids are reused exactly as long as
+the package and the knobs are unchanged.
 
 Kernels talk to the build over IPC sockets (``KernelManager.transport = "ipc"``), not TCP:
 ipykernel warns about unencrypted TCP, and local sockets are what a local build needs. With
@@ -59,9 +59,16 @@ KEY_FILES = ("requirements.txt", "requirements-model.txt", "pyproject.toml", "bo
 #: Only an ordering hint (longest first) before a chapter has been timed on this machine:
 #: wall seconds of each chapter at the paper scale, measured whole on 2 cores (issue 25).
 EXPECTED_SECONDS = {
-    "generalization": 787, "imdb": 717, "relu-attention": 442, "attention": 424,
-    "deep-random-features": 280, "random-features": 192, "trained-attention": 155,
-    "word-sensitivity": 96, "normalisation": 92, "figure-1": 27,
+    "generalization": 787,
+    "imdb": 717,
+    "relu-attention": 442,
+    "attention": 424,
+    "deep-random-features": 280,
+    "random-features": 192,
+    "trained-attention": 155,
+    "word-sensitivity": 96,
+    "normalisation": 92,
+    "figure-1": 27,
 }
 TIMINGS = CACHE_ROOT / "timings.json"
 
@@ -119,25 +126,33 @@ def prune(keep: Path, n_keep: int = KEEP) -> None:
     """Remove all but the ``n_keep`` most recently used environment folders (``keep`` stays)."""
     if not CACHE_ROOT.is_dir():
         return
-    folders = sorted((p for p in CACHE_ROOT.iterdir() if p.is_dir() and p != keep),
-                     key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in folders[max(0, n_keep - 1):]:
+    folders = sorted(
+        (p for p in CACHE_ROOT.iterdir() if p.is_dir() and p != keep),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for old in folders[max(0, n_keep - 1) :]:
         shutil.rmtree(old, ignore_errors=True)
 
 
 def lanes(n_chapters: int, cores: int | None = None) -> int:
     """Chapters executed at once: one per core, at most the number to execute."""
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)
+        cores = (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
     return max(1, min(cores, n_chapters))
 
 
 def longest_first(names: Iterable[str], measured: dict[str, float]) -> list[str]:
     """Chapters ordered by their last measured time, else :data:`EXPECTED_SECONDS`, longest first
     (the longest-processing-time rule: it keeps the last lane from running alone for long)."""
+
     def cost(name: str) -> float:
         return measured.get(name, EXPECTED_SECONDS.get(name, 60.0))
+
     return sorted(names, key=lambda name: (-cost(name), name))
 
 
@@ -253,14 +268,27 @@ def execute_one(job: Job, *, env: dict[str, str]) -> tuple[object, float, float,
 
     def after(cell=None, cell_index=0, **_kwargs) -> None:
         t0, c0 = cpu["cell"]
-        cells.append(CellCost(job.docname, cell_index, _first_line(cell.source if cell else ""),
-                              time.monotonic() - t0, cpu_now() - c0))
+        cells.append(
+            CellCost(
+                job.docname,
+                cell_index,
+                _first_line(cell.source if cell else ""),
+                time.monotonic() - t0,
+                cpu_now() - c0,
+            )
+        )
 
     # record_timing=False: cell metadata is part of the cache key (jupyter-cache hashes it)
-    client = NotebookClient(job.notebook, timeout=job.timeout, allow_errors=False,
-                            record_timing=False, config=config,
-                            on_cell_execute=before, on_cell_executed=after,
-                            resources={"metadata": {"path": str(job.path.parent)}})
+    client = NotebookClient(
+        job.notebook,
+        timeout=job.timeout,
+        allow_errors=False,
+        record_timing=False,
+        config=config,
+        on_cell_execute=before,
+        on_cell_executed=after,
+        resources={"metadata": {"path": str(job.path.parent)}},
+    )
     start = time.monotonic()
     try:
         client.execute(env=env)
@@ -300,15 +328,19 @@ class Prefill:
         timings = _load_timings()
         scale = os.environ.get("WSBOOK_SCALE", "quick")
         measured = timings.get(scale, {})
-        order = {name: i for i, name in enumerate(longest_first([j.docname for j in todo],
-                                                                measured))}
+        order = {
+            name: i for i, name in enumerate(longest_first([j.docname for j in todo], measured))
+        }
         todo.sort(key=lambda j: order[j.docname])
         n_lanes = lanes(len(todo))
         cores = lanes(10**6)
         threads = max(1, cores // n_lanes) if n_lanes > 1 else None
-        self.write(f"executing {len(todo)} chapter(s), {n_lanes} at a time, longest first"
-                   + (f", {threads} thread(s) each" if threads else "") + ": "
-                   + ", ".join(j.docname for j in todo))
+        self.write(
+            f"executing {len(todo)} chapter(s), {n_lanes} at a time, longest first"
+            + (f", {threads} thread(s) each" if threads else "")
+            + ": "
+            + ", ".join(j.docname for j in todo)
+        )
         failures = []
         with ThreadPoolExecutor(n_lanes, thread_name_prefix="wsbook-chapter") as pool:
             pending = {}
@@ -316,8 +348,9 @@ class Prefill:
 
             def submit(job: Job) -> None:
                 progress = progress_factory(job.docname)
-                env = kernel_environment(threads, progress.path if progress else None,
-                                         self.cache_path / "sweeps")
+                env = kernel_environment(
+                    threads, progress.path if progress else None, self.cache_path / "sweeps"
+                )
                 future = pool.submit(execute_one, job, env=env)
                 pending[future] = (job, progress)
 
@@ -361,21 +394,27 @@ class Prefill:
             record = self.cache.add_nb_to_project(str(job.path))
         self.cache.cache_notebook_bundle(
             CacheBundleIn(notebook, record.uri, data={"execution_seconds": wall}),
-            check_validity=False, overwrite=True)
+            check_validity=False,
+            overwrite=True,
+        )
 
 
 def costliest_cells(cells: Iterable[CellCost], n: int = 12) -> list[str]:
     """The ``n`` code cells of the largest CPU time, one line each."""
     top = sorted(cells, key=lambda c: -(c.cpu if c.cpu == c.cpu else c.wall))[:n]
-    return [f"{c.docname:<22} cell {c.index:>3} {c.wall:7.0f} s {c.cpu:7.0f} CPU s  {c.line}"
-            for c in top]
+    return [
+        f"{c.docname:<22} cell {c.index:>3} {c.wall:7.0f} s {c.cpu:7.0f} CPU s  {c.line}"
+        for c in top
+    ]
 
 
 def format_table(rows: Iterable[Row]) -> list[str]:
     """The end-of-build table, one line a chapter and a total."""
     rows = list(rows)
-    lines = [f"{'chapter':<24} {'wall s':>8} {'CPU s':>8}  cache",
-             f"{'-' * 24} {'-' * 8} {'-' * 8}  --------"]
+    lines = [
+        f"{'chapter':<24} {'wall s':>8} {'CPU s':>8}  cache",
+        f"{'-' * 24} {'-' * 8} {'-' * 8}  --------",
+    ]
     for r in rows:
         wall = f"{r.wall:8.0f}" if r.wall is not None else f"{'–':>8}"
         cpu = f"{r.cpu:8.0f}" if r.cpu is not None else f"{'–':>8}"
@@ -383,7 +422,9 @@ def format_table(rows: Iterable[Row]) -> list[str]:
         lines.append(f"{r.docname:<24} {wall} {cpu}  {status}")
     executed = [r for r in rows if r.status == "executed"]
     if executed:
-        lines.append(f"{'all executed':<24} {sum(r.wall for r in executed):8.0f} "
-                     f"{sum(r.cpu for r in executed if r.cpu == r.cpu):8.0f}  "
-                     f"({len(executed)} executed, {len(rows) - len(executed)} from the cache)")
+        lines.append(
+            f"{'all executed':<24} {sum(r.wall for r in executed):8.0f} "
+            f"{sum(r.cpu for r in executed if r.cpu == r.cpu):8.0f}  "
+            f"({len(executed)} executed, {len(rows) - len(executed)} from the cache)"
+        )
     return lines

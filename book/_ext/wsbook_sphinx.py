@@ -1,4 +1,5 @@
-"""Build-time choices for the book's HTML, loaded by ``_config.yml`` (``sphinx: local_extensions:``).
+"""Build-time choices for the book's HTML, loaded by ``_config.yml`` (``sphinx:
+local_extensions:``).
 
 MathJax: ``make mathjax`` unpacks the npm package ``mathjax@3`` into ``_static/mathjax/`` at
 the repository root (ignored by git). When ``_static/mathjax/es5/tex-mml-chtml.js`` exists at
@@ -32,7 +33,9 @@ from sphinx.application import Sphinx
 from sphinx.config import Config
 from sphinx.util import logging
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling module, as Sphinx loads this one
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent)
+)  # the sibling module, as Sphinx loads this one
 import wsbook_execute  # noqa: E402
 
 STATIC = Path(__file__).resolve().parents[2] / "_static"  # <repo>/_static
@@ -53,8 +56,14 @@ class BuildProgress:
 
     ``write`` prints one line (the build's logger; a list's ``append`` in tests)."""
 
-    def __init__(self, write: Callable[[str], None], *, poll: float = 0.5,
-                 heartbeat: float = HEARTBEAT, export: bool = True) -> None:
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        *,
+        poll: float = 0.5,
+        heartbeat: float = HEARTBEAT,
+        export: bool = True,
+    ) -> None:
         """``export``: set ``WSBOOK_PROGRESS`` in this process, for kernels that inherit it
         (myst-nb's own execution); the chapter executor passes the path to its kernel."""
         self.write, self.poll, self.heartbeat, self.export = write, poll, heartbeat, export
@@ -184,7 +193,8 @@ def prefill(app: Sphinx, env, docnames: list[str]) -> None:
             continue
         notebook = reader.read(text)
         timeout = notebook.metadata.get("mystnb", {}).get(
-            "execution_timeout", env.mystnb_config.execution_timeout)
+            "execution_timeout", env.mystnb_config.execution_timeout
+        )
         jobs.append(wsbook_execute.Job(docname, path, notebook, reader.read_fmt, timeout))
 
     def progress(docname: str) -> BuildProgress:
@@ -207,8 +217,10 @@ def report(app: Sphinx, exception) -> None:
         return
     lines = wsbook_execute.format_table(rows[name] for name in sorted(rows))
     seconds = getattr(app, "_wsbook_prefill_seconds", 0.0)
-    logger.info("chapters (wall s of each chapter's own kernel; CPU s of that kernel and its "
-                f"processes); executing took {seconds:.0f} s wall in all:")
+    logger.info(
+        "chapters (wall s of each chapter's own kernel; CPU s of that kernel and its "
+        f"processes); executing took {seconds:.0f} s wall in all:"
+    )
     for line in lines:
         logger.info("  " + line)
     runner = getattr(app, "_wsbook_runner", None)

@@ -34,15 +34,37 @@ import torch
 
 from .._tensor import Array, as_tensor, like
 from ..checks import check_int, check_seed, check_shape, check_text, check_unit_rows
-from ..maps import (Normalisation, _general_attention, _pow2_above, _raf, _sparsemax_threshold,
-                   attention_scores, normalise_scores)
+from ..maps import (
+    Normalisation,
+    _general_attention,
+    _pow2_above,
+    _raf,
+    _sparsemax_threshold,
+    attention_scores,
+    normalise_scores,
+)
+from ..sensitivity import (
+    SensitivityResult,
+    _ascend,
+    _changes64,
+    _rows,
+    certify,
+    check_lr,
+    project_ball,
+    search_dtype,
+    search_setup,
+)
 from .relu import _orthogonal_points
-from ..sensitivity import (SensitivityResult, _ascend, _changes64, _rows, certify, check_lr,
-                          project_ball, search_setup, search_dtype)
 
 __all__ = [
-    "KINDS", "row_takeover", "key_takeover", "takeover_candidates", "certified_lower_bound",
-    "TakeoverCertificate", "takeover_certificate", "row_competition",
+    "KINDS",
+    "row_takeover",
+    "key_takeover",
+    "takeover_candidates",
+    "certified_lower_bound",
+    "TakeoverCertificate",
+    "takeover_certificate",
+    "row_competition",
     "attention_word_sensitivity",
 ]
 
@@ -90,8 +112,10 @@ def _normalisation(kind) -> Normalisation:
     if isinstance(kind, Normalisation):
         return kind
     if not isinstance(kind, str) or kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS} (softmax or ReLU attention) or a "
-                         f"wsutils.maps.Normalisation (any other normalisation), got {kind!r}.")
+        raise ValueError(
+            f"kind must be one of {KINDS} (softmax or ReLU attention) or a "
+            f"wsutils.maps.Normalisation (any other normalisation), got {kind!r}."
+        )
     return Normalisation("softmax" if kind == "raf" else "relu")
 
 
@@ -102,7 +126,7 @@ def _kernel(kind):
     return lambda X, W: _general_attention(X, W, norm)
 
 
-_EIG_CACHE: list = []     # [(a float64 copy of the last W, (λ, u))]
+_EIG_CACHE: list = []  # [(a float64 copy of the last W, (λ, u))]
 
 
 def _top_eigvec(W: torch.Tensor) -> tuple[float, torch.Tensor]:
@@ -110,9 +134,13 @@ def _top_eigvec(W: torch.Tensor) -> tuple[float, torch.Tensor]:
     ``W`` equals the last matrix exactly (an ``O(d²)`` comparison against the ``O(d³)``
     eigendecomposition, which the take-over constructions ask for several times per text)."""
     W64 = W.to(torch.float64)
-    cached = _EIG_CACHE[0] if _EIG_CACHE else None      # read the entry once
-    if cached is not None and cached[0].shape == W64.shape \
-            and cached[0].device == W64.device and torch.equal(cached[0], W64):
+    cached = _EIG_CACHE[0] if _EIG_CACHE else None  # read the entry once
+    if (
+        cached is not None
+        and cached[0].shape == W64.shape
+        and cached[0].device == W64.device
+        and torch.equal(cached[0], W64)
+    ):
         lam, u = cached[1]
         return lam, u.clone()
     evals, evecs = torch.linalg.eigh((W64 + W64.T) / 2)
@@ -134,8 +162,10 @@ def _key_takeover(Xt: torch.Tensor, Wt: torch.Tensor, i: int) -> torch.Tensor:
     v = Wt.to(torch.float64).T @ Xt.to(torch.float64).mean(dim=0)
     norm = float(torch.linalg.vector_norm(v))
     if norm == 0:
-        raise ValueError("Wᵀx̄ = 0 (the mean row is in the kernel of Wᵀ): the key take-over "
-                         "has no direction; use row_takeover instead.")
+        raise ValueError(
+            "Wᵀx̄ = 0 (the mean row is in the kernel of Wᵀ): the key take-over "
+            "has no direction; use row_takeover instead."
+        )
     return project_ball((math.sqrt(d) * v[None] / norm).to(Xt.dtype), math.sqrt(d))[0]
 
 
@@ -165,8 +195,9 @@ def _takeover_candidates(Xt, Wt, i, blends=(0.25, 0.5, 0.75)) -> torch.Tensor:
     return project_ball(torch.stack(cands).to(Xt.dtype), math.sqrt(d))
 
 
-def takeover_candidates(X: Array, W: Array, row: int,
-                        blends: Sequence[float] = (0.25, 0.5, 0.75)) -> Array:
+def takeover_candidates(
+    X: Array, W: Array, row: int, blends: Sequence[float] = (0.25, 0.5, 0.75)
+) -> Array:
     """The constructions of :prf:ref:`def-takeover` as an ``m × d`` array: the row take-over
     (both signs of ``u``), the key take-over, and for each ``t`` in ``blends`` the direction
     ``(1 − t)·Δ_row + t·Δ_key`` rescaled to norm ``√d``. Every row lies in the ball exactly."""
@@ -185,8 +216,7 @@ def _constructions(Xt: torch.Tensor, Wt: torch.Tensor, i: int, kind) -> torch.Te
     (``y = 2c`` and ``y = c + ‖c‖e`` with a positive self-score, computed in float64;
     none where ``K_i = {0}``, i.e. typically ``n − 1 ≥ d``)."""
     d = Xt.shape[1]
-    cands = [_takeover_candidates(Xt, Wt, i),
-             project_ball(Xt[i:i + 1].clone(), math.sqrt(d))]
+    cands = [_takeover_candidates(Xt, Wt, i), project_ball(Xt[i : i + 1].clone(), math.sqrt(d))]
     if _normalisation(kind).name == "relu":
         points = _orthogonal_cached(Xt.to(torch.float64), Wt.to(torch.float64), i)
         if points is not None:
@@ -194,7 +224,7 @@ def _constructions(Xt: torch.Tensor, Wt: torch.Tensor, i: int, kind) -> torch.Te
     return torch.cat(cands)
 
 
-_ORTHO_CACHE: list = []   # [(X64, W64, i, points)], the last _ORTHO_KEEP rows asked for
+_ORTHO_CACHE: list = []  # [(X64, W64, i, points)], the last _ORTHO_KEEP rows asked for
 _ORTHO_KEEP = 4
 
 
@@ -206,8 +236,14 @@ def _orthogonal_cached(X64: torch.Tensor, W64: torch.Tensor, i: int):
     (``O(n·d + d²)`` comparisons): :func:`certified_lower_bound` and the search's starts ask
     for the same rows."""
     for Xk, Wk, ik, pts in _ORTHO_CACHE:
-        if ik == i and Xk.shape == X64.shape and Wk.shape == W64.shape \
-                and Xk.device == X64.device and torch.equal(Xk, X64) and torch.equal(Wk, W64):
+        if (
+            ik == i
+            and Xk.shape == X64.shape
+            and Wk.shape == W64.shape
+            and Xk.device == X64.device
+            and torch.equal(Xk, X64)
+            and torch.equal(Wk, W64)
+        ):
             return None if pts is None else pts.clone()
     try:
         _, points = _orthogonal_points(X64, W64, i)
@@ -218,8 +254,9 @@ def _orthogonal_cached(X64: torch.Tensor, W64: torch.Tensor, i: int):
     return None if pts is None else pts.clone()
 
 
-def certified_lower_bound(X: Array, W: Array, row: int, *,
-                          kind: str | Normalisation = "raf") -> float:
+def certified_lower_bound(
+    X: Array, W: Array, row: int, *, kind: str | Normalisation = "raf"
+) -> float:
     """The best certificate the book proves for ``kind`` at word ``row``:
     ``max_Δ ‖φ(X_row(Δ)) − φ(X)‖/‖φ(X)‖`` over every construction of ``_constructions``, the
     row and key take-overs and their blends (:func:`takeover_candidates`,
@@ -234,7 +271,7 @@ def certified_lower_bound(X: Array, W: Array, row: int, *,
     fn = _kernel(kind)
     Xt, Wt, n, d = _prepare(X, W)
     i = _one_row(row, n)
-    X64, W64 = Xt.to(torch.float64), _weights64(W, Xt)       # the caller's W, not Wt
+    X64, W64 = Xt.to(torch.float64), _weights64(W, Xt)  # the caller's W, not Wt
     cands = _constructions(X64, W64, i, kind)
     vals = _changes64(lambda Z: fn(Z, W64), X64, [i] * cands.shape[0], cands)
     return float(vals.max())
@@ -274,11 +311,17 @@ def _row_competition(Xt: torch.Tensor, Wt: torch.Tensor, i: int) -> dict:
     Delta = _row_takeover(Xt, Wt, i)
     Xp = Xt.clone()
     Xp[i] += Delta
-    s = (Xp[i] @ Wt) @ Xp.T / math.sqrt(d)            # row i of attention_scores(Xp, W)
-    others = torch.cat([s[:i], s[i + 1:]])
+    s = (Xp[i] @ Wt) @ Xp.T / math.sqrt(d)  # row i of attention_scores(Xp, W)
+    others = torch.cat([s[:i], s[i + 1 :]])
     lse = float(torch.logsumexp(others, 0)) if n > 1 else -math.inf
-    return {"lam": lam, "Delta": Delta, "self_score": float(s[i]), "lse_others": lse,
-            "margin": float(s[i]) - lse, "self_weight": float(torch.softmax(s, 0)[i])}
+    return {
+        "lam": lam,
+        "Delta": Delta,
+        "self_score": float(s[i]),
+        "lse_others": lse,
+        "margin": float(s[i]) - lse,
+        "self_weight": float(torch.softmax(s, 0)[i]),
+    }
 
 
 def row_competition(X: Array, W: Array, row: int) -> dict:
@@ -298,7 +341,7 @@ def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
     (the margin from :func:`row_competition`)."""
     Xt, Wt, n, d = _prepare(X, W, check_norms=True)
     i = _one_row(row, n)
-    Xt, Wt = Xt.to(torch.float64), _weights64(W, Xt)          # the caller's W, not rounded
+    Xt, Wt = Xt.to(torch.float64), _weights64(W, Xt)  # the caller's W, not rounded
     c = _row_competition(Xt, Wt, i)
     Delta, a_self = c["Delta"], c["self_weight"]
     A = torch.softmax(attention_scores(Xt, Wt), dim=-1)
@@ -307,14 +350,23 @@ def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
     a_row = float(torch.linalg.vector_norm(A[i]))
     bound = ((1 + math.sqrt(2)) * a_self - 1 - kappa * a_row) / (kappa * A_fro)
     exact = float(_changes64(lambda Z: _raf(Z, Wt), Xt, [i], Delta[None])[0])
-    return TakeoverCertificate(lam=c["lam"], self_score=c["self_score"],
-                               lse_others=c["lse_others"], margin=c["margin"],
-                               self_weight=a_self, kappa=kappa, A_fro=A_fro, a_row=a_row,
-                               bound=bound, exact=exact)
+    return TakeoverCertificate(
+        lam=c["lam"],
+        self_score=c["self_score"],
+        lse_others=c["lse_others"],
+        margin=c["margin"],
+        self_weight=a_self,
+        kappa=kappa,
+        A_fro=A_fro,
+        a_row=a_row,
+        bound=bound,
+        exact=exact,
+    )
 
 
-def _entmax_threshold(z: torch.Tensor, alpha: float, iters: int = 64,
-                      k: int = 128) -> torch.Tensor:
+def _entmax_threshold(
+    z: torch.Tensor, alpha: float, iters: int = 64, k: int = 128
+) -> torch.Tensor:
     """A lower bound of ``τ`` with ``Σ_l [(α−1)z_l − τ]_+^{1/(α−1)} = 1`` along the last axis,
     keepdim (``−inf`` entries allowed), by bisection on the ``k`` largest entries of each row.
 
@@ -327,11 +379,11 @@ def _entmax_threshold(z: torch.Tensor, alpha: float, iters: int = 64,
     ulp of 1 whatever ``(α−1)·max z``; ``(α−1)·max z`` is added back at the end.
     Cost ``O(n·k·iters)`` for ``n`` rows, instead of ``O(n²·iters)``."""
     top = z.amax(dim=-1, keepdim=True)
-    zz = (alpha - 1) * (z - top)          # shifted: the bisection keeps its digits at any α
+    zz = (alpha - 1) * (z - top)  # shifted: the bisection keeps its digits at any α
     n = z.shape[-1]
     if k < n:
         zz = torch.topk(zz, k, dim=-1).values
-    lo, hi = torch.full_like(top, -1.0), torch.full_like(top, -float(n) ** (1 - alpha))
+    lo, hi = torch.full_like(top, -1.0), torch.full_like(top, -(float(n) ** (1 - alpha)))
     for _ in range(iters):
         mid = (lo + hi) / 2
         mass = torch.clamp(zz - mid, min=0).pow(1 / (alpha - 1)).sum(dim=-1, keepdim=True)
@@ -353,7 +405,7 @@ def _support_floor(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
     if n == 1:
         return s - 1
     top = s.argmax(dim=-1, keepdim=True)
-    rest = s.scatter(-1, top, -math.inf)                  # the row without its largest entry
+    rest = s.scatter(-1, top, -math.inf)  # the row without its largest entry
     if norm.name == "hardmax":
         return rest.amax(dim=-1, keepdim=True)
     if norm.name == "sparsemax":
@@ -431,28 +483,35 @@ class _FastObjective:
         else:
             self.W = W if c == 1.0 else W * c
             self.kind = {"softmax": "raf", "scalable": "raf", "sigmoid": "sigmoid"}.get(
-                norm.name, "compact")
+                norm.name, "compact"
+            )
         # the normalisation of the already scaled scores (row i is recomputed with it)
-        self.inner = (Normalisation("sigmoid", bias=norm.sigmoid_bias(n)) if norm.name == "sigmoid"
-                      else Normalisation(norm.name, alpha=norm.alpha) if norm.name == "entmax"
-                      else Normalisation("softmax" if norm.name == "scalable" else norm.name))
+        self.inner = (
+            Normalisation("sigmoid", bias=norm.sigmoid_bias(n))
+            if norm.name == "sigmoid"
+            else Normalisation(norm.name, alpha=norm.alpha)
+            if norm.name == "entmax"
+            else Normalisation("softmax" if norm.name == "scalable" else norm.name)
+        )
         kind = self.kind
         W = self.W
         with torch.no_grad():
             s = attention_scores(X, W)
             if not bool(torch.isfinite(s).all()):
-                raise ValueError(f"the attention scores c·XWXᵀ/√d overflow {X.dtype}: pass "
-                                 "float64 input or a smaller W.")
+                raise ValueError(
+                    f"the attention scores c·XWXᵀ/√d overflow {X.dtype}: pass "
+                    "float64 input or a smaller W."
+                )
             self.s = s
-            self.xsq = (X ** 2).sum(-1)                       # ‖x_i‖²
+            self.xsq = (X**2).sum(-1)  # ‖x_i‖²
             if kind in ("sigmoid", "compact"):
                 getattr(self, "_init_" + kind)(s)
                 return
             idx = torch.arange(n, device=X.device)
             kstar = (s if kind == "raf" else torch.relu(s)).argmax(dim=1)
-            top = (idx, kstar)                                # entries (j, k*_j): O(n) edits
+            top = (idx, kstar)  # entries (j, k*_j): O(n) edits
             self.top = torch.zeros(n, n, dtype=torch.bool, device=X.device)
-            self.top[top] = True                              # top[j, i]: i is j's largest key
+            self.top[top] = True  # top[j, i]: i is j's largest key
             if kind == "raf":
                 shift = s.max(dim=1, keepdim=True).values
                 E = torch.exp(s - shift)
@@ -472,22 +531,21 @@ class _FastObjective:
                 # from the scores, not from E: exp(s − max) underflows when k* dominates
                 s_oth = s.clone()
                 s_oth[top] = -math.inf
-                lse_top = torch.logsumexp(s_oth, dim=1, keepdim=True)   # −inf if n = 1
+                lse_top = torch.logsumexp(s_oth, dim=1, keepdim=True)  # −inf if n = 1
                 lse_fin = torch.where(torch.isfinite(lse_top), lse_top, torch.zeros_like(lse_top))
-                self.Mbar = torch.exp(s_oth - lse_fin) @ X    # 0 if n = 1 (never used then)
+                self.Mbar = torch.exp(s_oth - lse_fin) @ X  # 0 if n = 1 (never used then)
                 self.logR = torch.log(R.clamp_min(torch.finfo(R.dtype).tiny)) + shift
                 self.logR[top] = lse_top[:, 0]
             else:
                 self.Mbar = (E_oth / torch.where(R_top > 0, R_top, 1.0)[:, None]) @ X
                 self.E, self.R = E, R
             # ratio Z_j/R_ji (≤ 2 off the largest key) and V2[j, i] = ‖m_ji − x_i‖²
-            self.ratio = Z / R.clamp_min(torch.finfo(R.dtype).tiny)   # 0 where Z = 0
+            self.ratio = Z / R.clamp_min(torch.finfo(R.dtype).tiny)  # 0 where Z = 0
             self.ratio[top] = 0
             # ‖φ_j − x_i‖² by expansion (one GEMM): its absolute error ≈ 2u·d is harmless
             # here, since off the largest key it is multiplied by (Z/R)² ≤ 4 and g² ≤ 1
-            M = ((self.Phi ** 2).sum(-1)[:, None] - 2 * self.Phi @ X.T
-                 + self.xsq[None]).clamp_min(0)
-            self.V2 = self.ratio ** 2 * M
+            M = ((self.Phi**2).sum(-1)[:, None] - 2 * self.Phi @ X.T + self.xsq[None]).clamp_min(0)
+            self.V2 = self.ratio**2 * M
             # on the largest key φ_j ≈ x_k* and the expansion would cancel: the difference
             # m̄_j − x_k* is formed directly (n vectors)
             self.V2[top] = ((self.Mbar - X[kstar]) ** 2).sum(-1)
@@ -505,11 +563,11 @@ class _FastObjective:
         ``Σ_g n_g·K_g·min(K_g, d)`` instead of ``n·K·min(K, d)`` with ``K`` the largest set of
         all rows (entmax's sets vary from a few keys to a hundred at ``n = 4096``)."""
         X, n, d, name = self.X, self.n, self.d, self.inner.name
-        f = _support_floor(s, self.inner)                 # (n, 1)
+        f = _support_floor(s, self.inner)  # (n, 1)
         tol = 64 * torch.finfo(s.dtype).eps * (1 + s.abs().amax(dim=1, keepdim=True))
-        count = (s > f - tol).sum(dim=1)                  # ≥ 1: the top key is in C_j
+        count = (s > f - tol).sum(dim=1)  # ≥ 1: the top key is in C_j
         unit = (self.inner.alpha - 1) if name == "entmax" else 1.0
-        pad = f - 1 / unit                                # below every possible threshold
+        pad = f - 1 / unit  # below every possible threshold
         order = torch.argsort(count, descending=True, stable=True)
         sizes = count[order].tolist()
         self.groups, start = [], 0
@@ -519,12 +577,17 @@ class _FastObjective:
             while stop < n and sizes[stop] >= _GROUP_RATIO * K:
                 stop += 1
             rows = order[start:stop]
-            zC, Cidx = torch.topk(s[rows], K, dim=1)      # each C_j: its row's |C_j| largest
+            zC, Cidx = torch.topk(s[rows], K, dim=1)  # each C_j: its row's |C_j| largest
             valid = torch.arange(K, device=X.device)[None] < count[rows][:, None]
-            g = {"rows": rows, "Cidx": Cidx, "valid": valid, "pad": pad[rows],
-                 "zC": torch.where(valid, zC, pad[rows])}
-            g["pC"] = normalise_scores(g["zC"], self.inner)   # old weights (exact zeros off)
-            XC = X[Cidx]                                  # (n_g, K, d)
+            g = {
+                "rows": rows,
+                "Cidx": Cidx,
+                "valid": valid,
+                "pad": pad[rows],
+                "zC": torch.where(valid, zC, pad[rows]),
+            }
+            g["pC"] = normalise_scores(g["zC"], self.inner)  # old weights (exact zeros off)
+            XC = X[Cidx]  # (n_g, K, d)
             # the squared change: a Gram quadratic form (K ≤ d) or the vector itself (K > d)
             g["GC" if K <= d else "XC"] = XC @ XC.transpose(1, 2) if K <= d else XC
             self.groups.append(g)
@@ -538,43 +601,53 @@ class _FastObjective:
         ``φ'_j − φ_j = (p'_ji − p_ji)x_i + p'_ji Δ``."""
         b = self.inner.bias
         a_new, a_old = col + b, self.s[:, row_idx].T + b
-        g = torch.sigmoid(a_new) * torch.sigmoid(-a_old) - torch.sigmoid(a_old) * torch.sigmoid(-a_new)
+        g = torch.sigmoid(a_new) * torch.sigmoid(-a_old) - torch.sigmoid(a_old) * torch.sigmoid(
+            -a_new
+        )
         w = torch.sigmoid(a_new)
         xsq = self.xsq[row_idx][:, None]
-        return g ** 2 * xsq + 2 * g * w * xD + w ** 2 * dd
+        return g**2 * xsq + 2 * g * w * xD + w**2 * dd
 
     def _others_compact(self, row_idx, Delta, col, xD, dd):
         """Rows ``j ≠ i`` of sparsemax, entmax, hardmax: the row's weights on ``C_j ∪ {i}``
         recomputed (exact: no other key can enter), and the squared norm of
         ``v = Σ_k c_k x_k + c_i x_i + p'_ji Δ`` (``c = p' − p``), group by group: as a quadratic
         form in the Gram matrices of the ``C_j`` when ``K_g ≤ d``, else from ``v`` itself."""
-        Gx = self.X[row_idx] @ self.X.T                   # ⟨x_k, x_i⟩, (B, n)
-        Dx = Delta @ self.X.T                             # ⟨x_k, Δ⟩
+        Gx = self.X[row_idx] @ self.X.T  # ⟨x_k, x_i⟩, (B, n)
+        Dx = Delta @ self.X.T  # ⟨x_k, Δ⟩
         xsq = self.xsq[row_idx][:, None]
         out = []
         for g in self.groups:
             rows, Cidx, valid = g["rows"], g["Cidx"], g["valid"]
             B, (m, K) = row_idx.shape[0], Cidx.shape
             colg = col[:, rows]
-            inC = (Cidx[None] == row_idx[:, None, None]) & valid[None]   # (B, n_g, K)
-            hasI = inC.any(-1)                                            # (B, n_g)
+            inC = (Cidx[None] == row_idx[:, None, None]) & valid[None]  # (B, n_g, K)
+            hasI = inC.any(-1)  # (B, n_g)
             zN = torch.where(inC, colg[..., None], g["zC"][None])
             last = torch.where(hasI, g["pad"][:, 0][None], colg)
             pN = normalise_scores(torch.cat([zN, last[..., None]], dim=-1), self.inner)
-            cC = pN[..., :K] - g["pC"][None]              # change of the weights on C_j
-            cL = torch.where(hasI, torch.zeros_like(colg), pN[..., K])   # key i outside C_j
+            cC = pN[..., :K] - g["pC"][None]  # change of the weights on C_j
+            cL = torch.where(hasI, torch.zeros_like(colg), pN[..., K])  # key i outside C_j
             wI = torch.where(hasI, (pN[..., :K] * inC).sum(-1), pN[..., K])  # new weight of i
             if "GC" in g:
                 idx = Cidx.reshape(1, -1).expand(B, -1)
                 Gi = Gx.gather(1, idx).reshape(B, m, K)
                 Di = Dx.gather(1, idx).reshape(B, m, K)
                 quad = torch.einsum("bnk,nkl,bnl->bn", cC, g["GC"], cC)
-                out.append(quad + 2 * cL * (cC * Gi).sum(-1) + cL ** 2 * xsq
-                           + 2 * wI * ((cC * Di).sum(-1) + cL * xD) + wI ** 2 * dd)
+                out.append(
+                    quad
+                    + 2 * cL * (cC * Gi).sum(-1)
+                    + cL**2 * xsq
+                    + 2 * wI * ((cC * Di).sum(-1) + cL * xD)
+                    + wI**2 * dd
+                )
             else:
-                v = (torch.einsum("bnk,nkd->bnd", cC, g["XC"])
-                     + cL[..., None] * self.X[row_idx][:, None] + wI[..., None] * Delta[:, None])
-                out.append((v ** 2).sum(-1))
+                v = (
+                    torch.einsum("bnk,nkd->bnd", cC, g["XC"])
+                    + cL[..., None] * self.X[row_idx][:, None]
+                    + wI[..., None] * Delta[:, None]
+                )
+                out.append((v**2).sum(-1))
         return torch.cat(out, dim=1)[:, self.inv_order]
 
     def _normalise(self, t: torch.Tensor) -> torch.Tensor:
@@ -588,26 +661,27 @@ class _FastObjective:
 
     def __call__(self, row_idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
         X, W, Phi = self.X, self.W, self.Phi
-        xi = X[row_idx]                                   # (B, d)
-        xp = xi + Delta                                   # x'_i
-        col = (xp @ W.T) @ X.T / self.sqd                 # s'_ji = x_j W x'_i/√d, (B, n)
+        xi = X[row_idx]  # (B, d)
+        xp = xi + Delta  # x'_i
+        col = (xp @ W.T) @ X.T / self.sqd  # s'_ji = x_j W x'_i/√d, (B, n)
         xD = (xi * Delta).sum(-1, keepdim=True)
-        dd = (Delta ** 2).sum(-1, keepdim=True)
+        dd = (Delta**2).sum(-1, keepdim=True)
         if self.kind in ("sigmoid", "compact"):
             sq = getattr(self, "_others_" + self.kind)(row_idx, Delta, col, xD, dd)
             return self._finish(sq, row_idx, Delta, xp)
-        top = self.top[:, row_idx].T                      # is i row j's largest key? (B, n)
+        top = self.top[:, row_idx].T  # is i row j's largest key? (B, n)
         # ⟨m_ji − x_i, Δ⟩
-        cross = torch.where(top, Delta @ self.Mbar.T - xD,
-                            self.ratio[:, row_idx].T * (Delta @ Phi.T - xD))
+        cross = torch.where(
+            top, Delta @ self.Mbar.T - xD, self.ratio[:, row_idx].T * (Delta @ Phi.T - xD)
+        )
         V2 = self.V2[:, row_idx].T
         if self.kind == "raf":
             logR = self.logR[:, row_idx].T
-            a = logR - col                                # ρ' = σ(a)
-            b = logR - self.s[:, row_idx].T               # ρ  = σ(b)
+            a = logR - col  # ρ' = σ(a)
+            b = logR - self.s[:, row_idx].T  # ρ  = σ(b)
             g = torch.sigmoid(a) * torch.sigmoid(-b) - torch.sigmoid(b) * torch.sigmoid(-a)
-            w = torch.sigmoid(-a)                         # 1 − ρ'
-            sq = g ** 2 * V2 + 2 * g * w * cross + w ** 2 * dd
+            w = torch.sigmoid(-a)  # 1 − ρ'
+            sq = g**2 * V2 + 2 * g * w * cross + w**2 * dd
         else:
             R = self.R[:, row_idx].T
             alpha, beta = self.E[:, row_idx].T, torch.relu(col)
@@ -617,7 +691,7 @@ class _FastObjective:
             Rb = torch.where(pos, R + beta, one)
             g = torch.where(pos, R * (alpha - beta) / (Ra * Rb), torch.zeros_like(R))
             w = torch.where(pos, beta / Rb, torch.zeros_like(R))
-            sq_pos = g ** 2 * V2 + 2 * g * w * cross + w ** 2 * dd
+            sq_pos = g**2 * V2 + 2 * g * w * cross + w**2 * dd
             # R = 0: φ_j = 1[α>0]·x_i and φ'_j = 1[β>0]·(x_i + Δ)
             p, q = (beta > 0).to(X.dtype), (alpha > 0).to(X.dtype)
             xsq = self.xsq[row_idx][:, None]
@@ -630,14 +704,14 @@ class _FastObjective:
         X, W, Phi = self.X, self.W, self.Phi
         sq = sq.clamp_min(0)
         # row i: its n new scores
-        t = (xp @ W) @ X.T / self.sqd                     # s'_{i k}, k ≠ i
+        t = (xp @ W) @ X.T / self.sqd  # s'_{i k}, k ≠ i
         onehot = torch.nn.functional.one_hot(row_idx, self.n).to(X.dtype)
         t = t + onehot * ((xp @ W * xp).sum(-1, keepdim=True) / self.sqd - t)
         wrow = self._normalise(t)
         wi = (wrow * onehot).sum(-1, keepdim=True)
         new_i = wrow @ X + wi * Delta
         diff_i = new_i - Phi[row_idx]
-        sq = torch.where(onehot > 0, (diff_i ** 2).sum(-1, keepdim=True), sq)
+        sq = torch.where(onehot > 0, (diff_i**2).sum(-1, keepdim=True), sq)
         return torch.sqrt(sq.sum(-1)) / self.base_norm
 
 
@@ -653,8 +727,10 @@ def _search_precision(value, default: torch.dtype) -> torch.dtype:
         return value
     if isinstance(value, str) and value.strip().lower().removeprefix("torch.") in _PRECISIONS:
         return _PRECISIONS[value.strip().lower().removeprefix("torch.")]
-    raise ValueError(f"search_dtype must be None, torch.float32, torch.float64, 'float32' or "
-                     f"'float64', got {value!r}.")
+    raise ValueError(
+        f"search_dtype must be None, torch.float32, torch.float64, 'float32' or "
+        f"'float64', got {value!r}."
+    )
 
 
 def attention_word_sensitivity(
@@ -682,12 +758,12 @@ def attention_word_sensitivity(
     The search is exactly that of :func:`wsutils.sensitivity.word_sensitivity` (same starts
     from ``seed``, same steps, best iterate kept, every requested row searched, ``init`` extra
     starts), with the relative change evaluated in ``O(n·d)`` per start and step instead of
-    ``O(n²·d + n·d²)`` (``_FastObjective``, stable for every score scale).
-    ``takeovers=True`` adds every construction of :func:`certified_lower_bound` for the row
-    being searched as extra starts (so the estimate is at least that certificate, up to
-    rounding). Every reported value (``value`` and ``per_row``) is recomputed with the full map in float64
-    from the returned ``Delta``/``per_row_Delta``, with the caller's ``W`` (exactly; the
-    search alone uses ``W`` in ``X``'s dtype).
+    ``O(n²·d + n·d²)`` (``_FastObjective``, stable for every score scale). ``takeovers=True``
+    adds every construction of :func:`certified_lower_bound` for the row being searched as
+    extra starts (so the estimate is at least that certificate, up to rounding). Every reported
+    value (``value`` and ``per_row``) is recomputed with the full map in float64 from the
+    returned ``Delta``/``per_row_Delta``, with the caller's ``W`` (exactly; the search alone
+    uses ``W`` in ``X``'s dtype).
 
     ``search_dtype`` (``torch.float32``/``"float32"`` or ``torch.float64``/``"float64"``)
     runs the search (the fast objective, the starts, the steps) in that precision on ``X``
@@ -703,19 +779,22 @@ def attention_word_sensitivity(
         undefined), besides the input checks of :func:`wsutils.sensitivity.search_setup`.
     """
     fn = _kernel(kind)
-    Xt, row_list, extra = search_setup(X, rows=rows, starts=starts, steps=steps, init=init,
-                                       device=device)
-    Wt, W64 = _weights(W, Xt), _weights64(W, Xt)      # the search's copy; the caller's W
+    Xt, row_list, extra = search_setup(
+        X, rows=rows, starts=starts, steps=steps, init=init, device=device
+    )
+    Wt, W64 = _weights(W, Xt), _weights64(W, Xt)  # the search's copy; the caller's W
     seed, lr = check_seed(seed), check_lr(lr)
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     work = _search_precision(search_dtype, Xt.dtype)
-    Xs, Ws = Xt.to(work), Wt.to(work)                 # what the search sees
+    Xs, Ws = Xt.to(work), Wt.to(work)  # what the search sees
     if extra is not None:
         extra = extra.to(work)
     obj = _FastObjective(Xs, Ws, kind)
     if not math.isfinite(obj.base_norm):
-        raise ValueError("φ(X) is not finite (NaN or infinite entries): the scores or the "
-                         "normalisation's parameters are outside the range it is accurate in.")
+        raise ValueError(
+            "φ(X) is not finite (NaN or infinite entries): the scores or the "
+            "normalisation's parameters are outside the range it is accurate in."
+        )
     if not obj.base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and map.")
 
@@ -729,13 +808,40 @@ def attention_word_sensitivity(
             cands = _constructions(Xt, W64, r, kind).to(work)
             most = max(most, cands.shape[0])
             init_r = cands if extra is None else torch.cat([extra, cands])
-            found.update(_ascend(objective, Xs, [r], starts=starts, steps=steps,
-                                 seed=(seed + r) % 2**63, extra=init_r, lr=lr,
-                                 max_batch_elements=max_batch_elements, progress=False))
-        S += most                     # the constructions of the row that has the most
+            found.update(
+                _ascend(
+                    objective,
+                    Xs,
+                    [r],
+                    starts=starts,
+                    steps=steps,
+                    seed=(seed + r) % 2**63,
+                    extra=init_r,
+                    lr=lr,
+                    max_batch_elements=max_batch_elements,
+                    progress=False,
+                )
+            )
+        S += most  # the constructions of the row that has the most
     else:
-        found = _ascend(objective, Xs, row_list, starts=starts, steps=steps, seed=seed,
-                        extra=extra, lr=lr, max_batch_elements=max_batch_elements,
-                        progress=progress)
-    return certify(lambda Z: fn(Z, W64), Xt, found, starts=S, steps=steps, seed=seed,
-                   max_batch_elements=max_batch_elements)
+        found = _ascend(
+            objective,
+            Xs,
+            row_list,
+            starts=starts,
+            steps=steps,
+            seed=seed,
+            extra=extra,
+            lr=lr,
+            max_batch_elements=max_batch_elements,
+            progress=progress,
+        )
+    return certify(
+        lambda Z: fn(Z, W64),
+        Xt,
+        found,
+        starts=S,
+        steps=steps,
+        seed=seed,
+        max_batch_elements=max_batch_elements,
+    )

@@ -11,10 +11,10 @@ ascent on the first word only:
   ``x_1 + 0.1ξ`` (not at ``x_1``), so ``Δ = x' − x_1`` can reach ``√d + 0.1‖ξ‖``;
 - the value reported is that of the **last** iterate.
 
-:func:`authors_estimator` runs exactly that with full forward and backward passes
-(``O(n²·d)`` per step); :func:`authors_replica` computes the same iterates with the
-``O(n·d)`` objective of :func:`wsutils.estimators.attention.attention_word_sensitivity` (the loss is a fixed
-multiple of the relative change, so its gradient is the same multiple of the relative change's
+:func:`authors_estimator` runs exactly that with full forward and backward passes (``O(n²·d)``
+per step); :func:`authors_replica` computes the same iterates with the ``O(n·d)`` objective of
+:func:`wsutils.estimators.attention.attention_word_sensitivity` (the loss is a fixed multiple
+of the relative change, so its gradient is the same multiple of the relative change's
 gradient). Both return :class:`AuthorsRun`: the value as their script reports it, the value
 after putting ``Δ`` back into the ball ``‖Δ‖ ≤ √d`` (a valid lower bound on ``S``), and
 ``‖Δ‖/√d``. Used by the softmax-attention chapter (the comparison table) and by
@@ -29,10 +29,10 @@ from typing import NamedTuple
 import torch
 
 from .._tensor import Array, as_tensor
-from .attention import _FastObjective
 from ..checks import check_int, check_seed, check_shape, check_text
 from ..maps import raf, relu_attention
 from ..sensitivity import project_ball, relative_change
+from .attention import _FastObjective
 
 __all__ = ["AuthorsRun", "authors_estimator", "authors_replica", "authors_map"]
 
@@ -72,8 +72,10 @@ def authors_map(X: Array, W: Array, *, kind: str = "raf") -> torch.Tensor:
 
 def _setup(X: Array, W: Array, kind: str, seed, lr, steps):
     if kind not in _MAPS:
-        raise ValueError(f"kind must be 'raf' or 'relu' (the maps the authors' search runs on "
-                         f"here), got {kind!r}.")
+        raise ValueError(
+            f"kind must be 'raf' or 'relu' (the maps the authors' search runs on "
+            f"here), got {kind!r}."
+        )
     Xt = as_tensor(X, dtype=torch.float64)
     n, d = check_text(Xt)
     if Xt.ndim != 2 or n < 2:
@@ -104,8 +106,9 @@ def _read_out(X: torch.Tensor, W: torch.Tensor, kind: str, Delta: torch.Tensor) 
     return AuthorsRun(as_run, in_ball, float(torch.linalg.vector_norm(Delta)) / math.sqrt(d))
 
 
-def authors_estimator(X: Array, W: Array, *, seed: int, kind: str = "raf", lr: float = 10.0,
-                      steps: int | None = None) -> AuthorsRun:
+def authors_estimator(
+    X: Array, W: Array, *, seed: int, kind: str = "raf", lr: float = 10.0, steps: int | None = None
+) -> AuthorsRun:
     """The authors' search (module docstring) with full forward passes of the map
     (eq. :eq:`eq-raf` or :eq:`eq-relu-attention`): ``50·n`` steps unless ``steps`` is given,
     ``ξ`` drawn from ``seed``."""
@@ -121,8 +124,9 @@ def authors_estimator(X: Array, W: Array, *, seed: int, kind: str = "raf", lr: f
     return _read_out(Xt, Wt, kind, xt - Xt[0])
 
 
-def authors_replica(X: Array, W: Array, *, seed: int, kind: str = "raf", lr: float = 10.0,
-                    steps: int | None = None) -> AuthorsRun:
+def authors_replica(
+    X: Array, W: Array, *, seed: int, kind: str = "raf", lr: float = 10.0, steps: int | None = None
+) -> AuthorsRun:
     """The iterates of :func:`authors_estimator` (same start, loss, steps, projection, last
     iterate), with the loss ``−(‖φ(X)‖/√(nd))·rel(Δ)`` evaluated in ``O(n·d)`` per step by the
     objective of :func:`wsutils.estimators.attention.attention_word_sensitivity`."""

@@ -20,8 +20,15 @@ from .._tensor import Array, as_tensor, row_norms
 from ..checks import check_int, check_seed, check_text
 from ..sensitivity import _rows, project_ball, search_dtype, search_setup, sphere_starts
 
-__all__ = ["PRECISIONS", "arccos_map", "drf_limit_change", "drf_limit_sensitivity",
-           "drf_row_law", "drf_row_sensitivity", "drf_point"]
+__all__ = [
+    "PRECISIONS",
+    "arccos_map",
+    "drf_limit_change",
+    "drf_limit_sensitivity",
+    "drf_row_law",
+    "drf_row_sensitivity",
+    "drf_point",
+]
 
 
 def arccos_map(cos_theta: Array, L: int = 1) -> np.ndarray:
@@ -54,9 +61,9 @@ def drf_limit_change(n: int, L: int, r: Array, c: Array) -> np.ndarray:
     form ``(ν − 1)² + 4ν sin²(ϑ_L/2)``, ``ϑ₀ = atan2(r√(1 − η²/n)/√n, 1 + rη/n)``."""
     r = np.asarray(r, dtype=np.float64)
     c = np.asarray(c, dtype=np.float64)
-    rho2_minus_1 = (2 * r * c + r ** 2) / n
+    rho2_minus_1 = (2 * r * c + r**2) / n
     rho = np.sqrt(1 + rho2_minus_1)
-    theta0 = np.arctan2(r * np.sqrt(np.clip(1 - c ** 2 / n, 0.0, None)) / np.sqrt(n), 1 + r * c / n)
+    theta0 = np.arctan2(r * np.sqrt(np.clip(1 - c**2 / n, 0.0, None)) / np.sqrt(n), 1 + r * c / n)
     theta = _angle_map(theta0, L)
     sq = (rho2_minus_1 / (rho + 1)) ** 2 + 4 * rho * np.sin(theta / 2) ** 2
     return np.sqrt(sq)
@@ -96,8 +103,9 @@ def _precision(precision) -> torch.dtype:
     raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}.")
 
 
-def _draw_law(X64: torch.Tensor, L: int, k: int, row: int, seed: int,
-              precision: torch.dtype = torch.float64):
+def _draw_law(
+    X64: torch.Tensor, L: int, k: int, row: int, seed: int, precision: torch.dtype = torch.float64
+):
     """:func:`drf_row_law` on trusted input; drawn on the CPU, so that the weights depend on
     ``seed`` alone (never on the caller's dtype or device).
 
@@ -112,15 +120,18 @@ def _draw_law(X64: torch.Tensor, L: int, k: int, row: int, seed: int,
     A = torch.randn(k, d, generator=g, dtype=precision).mul_(math.sqrt(2 / D))
     z = torch.randn(k, generator=g, dtype=precision)
     Xc = X64.cpu()
-    rest = float((Xc ** 2).sum() - (Xc[row] ** 2).sum())
+    rest = float((Xc**2).sum() - (Xc[row] ** 2).sum())
     b = A.to(torch.float64) @ Xc[row] + math.sqrt(2 * max(rest, 0.0) / D) * z.to(torch.float64)
-    Vs = [torch.randn(k, k, generator=g, dtype=precision).mul_(math.sqrt(2 / k))
-          for _ in range(L - 1)]
+    Vs = [
+        torch.randn(k, k, generator=g, dtype=precision).mul_(math.sqrt(2 / k))
+        for _ in range(L - 1)
+    ]
     return b, A, Vs
 
 
-def drf_row_law(X: Array, L: int, k: int, row: int, *, seed: int, device=None,
-                precision: str = "float64"):
+def drf_row_law(
+    X: Array, L: int, k: int, row: int, *, seed: int, device=None, precision: str = "float64"
+):
     """One draw of what ``L`` He-scaled ReLU layers of width ``k`` need for row ``i = row``:
     the first layer through :prf:ref:`prop-rf-row-law` (``b = A x_i + σ z``, ``A`` the ``k × d``
     block with ``N(0, 2/D)`` entries, ``σ² = 2‖flat(X_{−i})‖²/D``) and ``L − 1`` dense
@@ -134,8 +145,7 @@ def drf_row_law(X: Array, L: int, k: int, row: int, *, seed: int, device=None,
     row = _one_row(row, n)
     L = check_int("L (the number of layers)", L, minimum=1)
     k = check_int("k (the width of each layer)", k, minimum=1)
-    b, A, Vs = _draw_law(Xt.to(torch.float64), L, k, row, check_seed(seed),
-                         _precision(precision))
+    b, A, Vs = _draw_law(Xt.to(torch.float64), L, k, row, check_seed(seed), _precision(precision))
     dev = Xt.device
     return b.to(dev, dt), A.to(dev, dt), [V.to(dev, dt) for V in Vs]
 
@@ -148,7 +158,7 @@ def _one_row(row, n: int) -> int:
 
 
 def _drf_out(b, A, Vs, Delta):
-    h = torch.relu(b[None] + Delta @ A.T)                      # B × k
+    h = torch.relu(b[None] + Delta @ A.T)  # B × k
     for V in Vs:
         h = torch.relu(h @ V.T)
     return h
@@ -158,8 +168,10 @@ def _check_base(base: torch.Tensor) -> torch.Tensor:
     """``‖φ(X)‖``; zero (no unit of the last layer active) is a ValueError."""
     norm = torch.linalg.vector_norm(base)
     if not float(norm) > 0:
-        raise ValueError("no unit of the last layer is active at X (φ(X) = 0 for this draw): "
-                         "the relative change is undefined; try another seed or a wider k.")
+        raise ValueError(
+            "no unit of the last layer is active at X (φ(X) = 0 for this draw): "
+            "the relative change is undefined; try another seed or a wider k."
+        )
     return norm
 
 
@@ -178,10 +190,20 @@ def _drf_out64(b64, A, Vs, Delta64):
     return h
 
 
-def drf_row_sensitivity(X: Array, L: int, k: int, *, row: int = 0, seed: int = 0,
-                        starts: int = 4, steps: int = 60, init: Array | None = None,
-                        check_norms: bool = True, device=None,
-                        precision: str = "float64") -> tuple[float, np.ndarray]:
+def drf_row_sensitivity(
+    X: Array,
+    L: int,
+    k: int,
+    *,
+    row: int = 0,
+    seed: int = 0,
+    starts: int = 4,
+    steps: int = 60,
+    init: Array | None = None,
+    check_norms: bool = True,
+    device=None,
+    precision: str = "float64",
+) -> tuple[float, np.ndarray]:
     """Best relative change found for one row of a width-``k`` DRF (law of
     :func:`drf_row_law`), by projected gradient ascent on the sphere ``‖Δ‖ = √d`` (each step
     moves to the sphere along the normalised gradient) from the authors' ``0.1·ξ``,
@@ -199,8 +221,9 @@ def drf_row_sensitivity(X: Array, L: int, k: int, *, row: int = 0, seed: int = 0
     the ``L − 1`` dense ``k × k`` layers, limited by memory bandwidth, so half the bytes is
     about twice as fast, and the draw is four times faster
     (``python -m benchmarks.bench_drf``)."""
-    Xt, rows, extra = search_setup(X, rows=row, starts=starts, steps=steps, init=init,
-                                   check_norms=check_norms, device=device)
+    Xt, rows, extra = search_setup(
+        X, rows=row, starts=starts, steps=steps, init=init, check_norms=check_norms, device=device
+    )
     if len(rows) != 1:
         raise ValueError(f"row must be a single row index, got {rows}.")
     L = check_int("L (the number of layers)", L, minimum=1)
@@ -242,25 +265,29 @@ def drf_row_sensitivity(X: Array, L: int, k: int, *, row: int = 0, seed: int = 0
         with torch.no_grad():
             gn = row_norms(grad)
             ok = (gn > 0) & torch.isfinite(gn)
-            step = project_ball(radius * torch.where(ok, grad / gn.clamp_min(torch.finfo(gn.dtype).tiny),
-                                                     Delta.detach()), radius, exact=False)
+            step = project_ball(
+                radius
+                * torch.where(ok, grad / gn.clamp_min(torch.finfo(gn.dtype).tiny), Delta.detach()),
+                radius,
+                exact=False,
+            )
             Delta = torch.where(ok, step, Delta.detach())
     # every start's best iterate, in float64 on the exact ball, re-evaluated in float64
     D64 = project_ball(best.detach().cpu().to(torch.float64), radius)
     with torch.no_grad():
         if draw == torch.float64:
             out64 = _drf_out(b64, A64, Vs64, D64)
-        else:    # φ(X) in the same float64 pass over the layers as the candidates
-            both = _drf_out64(b64, A64, Vs64, torch.cat([torch.zeros(1, d, dtype=D64.dtype),
-                                                          D64]))
+        else:  # φ(X) in the same float64 pass over the layers as the candidates
+            both = _drf_out64(b64, A64, Vs64, torch.cat([torch.zeros(1, d, dtype=D64.dtype), D64]))
             base64, out64 = both[:1], both[1:]
         vals64 = torch.linalg.vector_norm(out64 - base64, dim=1) / _check_base(base64)
     j = int(torch.argmax(vals64))
     return float(vals64[j]), D64[j].numpy().copy()
 
 
-def drf_point(*, n: int, d: int, L: int, k: int, seed: int, steps: int = 20,
-              precision: str = "float64") -> dict:
+def drf_point(
+    *, n: int, d: int, L: int, k: int, seed: int, steps: int = 20, precision: str = "float64"
+) -> dict:
     """One grid point of the deep-random-features chapter (for :func:`wsutils.run.sweep.run_grid`):
     an isotropic text from ``seed``, weights from ``seed + 1`` drawn in ``precision``, first
     word, the ascent of :func:`drf_row_sensitivity` started also at the wide-limit maximiser
@@ -274,7 +301,12 @@ def drf_point(*, n: int, d: int, L: int, k: int, seed: int, steps: int = 20,
     t0, c0 = time.perf_counter(), time.process_time()
     X = sample_X(n, d, seed=seed)
     with small_work_threads(k * max(k, d), threshold=1 << 23):
-        S, _ = drf_row_sensitivity(X, L, k, row=0, seed=seed + 1, starts=2, steps=steps,
-                                   init=X[0], precision=precision)
-    return {"S": S, "S_inf": drf_limit_sensitivity(n, L)[0],
-            "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
+        S, _ = drf_row_sensitivity(
+            X, L, k, row=0, seed=seed + 1, starts=2, steps=steps, init=X[0], precision=precision
+        )
+    return {
+        "S": S,
+        "S_inf": drf_limit_sensitivity(n, L)[0],
+        "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
+    }

@@ -29,9 +29,20 @@ import math
 
 import numpy as np
 
-__all__ = ["A1_MAX", "rf_upper_limit", "rf_lower_typical", "rf_finite_width_factor",
-           "ols_slope", "rf_slope_window", "drf_limit_expansion", "kappa_isotropic",
-           "bonferroni_z", "family_failure", "ols_slope_bound", "slope_se_seeds"]
+__all__ = [
+    "A1_MAX",
+    "rf_upper_limit",
+    "rf_lower_typical",
+    "rf_finite_width_factor",
+    "ols_slope",
+    "rf_slope_window",
+    "drf_limit_expansion",
+    "kappa_isotropic",
+    "bonferroni_z",
+    "family_failure",
+    "ols_slope_bound",
+    "slope_se_seeds",
+]
 
 #: The largest ``a_1`` of the model ``S ∝ (1 + a_1·√(d/k))/√n`` (the lower certificate's factor).
 A1_MAX = math.sqrt(2.0)
@@ -169,7 +180,9 @@ def slope_se_seeds(n, log_values) -> float:
     x = np.log(_positive("n", n)).ravel()
     y = np.asarray(log_values, dtype=np.float64)
     if y.ndim != 2 or y.shape[0] != x.size or y.shape[1] < 2 or x.size < 2:
-        raise ValueError("log_values must be (len(n), seeds) with at least 2 values of n and "
-                         f"2 seeds, got shape {y.shape} for {x.size} values of n.")
+        raise ValueError(
+            "log_values must be (len(n), seeds) with at least 2 values of n and "
+            f"2 seeds, got shape {y.shape} for {x.size} values of n."
+        )
     sigma2 = float(y.var(axis=1, ddof=1).mean())
     return math.sqrt(sigma2 / (y.shape[1] * float(((x - x.mean()) ** 2).sum())))

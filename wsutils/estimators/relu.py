@@ -10,7 +10,8 @@ and the far-``n`` slope that the softmax chapter predicts from ``κ``.
   ``‖φ(X_i(Δ)) − φ(X)‖_F`` over the whole ball, from ``ζ_i`` (:func:`relu_zeta_estimate`),
   ``μ_i``, ``‖X_{−i}‖_op``, ``‖X_{−i}W‖_op`` and column ``i`` of the ReLU scores.
 - :func:`far_slope_prediction` and :func:`slope_standard_error` (with
-  :func:`wsutils.estimators.rates.kappa_isotropic`) state once the model behind the far-``n`` checks of the softmax chapter (:prf:ref:`obs-far`).
+  :func:`wsutils.estimators.rates.kappa_isotropic`) state once the model behind the far-``n``
+  checks of the softmax chapter (:prf:ref:`obs-far`).
 """
 
 from __future__ import annotations
@@ -23,16 +24,25 @@ import numpy as np
 import torch
 
 from .._tensor import Array, as_tensor, like
-from .rates import kappa_isotropic
 from ..checks import check_int, check_seed, check_shape, check_text, check_unit_rows
 from ..maps import attention_scores, relu_attention
 from ..sensitivity import project_ball, relative_change
+from .rates import kappa_isotropic
 
 __all__ = [
-    "ReluTakeover", "relu_orthogonal_takeover", "relu_zeta_estimate", "ReluBound",
-    "relu_upper_bound", "relu_takeover_point", "far_slope_prediction",
-    "slope_standard_error", "lse_model", "attention_fro2_model", "sigma2_model",
-    "relu_zeta_lower", "relu_certified_upper",
+    "ReluTakeover",
+    "relu_orthogonal_takeover",
+    "relu_zeta_estimate",
+    "ReluBound",
+    "relu_upper_bound",
+    "relu_takeover_point",
+    "far_slope_prediction",
+    "slope_standard_error",
+    "lse_model",
+    "attention_fro2_model",
+    "sigma2_model",
+    "relu_zeta_lower",
+    "relu_certified_upper",
 ]
 
 
@@ -54,13 +64,12 @@ def _prepare(X: Array, W: Array, row: int):
 class ReluTakeover:
     """The construction of :prf:ref:`prop-relu-takeover` at one row.
 
-    ``Delta`` (``‖Δ‖ ≤ √d``, same kind as ``X``); ``dim_K`` the dimension of
-    ``K_i = {y : yᵀWx_k = 0 for all k ≠ i}``; ``candidate`` which ``y`` was used
-    (``"2c"`` or ``"c+|c|e"``, ``c = P_K x_i``); ``self_score`` ``s'_ii > 0``; ``max_cross`` the largest
-    ``|s'_ik|``, ``k ≠ i`` (zero in exact arithmetic); ``self_weight`` ``a'_ii`` after the
-    change; ``row_bound = ‖x'_i − φ_i‖/‖φ(X)‖_F`` (the bound of the proposition);
-    ``change`` the relative change recomputed with the full map (a certified lower bound on
-    ``S``).
+    ``Delta`` (``‖Δ‖ ≤ √d``, same kind as ``X``); ``dim_K`` the dimension of ``K_i = {y :
+    yᵀWx_k = 0 for all k ≠ i}``; ``candidate`` which ``y`` was used (``"2c"`` or ``"c+|c|e"``,
+    ``c = P_K x_i``); ``self_score`` ``s'_ii > 0``; ``max_cross`` the largest ``|s'_ik|``, ``k
+    ≠ i`` (zero in exact arithmetic); ``self_weight`` ``a'_ii`` after the change; ``row_bound =
+    ‖x'_i − φ_i‖/‖φ(X)‖_F`` (the bound of the proposition); ``change`` the relative change
+    recomputed with the full map (a certified lower bound on ``S``).
     """
 
     Delta: Array
@@ -79,25 +88,30 @@ def _orthogonal_points(Xt: torch.Tensor, Wt: torch.Tensor, i: int):
     for each of ``y = 2c`` and ``y = c + ‖c‖e`` whose self-score ``yᵀWy`` is positive (the
     list may be empty). Raises ``ValueError`` when ``K_i = {0}``."""
     n, d = Xt.shape
-    others = torch.cat([Xt[:i], Xt[i + 1:]])
-    B = others @ Wt.T                                  # rows (W x_k)ᵀ, k ≠ i
+    others = torch.cat([Xt[:i], Xt[i + 1 :]])
+    B = others @ Wt.T  # rows (W x_k)ᵀ, k ≠ i
     U, sv, Vh = torch.linalg.svd(B, full_matrices=True)
     tol = max(B.shape) * torch.finfo(B.dtype).eps * (float(sv[0]) if sv.numel() else 0.0)
     rank = int((sv > tol).sum())
-    N = Vh[rank:].T                                    # orthonormal basis of K_i, d × (d − rank)
+    N = Vh[rank:].T  # orthonormal basis of K_i, d × (d − rank)
     if N.shape[1] == 0:
-        raise ValueError(f"K_i = {{0}}: span{{W x_k : k ≠ {i}}} is all of R^{d} (n − 1 = {n - 1} "
-                         f"≥ d = {d}); the orthogonal take-over needs n − 1 < d.")
+        raise ValueError(
+            f"K_i = {{0}}: span{{W x_k : k ≠ {i}}} is all of R^{d} (n − 1 = {n - 1} "
+            f"≥ d = {d}); the orthogonal take-over needs n − 1 < d."
+        )
     xi = Xt[i]
-    c = N @ (N.T @ xi)                                 # P_K x_i
+    c = N @ (N.T @ xi)  # P_K x_i
     M = N.T @ ((Wt + Wt.T) / 2) @ N
     _, evecs = torch.linalg.eigh(M)
     e = N @ evecs[:, -1]
     if float(e @ c) < 0:
         e = -e
     y_cap = c + torch.linalg.vector_norm(c) * e
-    points = [(name, project_ball((y - xi)[None], math.sqrt(d))[0])
-              for name, y in (("2c", 2 * c), ("c+|c|e", y_cap)) if float(y @ Wt @ y) > 0]
+    points = [
+        (name, project_ball((y - xi)[None], math.sqrt(d))[0])
+        for name, y in (("2c", 2 * c), ("c+|c|e", y_cap))
+        if float(y @ Wt @ y) > 0
+    ]
     return int(N.shape[1]), points
 
 
@@ -107,10 +121,11 @@ def relu_orthogonal_takeover(X: Array, W: Array, row: int = 0) -> ReluTakeover:
 
     ``K_i`` is the orthogonal complement of ``span{W x_k : k ≠ i}``; its dimension is at least
     ``d − n + 1``. With ``c = P_K x_i`` and ``e`` a unit top eigenvector of ``(W + Wᵀ)/2``
-    compressed to ``K_i`` (signed so that ``eᵀc ≥ 0``), two points of ``K_i`` with
-    ``‖y − x_i‖ = ‖x_i‖ = √d`` are tried: ``y = 2c`` and ``y = c + ‖c‖e``. The one with a
-    positive self-score ``yᵀWy/√d`` and the larger relative change is returned. Raises ``ValueError`` when ``K_i = {0}`` (typically
-    ``n − 1 ≥ d``) or when neither point has a positive self-score.
+    compressed to ``K_i`` (signed so that ``eᵀc ≥ 0``), two points of ``K_i`` with ``‖y − x_i‖
+    = ‖x_i‖ = √d`` are tried: ``y = 2c`` and ``y = c + ‖c‖e``. The one with a positive
+    self-score ``yᵀWy/√d`` and the larger relative change is returned. Raises ``ValueError``
+    when ``K_i = {0}`` (typically ``n − 1 ≥ d``) or when neither point has a positive
+    self-score.
     """
     Xt, Wt, n, d, i = _prepare(X, W, row)
     dim_K, points = _orthogonal_points(Xt, Wt, i)
@@ -121,24 +136,33 @@ def relu_orthogonal_takeover(X: Array, W: Array, row: int = 0) -> ReluTakeover:
         if best is None or change > best[2]:
             best = (name, Delta, change)
     if best is None:
-        raise ValueError("neither y = 2c nor y = c + ‖c‖e (c = P_K x_i) has a positive "
-                         "self-score here; the construction does not apply.")
+        raise ValueError(
+            "neither y = 2c nor y = c + ‖c‖e (c = P_K x_i) has a positive "
+            "self-score here; the construction does not apply."
+        )
     name, Delta, change = best
     Xp = Xt.clone()
     Xp[i] = Xt[i] + Delta
     s_row = attention_scores(Xp, Wt)[i]
-    cross = torch.cat([s_row[:i], s_row[i + 1:]])
+    cross = torch.cat([s_row[:i], s_row[i + 1 :]])
     a = torch.relu(s_row)
     base = relu_attention(Xt, Wt)
     row_bound = float(torch.linalg.vector_norm(Xp[i] - base[i]) / torch.linalg.vector_norm(base))
     return ReluTakeover(
-        Delta=like(Delta, X), dim_K=dim_K, candidate=name, self_score=float(s_row[i]),
+        Delta=like(Delta, X),
+        dim_K=dim_K,
+        candidate=name,
+        self_score=float(s_row[i]),
         max_cross=float(cross.abs().max()) if cross.numel() else 0.0,
-        self_weight=float(a[i] / a.sum()), row_bound=row_bound, change=change)
+        self_weight=float(a[i] / a.sum()),
+        row_bound=row_bound,
+        change=change,
+    )
 
 
-def relu_zeta_estimate(X: Array, row: int = 0, *, starts: int = 8, steps: int = 300,
-                       seed: int = 0) -> float:
+def relu_zeta_estimate(
+    X: Array, row: int = 0, *, starts: int = 8, steps: int = 300, seed: int = 0
+) -> float:
     """An estimate of ``ζ_i = min_{‖v‖=1} Σ_{k≠i} ReLU(x_kᵀv)`` (:prf:ref:`prop-relu-low`).
 
     Minimised by normalised subgradient steps on the sphere (step ``0.5/√(t+1)``) from
@@ -155,15 +179,15 @@ def relu_zeta_estimate(X: Array, row: int = 0, *, starts: int = 8, steps: int = 
     starts = check_int("starts", starts, minimum=1)
     steps = check_int("steps", steps, minimum=1)
     g = torch.Generator().manual_seed(check_seed(seed))
-    others = torch.cat([Xt[:i], Xt[i + 1:]])
+    others = torch.cat([Xt[:i], Xt[i + 1 :]])
     v = torch.randn(starts, d, generator=g, dtype=torch.float64)
     v[0] = -others.mean(dim=0)
     v = v / torch.linalg.vector_norm(v, dim=1, keepdim=True)
     best = math.inf
     for t in range(steps + 1):
-        proj = v @ others.T                                   # (starts, n − 1)
+        proj = v @ others.T  # (starts, n − 1)
         best = min(best, float(torch.relu(proj).sum(dim=1).min()))
-        grad = (proj > 0).to(v.dtype) @ others                 # a subgradient, (starts, d)
+        grad = (proj > 0).to(v.dtype) @ others  # a subgradient, (starts, d)
         grad = grad - (grad * v).sum(dim=1, keepdim=True) * v  # tangent to the sphere
         norm = torch.linalg.vector_norm(grad, dim=1, keepdim=True).clamp_min(1e-300)
         v = v - (0.5 / math.sqrt(t + 1)) * grad / norm
@@ -194,8 +218,9 @@ def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
     upper estimate of ``ζ_i``) the value is at most the proved bound.
     """
     Xt, Wt, n, d, i = _prepare(X, W, row)
-    if isinstance(zeta, bool) or not (isinstance(zeta, (int, float)) and math.isfinite(zeta)
-                                      and zeta > 0):
+    if isinstance(zeta, bool) or not (
+        isinstance(zeta, (int, float)) and math.isfinite(zeta) and zeta > 0
+    ):
         raise ValueError(f"zeta must be a positive number (ζ_i of the proposition), got {zeta!r}.")
     if n < 2:
         raise ValueError("the bound needs n ≥ 2 words (other rows to compete with).")
@@ -203,15 +228,18 @@ def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
     others = Xt[keep]
     b = torch.relu(attention_scores(Xt, Wt))
     Z = b.sum(dim=1)
-    mu = float((Z - b[:, i])[keep].min())           # Σ_{k≠i} b_jk, j ≠ i
+    mu = float((Z - b[:, i])[keep].min())  # Σ_{k≠i} b_jk, j ≠ i
     if not mu > 0:
-        raise ValueError("μ_i = 0: some other row has no positive score outside key i; the "
-                         "bound of the proposition does not apply.")
-    phi = (b / torch.where(Z > 0, Z, torch.ones_like(Z))[:, None]) @ Xt    # eq-relu-attention
+        raise ValueError(
+            "μ_i = 0: some other row has no positive score outside key i; the "
+            "bound of the proposition does not apply."
+        )
+    phi = (b / torch.where(Z > 0, Z, torch.ones_like(Z))[:, None]) @ Xt  # eq-relu-attention
     sqd = math.sqrt(d)
     X_op = float(torch.linalg.matrix_norm(others, ord=2))
     tau = float(torch.linalg.vector_norm(phi[i])) + min(
-        2 * sqd, X_op ** 2 / zeta + 2 * sqd * min(1.0, 2 * sqd / zeta))
+        2 * sqd, X_op**2 / zeta + 2 * sqd * min(1.0, 2 * sqd / zeta)
+    )
     XW_op = float(torch.linalg.matrix_norm(others @ Wt, ord=2))
     alpha = float(torch.linalg.vector_norm(b[keep, i]))
     oth = sqd * (3 * XW_op + alpha) / mu
@@ -221,9 +249,9 @@ def relu_upper_bound(X: Array, W: Array, row: int, zeta: float) -> ReluBound:
 
 def far_slope_prediction(ns: Sequence[int], d: int) -> float:
     """The log–log slope of ``S ∝ 1/κ`` over ``ns`` at width ``d`` with
-    ``κ = 1 + √(n/d)`` (:func:`wsutils.estimators.rates.kappa_isotropic`), fitted as the chapter fits the data: the model
-    of :prf:ref:`obs-far`. Near ``−0.35`` for ``n/d`` between 2.6 and 21, tending to ``−½``
-    only as ``n/d → ∞``."""
+    ``κ = 1 + √(n/d)`` (:func:`wsutils.estimators.rates.kappa_isotropic`), fitted as the
+    chapter fits the data: the model of :prf:ref:`obs-far`. Near ``−0.35`` for ``n/d`` between
+    2.6 and 21, tending to ``−½`` only as ``n/d → ∞``."""
     ns = np.asarray(ns, dtype=float)
     return float(np.polyfit(np.log(ns), -np.log(kappa_isotropic(ns, d)), 1)[0])
 
@@ -239,19 +267,22 @@ def slope_standard_error(ns: Sequence[int], log_values: np.ndarray) -> float:
     x = np.log(np.asarray(ns, dtype=float))
     y = np.asarray(log_values, dtype=float)
     if y.ndim != 2 or y.shape[0] != x.size or x.size < 3 or y.size < 4:
-        raise ValueError("log_values must be (len(ns), seeds) with at least 3 values of n and "
-                         f"4 values in all, got shape {y.shape} for {x.size} values of n.")
+        raise ValueError(
+            "log_values must be (len(ns), seeds) with at least 3 values of n and "
+            f"4 values in all, got shape {y.shape} for {x.size} values of n."
+        )
     p, a = np.polyfit(x, y.mean(axis=1), 1)
     resid = y - (a + p * x)[:, None]
-    sigma2 = float((resid ** 2).sum()) / (y.size - 2)
+    sigma2 = float((resid**2).sum()) / (y.size - 2)
     return math.sqrt(sigma2 / (y.shape[1] * float(((x - x.mean()) ** 2).sum())))
 
 
 def relu_takeover_point(d: int, n: int, seed: int) -> dict:
     """:func:`relu_orthogonal_takeover` at word 0 of the grid point's text (``X`` from ``seed``,
-    ``W`` from ``seed + 1``, as :func:`wsutils.experiments.attention.sensitivity_point` draws them), for
-    :func:`wsutils.run.sweep.run_grid`. ``change`` is ``0.0`` where the construction does not apply
-    (``n − 1 ≥ d``, or no positive self-score): no certificate, not a value of ``S``."""
+    ``W`` from ``seed + 1``, as :func:`wsutils.experiments.attention.sensitivity_point` draws
+    them), for :func:`wsutils.run.sweep.run_grid`. ``change`` is ``0.0`` where the construction
+    does not apply (``n − 1 ≥ d``, or no positive self-score): no certificate, not a value of
+    ``S``."""
     from ..weights import sample_W, sample_X
 
     torch.set_num_threads(1)
@@ -271,11 +302,11 @@ def lse_model(n: int, sigma2: float) -> tuple[float, float]:
     return math.log(n - 1) + sigma2 / 2, math.sqrt(math.expm1(sigma2) / (n - 1))
 
 
-FRO2_BIAS = 2 * (math.e ** 2 - 1) - 3 * (math.e - 1)
+FRO2_BIAS = 2 * (math.e**2 - 1) - 3 * (math.e - 1)
 
 #: ``√(e⁶ − 4e⁴ + 4e³ − e²) ≈ 16.1``: ``n`` times the first-order standard deviation of
 #: ``‖A‖_F²`` (:func:`attention_fro2_model`).
-FRO2_SD = math.sqrt(math.e ** 6 - 4 * math.e ** 4 + 4 * math.e ** 3 - math.e ** 2)
+FRO2_SD = math.sqrt(math.e**6 - 4 * math.e**4 + 4 * math.e**3 - math.e**2)
 
 
 def attention_fro2_model(n: int) -> tuple[float, float]:
@@ -330,13 +361,14 @@ def sigma2_model(d: int, *, draws: int = 600, seed: int = 0) -> tuple[float, flo
     for t in range(draws):
         lam = eigvalsh_tridiagonal(
             rng.standard_normal(d) / math.sqrt(d),
-            np.sqrt(rng.chisquare(np.arange(d - 1, 0, -1)) / (2 * d)))[::-1]
+            np.sqrt(rng.chisquare(np.arange(d - 1, 0, -1)) / (2 * d)),
+        )[::-1]
         c = rng.standard_normal(d)
         c *= math.sqrt(d) / np.linalg.norm(c)
-        c[0] = abs(c[0]) + math.sqrt(d)                  # coordinates of x'_i = x_i + √d u
+        c[0] = abs(c[0]) + math.sqrt(d)  # coordinates of x'_i = x_i + √d u
         chat = c / np.linalg.norm(c)
         g = rng.standard_normal(d)
-        z = (g - (g @ chat) * chat) * (np.linalg.norm(c) / math.sqrt(2 * d))    # A x'_i
+        z = (g - (g @ chat) * chat) * (np.linalg.norm(c) / math.sqrt(2 * d))  # A x'_i
         out[t] = float(np.sum((lam * c - z) ** 2)) / d
     return float(out.mean()), float(out.std(ddof=1))
 
@@ -352,10 +384,11 @@ def relu_zeta_lower(X: Array) -> np.ndarray:
     Xt = as_tensor(X, dtype=torch.float64)
     n, d = check_text(Xt)
     smin = float(torch.linalg.svdvals(Xt)[-1]) if n >= d else 0.0
-    norms2 = (Xt ** 2).sum(dim=1)
-    s = Xt.sum(dim=0)[None] - Xt                               # s_i = Σ_{k≠i} x_k
-    lower = ((smin ** 2 - norms2) / float(norms2.max().sqrt())
-             - torch.linalg.vector_norm(s, dim=1)) / 2
+    norms2 = (Xt**2).sum(dim=1)
+    s = Xt.sum(dim=0)[None] - Xt  # s_i = Σ_{k≠i} x_k
+    lower = (
+        (smin**2 - norms2) / float(norms2.max().sqrt()) - torch.linalg.vector_norm(s, dim=1)
+    ) / 2
     return lower.clamp_min(0).numpy()
 
 
@@ -379,12 +412,14 @@ def relu_certified_upper(X: Array, W: Array) -> np.ndarray:
     check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
     b = torch.relu(attention_scores(Xt, Wt))
     Z = b.sum(dim=1)
-    M = Z[:, None] - b                                   # M[j, i] = Σ_{k≠i} b_jk
-    M.fill_diagonal_(math.inf)                           # j ≠ i
-    mu = M.min(dim=0).values                             # μ_i
+    M = Z[:, None] - b  # M[j, i] = Σ_{k≠i} b_jk
+    M.fill_diagonal_(math.inf)  # j ≠ i
+    mu = M.min(dim=0).values  # μ_i
     if not bool((mu > 0).all()):
-        raise ValueError("μ_i = 0 for some row i: some other row has no positive score "
-                         "outside key i; the bound of prop-relu-low does not apply.")
+        raise ValueError(
+            "μ_i = 0 for some row i: some other row has no positive score "
+            "outside key i; the bound of prop-relu-low does not apply."
+        )
     phi = (b / torch.where(Z > 0, Z, torch.ones_like(Z))[:, None]) @ Xt
     sqd = math.sqrt(d)
     X_op = float(torch.linalg.matrix_norm(Xt, ord=2))
@@ -392,10 +427,13 @@ def relu_certified_upper(X: Array, W: Array) -> np.ndarray:
     zeta = torch.as_tensor(relu_zeta_lower(Xt))
     cap = torch.full_like(zeta, 2 * sqd)
     pos = zeta > 0
-    via_zeta = torch.where(pos, X_op ** 2 / torch.where(pos, zeta, 1.0)
-                           + 2 * sqd * torch.clamp(2 * sqd / torch.where(pos, zeta, 1.0),
-                                                   max=1.0), cap)
+    via_zeta = torch.where(
+        pos,
+        X_op**2 / torch.where(pos, zeta, 1.0)
+        + 2 * sqd * torch.clamp(2 * sqd / torch.where(pos, zeta, 1.0), max=1.0),
+        cap,
+    )
     tau = torch.linalg.vector_norm(phi, dim=1) + torch.minimum(cap, via_zeta)
-    alpha = torch.sqrt((b ** 2).sum(dim=0) - torch.diagonal(b) ** 2)      # ‖b[j≠i, i]‖
+    alpha = torch.sqrt((b**2).sum(dim=0) - torch.diagonal(b) ** 2)  # ‖b[j≠i, i]‖
     omega = sqd * (3 * XW_op + alpha) / mu
-    return (torch.sqrt(tau ** 2 + omega ** 2) / torch.linalg.vector_norm(phi)).numpy()
+    return (torch.sqrt(tau**2 + omega**2) / torch.linalg.vector_norm(phi)).numpy()

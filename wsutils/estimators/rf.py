@@ -52,10 +52,21 @@ from ..run.device import _device_arg, check_fits, small_work_threads
 from ..sensitivity import SensitivityResult, _rows, project_ball, search_setup, sphere_starts
 
 __all__ = [
-    "RFSensitivityResult", "rf_block_seed", "rf_weight_block", "rf_row_law", "rf_preactivation",
-    "rf_certified_upper", "rf_certified_lower", "rf_high_probability_bound",
-    "rf_relative_change", "rf_word_sensitivity", "rf_point", "sample_text", "rf_rows_law",
-    "rf_rows_noise_seed", "PRECISIONS",
+    "RFSensitivityResult",
+    "rf_block_seed",
+    "rf_weight_block",
+    "rf_row_law",
+    "rf_preactivation",
+    "rf_certified_upper",
+    "rf_certified_lower",
+    "rf_high_probability_bound",
+    "rf_relative_change",
+    "rf_word_sensitivity",
+    "rf_point",
+    "sample_text",
+    "rf_rows_law",
+    "rf_rows_noise_seed",
+    "PRECISIONS",
 ]
 
 
@@ -89,8 +100,16 @@ def rf_block_seed(seed: int, block: int) -> int:
     return int(np.random.SeedSequence([seed, block]).generate_state(1)[0])
 
 
-def rf_weight_block(k: int, n: int, d: int, block: int, *, seed: int, device=None,
-                    dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def rf_weight_block(
+    k: int,
+    n: int,
+    d: int,
+    block: int,
+    *,
+    seed: int,
+    device=None,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
     """Column block ``V_i`` (``k × d``, entries ``N(0, 1/D)``, ``D = n·d``) of the ``blocks``-mode
     ``V``: ``torch.cat([rf_weight_block(..., j) for j in range(n)], 1)`` is the whole ``V``.
 
@@ -117,12 +136,12 @@ def _blocks64(A: torch.Tensor, block: int = 8192):
     times the copy in page faults), so each yielded block is valid only until the next one."""
     if A.dtype == torch.float64:
         for s in range(0, A.shape[0], block):
-            yield s, A[s:s + block]
+            yield s, A[s : s + block]
         return
     buf = torch.empty(min(block, A.shape[0]), *A.shape[1:], dtype=torch.float64, device=A.device)
     for s in range(0, A.shape[0], block):
-        rows = A[s:s + block]
-        yield s, buf[:rows.shape[0]].copy_(rows)
+        rows = A[s : s + block]
+        yield s, buf[: rows.shape[0]].copy_(rows)
 
 
 def _mm64(A: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
@@ -130,7 +149,7 @@ def _mm64(A: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
     M = M.to(torch.float64)
     out = torch.empty(A.shape[0], *M.shape[1:], dtype=torch.float64, device=A.device)
     for s, B in _blocks64(A):
-        out[s:s + B.shape[0]] = B @ M
+        out[s : s + B.shape[0]] = B @ M
     return out
 
 
@@ -142,8 +161,9 @@ def rf_preactivation(X: Array, k: int, *, seed: int, device=None) -> torch.Tenso
     k = check_int("k", k, minimum=1)
     u = torch.zeros(k, dtype=torch.float64, device=Xt.device)
     for j in range(n):
-        u += _mm64(rf_weight_block(k, n, d, j, seed=seed, device=Xt.device,
-                                   dtype=torch.float32), Xt[j])
+        u += _mm64(
+            rf_weight_block(k, n, d, j, seed=seed, device=Xt.device, dtype=torch.float32), Xt[j]
+        )
     return u.to(Xt.dtype)
 
 
@@ -154,8 +174,7 @@ def rf_rows_noise_seed(seed: int) -> int:
     return int(np.random.SeedSequence([seed, 0, 1]).generate_state(1)[0])
 
 
-def rf_rows_law(X: Array, k: int, rows: Sequence[int], *, seed: int, device=None
-                ) -> torch.Tensor:
+def rf_rows_law(X: Array, k: int, rows: Sequence[int], *, seed: int, device=None) -> torch.Tensor:
     """``g`` with ``(g, V_{i_1}, …, V_{i_m})`` distributed as ``(V flat(X), V_{i_1}, …,
     V_{i_m})`` for the rows ``S = rows`` (``rows`` mode of the module docstring; the several-row
     form of :prf:ref:`prop-rf-row-law`, stated in the IMDb chapter as
@@ -179,12 +198,13 @@ def rf_rows_law(X: Array, k: int, rows: Sequence[int], *, seed: int, device=None
     seed = check_seed(seed)
     D = n * d
     u = torch.zeros(k, dtype=torch.float64, device=Xt.device)
-    for j in sorted(row_list):                 # the order of rf_preactivation's sum
-        u += _mm64(rf_weight_block(k, n, d, j, seed=seed, device=Xt.device,
-                                   dtype=torch.float32), Xt[j])
+    for j in sorted(row_list):  # the order of rf_preactivation's sum
+        u += _mm64(
+            rf_weight_block(k, n, d, j, seed=seed, device=Xt.device, dtype=torch.float32), Xt[j]
+        )
     out = torch.ones(n, dtype=torch.bool, device=Xt.device)
     out[row_list] = False
-    rest = float((Xt[out] ** 2).sum())         # ‖flat(X_{−S})‖², exactly 0 when S = all rows
+    rest = float((Xt[out] ** 2).sum())  # ‖flat(X_{−S})‖², exactly 0 when S = all rows
     if rest > 0:
         g = torch.Generator().manual_seed(rf_rows_noise_seed(seed))
         z = torch.randn(k, generator=g, dtype=torch.float64).to(Xt.device)
@@ -206,8 +226,7 @@ def _precision(precision) -> torch.dtype:
     raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}.")
 
 
-def rf_row_law(X: Array, k: int, row: int, *, seed: int, device=None,
-               precision: str = "float64"):
+def rf_row_law(X: Array, k: int, row: int, *, seed: int, device=None, precision: str = "float64"):
     """One draw of ``(V flat(X), V_i)`` for ``i = row`` from the law of
     :prf:ref:`prop-rf-row-law`: ``V_i`` with i.i.d. ``N(0, 1/D)`` entries and
     ``g = V flat(X) = V_i x_i + σ_{−i} z``, ``σ_{−i} = ‖flat(X_{−i})‖/√D``. Returns
@@ -263,7 +282,7 @@ def _grams(A: torch.Tensor, active: torch.Tensor | None, full: bool = True):
         if active is None:
             G += B.T @ B
             continue
-        m = active[s:s + B.shape[0]]
+        m = active[s : s + B.shape[0]]
         BJ = B[m]
         GJ += BJ.T @ BJ
         if full:
@@ -290,7 +309,9 @@ def _lower_from(GJ, u, Vi) -> tuple[float, torch.Tensor]:
     d = Vi.shape[1]
     sJ, v = _top(GJ)
     a = _mm64(Vi, v)[u > 0]
-    if float(torch.linalg.vector_norm(torch.relu(-a))) > float(torch.linalg.vector_norm(torch.relu(a))):
+    if float(torch.linalg.vector_norm(torch.relu(-a))) > float(
+        torch.linalg.vector_norm(torch.relu(a))
+    ):
         v = -v
     Delta = project_ball(math.sqrt(d) * v[None], math.sqrt(d))[0]
     return math.sqrt(d / 2) * sJ / float(torch.linalg.vector_norm(torch.relu(u))), Delta
@@ -329,8 +350,8 @@ def rf_certified_lower(u: torch.Tensor, Vi: torch.Tensor) -> tuple[float, torch.
 
 def rf_high_probability_bound(n: int, d: int, k: int, delta: float) -> float:
     """``C(k, d, n, δ)/√n`` of :prf:ref:`thm-rf-upper`: with probability ``≥ 1 − δ`` over ``V``,
-    ``S_RF(X) ≤ (√k + √d + ε_V) / (√n (√(k/2 − 1) − ε_g))`` with
-    ``ε_V = √(2 log(4n/δ))`` and ``ε_g = √(2 log(2/δ))`` (infinite if the denominator is ``≤ 0``)."""
+    ``S_RF(X) ≤ (√k + √d + ε_V) / (√n (√(k/2 − 1) − ε_g))`` with ``ε_V = √(2 log(4n/δ))`` and
+    ``ε_g = √(2 log(2/δ))`` (infinite if the denominator is ``≤ 0``)."""
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}.")
     if min(n, d, k) < 1:
@@ -343,8 +364,14 @@ def rf_high_probability_bound(n: int, d: int, k: int, delta: float) -> float:
     return (math.sqrt(k) + math.sqrt(d) + t) / (math.sqrt(n) * den)
 
 
-def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int,
-            work_dtype: torch.dtype | None = torch.float32, stop: tuple[int, float] | None = None):
+def _ascend(
+    u: torch.Tensor,
+    Vi: torch.Tensor,
+    starts: torch.Tensor,
+    steps: int,
+    work_dtype: torch.dtype | None = torch.float32,
+    stop: tuple[int, float] | None = None,
+):
     """Projected ascent of the relative change from each row of ``starts``; every step moves to
     the sphere ``‖Δ‖ = √d`` along the gradient (the fixed point of plain projected gradient
     ascent with a large step, as the authors' lr 100 is). Keeps the best iterate.
@@ -369,9 +396,9 @@ def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int,
     Delta = project_ball(starts.to(Vi.dtype), radius, exact=False)
     best_val = torch.full((Delta.shape[0],), -1.0, dtype=Vi.dtype, device=Vi.device)
     best = Delta.clone()
-    trail: list[float] = []                                  # b_t, the best so far
+    trail: list[float] = []  # b_t, the best so far
     for t in range(steps + 1):
-        pre = u[:, None] + (Delta @ Vi.T).T                  # k × B
+        pre = u[:, None] + (Delta @ Vi.T).T  # k × B
         diff = torch.relu(pre) - base[:, None]
         vals = torch.linalg.vector_norm(diff, dim=0) / base_norm
         better = vals > best_val
@@ -385,18 +412,19 @@ def _ascend(u: torch.Tensor, Vi: torch.Tensor, starts: torch.Tensor, steps: int,
             if t >= m and trail[t] <= (1 + rtol) * trail[t - m]:
                 break
         # gradient of ½‖diff‖² w.r.t. Δ: V_iᵀ (1[pre > 0] ⊙ diff)
-        grad = (diff * (pre > 0)).T.contiguous() @ Vi        # B × d (Bᵀ@A: the fast layout)
+        grad = (diff * (pre > 0)).T.contiguous() @ Vi  # B × d (Bᵀ@A: the fast layout)
         gnorm = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
         stalled = gnorm[:, 0] <= 0
         step = grad / gnorm.clamp_min(torch.finfo(gnorm.dtype).tiny)
-        Delta = torch.where(stalled[:, None], Delta,
-                            project_ball(radius * step, radius, exact=False))
+        Delta = torch.where(
+            stalled[:, None], Delta, project_ball(radius * step, radius, exact=False)
+        )
     return best_val, best
 
 
 def _search_row(u, Vi, *, starts, steps, g, d, search_dtype, upper=True, stop=None):
     radius = math.sqrt(d)
-    G, GJ = _grams(Vi, _check_active(u), full=upper)   # one pass over V_i for both bounds
+    G, GJ = _grams(Vi, _check_active(u), full=upper)  # one pass over V_i for both bounds
     upper = _upper_from(G, u, d) if upper else math.nan
     lower, Delta_star = _lower_from(GJ, u, Vi)
     xi = sphere_starts(torch.randn(max(starts, 1), d, generator=g, dtype=u.dtype), radius)
@@ -473,19 +501,33 @@ def rf_word_sensitivity(
     stop = _check_stop(stop)
     if mode not in ("auto", "reduced", "blocks", "rows"):
         raise ValueError(f"mode must be 'auto', 'reduced', 'blocks' or 'rows', got {mode!r}.")
-    Xt, row_list, _ = search_setup(_float64_text(X, device), rows=rows, starts=starts,
-                                   steps=steps, check_norms=check_norms)
+    Xt, row_list, _ = search_setup(
+        _float64_text(X, device), rows=rows, starts=starts, steps=steps, check_norms=check_norms
+    )
     d = Xt.shape[1]
     if mode == "auto":
         mode = "reduced" if len(row_list) == 1 else "blocks"
     if mode == "reduced" and len(row_list) != 1:
-        raise ValueError("mode='reduced' samples one row's law; pass a single row, or use "
-                         "mode='blocks' for several rows under one joint V.")
+        raise ValueError(
+            "mode='reduced' samples one row's law; pass a single row, or use "
+            "mode='blocks' for several rows under one joint V."
+        )
     _check_rf_memory(k, d, starts, mode, work, Xt.device, draw)
     with small_work_threads(k * d):
-        return _rf_word_sensitivity(Xt, k, row_list, mode, seed=seed, starts=starts,
-                                    steps=steps, progress=progress, search_dtype=work,
-                                    precision=draw, upper=bool(upper), stop=stop)
+        return _rf_word_sensitivity(
+            Xt,
+            k,
+            row_list,
+            mode,
+            seed=seed,
+            starts=starts,
+            steps=steps,
+            progress=progress,
+            search_dtype=work,
+            precision=draw,
+            upper=bool(upper),
+            stop=stop,
+        )
 
 
 def _check_stop(stop) -> tuple[int, float] | None:
@@ -496,8 +538,11 @@ def _check_stop(stop) -> tuple[int, float] | None:
         raise ValueError(f"stop must be None or (m, rtol), got {stop!r}.")
     m = check_int("stop window m", stop[0], minimum=1)
     rtol = stop[1]
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not (
-            math.isfinite(rtol) and rtol >= 0):
+    if (
+        isinstance(rtol, bool)
+        or not isinstance(rtol, (int, float))
+        or not (math.isfinite(rtol) and rtol >= 0)
+    ):
         raise ValueError(f"stop tolerance rtol must be a finite number ≥ 0, got {rtol!r}.")
     return m, float(rtol)
 
@@ -514,8 +559,10 @@ def _search_dtype(value) -> torch.dtype | None:
         name = value.strip().lower().removeprefix("torch.")
         if name in _SEARCH_DTYPES:
             return _SEARCH_DTYPES[name]
-    raise ValueError(f"search_dtype must be torch.float32, torch.float64, 'float32', 'float64' "
-                     f"or None (V_i's own precision), got {value!r}.")
+    raise ValueError(
+        f"search_dtype must be torch.float32, torch.float64, 'float32', 'float64' "
+        f"or None (V_i's own precision), got {value!r}."
+    )
 
 
 def _check_rows(rows):
@@ -529,8 +576,10 @@ def _check_rows(rows):
         return check_int("rows", rows.item() if isinstance(rows, torch.Tensor) else rows)
     items = rows.tolist() if isinstance(rows, (np.ndarray, torch.Tensor)) else list(rows)
     if any(isinstance(r, (bool, np.bool_)) for r in items):
-        raise TypeError("rows is a boolean mask; pass the row indices instead, e.g. "
-                        "np.flatnonzero(mask).tolist().")
+        raise TypeError(
+            "rows is a boolean mask; pass the row indices instead, e.g. "
+            "np.flatnonzero(mask).tolist()."
+        )
     return [check_int(f"rows[{i}]", r) for i, r in enumerate(items)]
 
 
@@ -542,8 +591,14 @@ def _float64_text(X, device) -> torch.Tensor:
     return as_tensor(X, dtype=torch.float64, device=_device_arg(device), name="X")
 
 
-def _rf_bytes(k: int, d: int, starts: int, mode: str, work: torch.dtype | None,
-              draw: torch.dtype = torch.float64) -> int:
+def _rf_bytes(
+    k: int,
+    d: int,
+    starts: int,
+    mode: str,
+    work: torch.dtype | None,
+    draw: torch.dtype = torch.float64,
+) -> int:
     """Peak bytes of one row's search: ``V_i`` (in ``draw`` in ``reduced`` mode, float32 in
     ``blocks``), its copy in the search precision if that differs, and about eight ``k × B``
     float64 work arrays (``B = starts + 2`` candidate perturbations)."""
@@ -557,18 +612,30 @@ def _check_rf_memory(k, d, starts, mode, work, device, draw=torch.float64) -> No
     hint = "use a smaller k (the width) or fewer starts"
     if device.type == "cpu":
         check_fits(need, f"rf_word_sensitivity with k = {k}, d = {d}", hint=hint)
-    else:   # the weights are drawn on the CPU, then moved
+    else:  # the weights are drawn on the CPU, then moved
         check_fits(k * d * 8, f"drawing a {k} × {d} weight block", hint=hint)
         check_fits(need, f"rf_word_sensitivity with k = {k}, d = {d}", device, hint=hint)
 
 
-def _rf_word_sensitivity(Xt, k, row_list, mode, *, seed, starts, steps, progress, search_dtype,
-                         precision=torch.float64, upper=True, stop=None):
+def _rf_word_sensitivity(
+    Xt,
+    k,
+    row_list,
+    mode,
+    *,
+    seed,
+    starts,
+    steps,
+    progress,
+    search_dtype,
+    precision=torch.float64,
+    upper=True,
+    stop=None,
+):
     n, d = Xt.shape
     g = torch.Generator().manual_seed(seed + 1)
     if mode == "reduced":
-        u, Vi = rf_row_law(Xt, k, row_list[0], seed=seed, device=Xt.device,
-                           precision=precision)
+        u, Vi = rf_row_law(Xt, k, row_list[0], seed=seed, device=Xt.device, precision=precision)
     elif mode == "rows":
         u = rf_rows_law(Xt, k, row_list, seed=seed, device=Xt.device)
     else:
@@ -582,18 +649,37 @@ def _rf_word_sensitivity(Xt, k, row_list, mode, *, seed, starts, steps, progress
     for r in tqdm(row_list, desc="rf rows", disable=not progress, leave=False):
         if mode in ("blocks", "rows"):
             Vi = rf_weight_block(k, n, d, r, seed=seed, device=Xt.device, dtype=torch.float32)
-        val, Delta, up, lo, n_starts = _search_row(u, Vi, starts=starts, steps=steps, g=g, d=d,
-                                                   search_dtype=search_dtype, upper=upper,
-                                                   stop=stop)
+        val, Delta, up, lo, n_starts = _search_row(
+            u,
+            Vi,
+            starts=starts,
+            steps=steps,
+            g=g,
+            d=d,
+            search_dtype=search_dtype,
+            upper=upper,
+            stop=stop,
+        )
         per_row[r], per_up[r], per_lo[r] = val, up, lo
         if val > best[0]:
             best = (val, r, Delta)
         del Vi
     value, row, Delta = best
     return RFSensitivityResult(
-        value=value, row=row, Delta=Delta.numpy().copy(), per_row=per_row, starts=n_starts,
-        steps=steps, seed=seed, upper=max(per_up.values()), lower=max(per_lo.values()),
-        per_row_upper=per_up, per_row_lower=per_lo, phi_norm=phi_norm, mode=mode, k=k,
+        value=value,
+        row=row,
+        Delta=Delta.numpy().copy(),
+        per_row=per_row,
+        starts=n_starts,
+        steps=steps,
+        seed=seed,
+        upper=max(per_up.values()),
+        lower=max(per_lo.values()),
+        per_row_upper=per_up,
+        per_row_lower=per_lo,
+        phi_norm=phi_norm,
+        mode=mode,
+        k=k,
     )
 
 
@@ -615,8 +701,16 @@ def sample_text(family: str, n: int, d: int, *, seed: int, share: float = 0.5) -
     return normalize_rows(math.sqrt(share) * G[:1] + math.sqrt(1 - share) * G[1:])
 
 
-def rf_point(*, family: str, n: int, d: int, seed: int, rows: str = "first",
-             steps: int = 30, precision: str = "float64") -> dict:
+def rf_point(
+    *,
+    family: str,
+    n: int,
+    d: int,
+    seed: int,
+    rows: str = "first",
+    steps: int = 30,
+    precision: str = "float64",
+) -> dict:
     """One grid point of the random-features chapter (for :func:`wsutils.run.sweep.run_grid`):
     the text ``sample_text(family, n, d, seed=seed)``, ``k = D = n·d``, weights from
     ``seed + 1``; ``rows="first"`` (reduced law, row 0, drawn in ``precision``, see
@@ -629,7 +723,19 @@ def rf_point(*, family: str, n: int, d: int, seed: int, rows: str = "first",
         raise ValueError(f"rows must be 'first' or 'all', got {rows!r}.")
     t0, c0 = time.perf_counter(), time.process_time()
     X = sample_text(family, n, d, seed=seed)
-    r = rf_word_sensitivity(X, n * d, rows=0 if rows == "first" else None, seed=seed + 1,
-                            steps=steps, precision=precision)
-    return {"S": r.value, "lower": r.lower, "upper": r.upper, "row": r.row,
-            "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
+    r = rf_word_sensitivity(
+        X,
+        n * d,
+        rows=0 if rows == "first" else None,
+        seed=seed + 1,
+        steps=steps,
+        precision=precision,
+    )
+    return {
+        "S": r.value,
+        "lower": r.lower,
+        "upper": r.upper,
+        "row": r.row,
+        "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
+    }

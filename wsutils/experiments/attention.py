@@ -1,4 +1,5 @@
-"""Per-point functions for the attention chapters' grids (run with :func:`wsutils.run.sweep.run_grid`).
+"""Per-point functions for the attention chapters' grids (run with
+:func:`wsutils.run.sweep.run_grid`).
 
 Each takes JSON-serialisable parameters (seeds included), draws its own synthetic text
 (:func:`wsutils.weights.sample_X`, seed ``seed``) and weights (:func:`wsutils.weights.sample_W`,
@@ -12,15 +13,25 @@ import time
 
 import torch
 
-from ..estimators.attention import (attention_word_sensitivity, certified_lower_bound,
-                                    row_competition, takeover_certificate)
+from ..estimators.attention import (
+    attention_word_sensitivity,
+    certified_lower_bound,
+    row_competition,
+    takeover_certificate,
+)
 from ..estimators.rf import rf_word_sensitivity
 from ..run import config
 from ..run.seeds import point_seed
 from ..weights import sample_W, sample_X
 
-__all__ = ["SEARCH_DTYPE", "attention_grid", "grid_points", "sensitivity_point",
-           "takeover_point", "rf_point"]
+__all__ = [
+    "SEARCH_DTYPE",
+    "attention_grid",
+    "grid_points",
+    "sensitivity_point",
+    "takeover_point",
+    "rf_point",
+]
 
 #: The precision of each map's search in the chapters' grids (every value is certified in
 #: float64 on the float64 text either way): float32 where it finds the float64 search's value
@@ -40,10 +51,16 @@ def attention_grid(scale: str | None = None) -> dict:
     if scale is not None and scale not in config.SCALES:
         raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}.")
     grids = dict(
-        quick=dict(ds=(192, 384), ns=(10, 50, 100, 250), seeds=2,
-                   search=dict(rows=1, starts=2, steps=40)),
-        paper=dict(ds=(192, 384, 768), ns=(10, 20, 50, 100, 150, 200, 250), seeds=5,
-                   search=dict(rows=2, starts=4, steps=100)))
+        quick=dict(
+            ds=(192, 384), ns=(10, 50, 100, 250), seeds=2, search=dict(rows=1, starts=2, steps=40)
+        ),
+        paper=dict(
+            ds=(192, 384, 768),
+            ns=(10, 20, 50, 100, 150, 200, 250),
+            seeds=5,
+            search=dict(rows=2, starts=4, steps=100),
+        ),
+    )
     return grids[scale] if scale is not None else config.by_scale(**grids)
 
 
@@ -56,14 +73,32 @@ def grid_points(kind: str) -> list[dict]:
     keys in a sweep store (:func:`wsutils.run.sweep.point_key`), so a store shared by the two
     computes it once."""
     g = attention_grid()
-    return [dict(kind=kind, d=d, n=n, seed=point_seed("attention", d, n, s), **g["search"],
-                 search_dtype=SEARCH_DTYPE[kind])
-            for d in g["ds"] for n in g["ns"] for s in range(g["seeds"])]
+    return [
+        dict(
+            kind=kind,
+            d=d,
+            n=n,
+            seed=point_seed("attention", d, n, s),
+            **g["search"],
+            search_dtype=SEARCH_DTYPE[kind],
+        )
+        for d in g["ds"]
+        for n in g["ns"]
+        for s in range(g["seeds"])
+    ]
 
 
-def sensitivity_point(kind: str, d: int, n: int, seed: int, rows: int = 2, starts: int = 4,
-                      steps: int = 100, certificates: bool = True,
-                      search_dtype: str | None = None) -> dict:
+def sensitivity_point(
+    kind: str,
+    d: int,
+    n: int,
+    seed: int,
+    rows: int = 2,
+    starts: int = 4,
+    steps: int = 100,
+    certificates: bool = True,
+    search_dtype: str | None = None,
+) -> dict:
     """``S`` of softmax (``kind="raf"``) or ReLU (``"relu"``) attention at one text.
 
     The estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) searches
@@ -87,12 +122,21 @@ def sensitivity_point(kind: str, d: int, n: int, seed: int, rows: int = 2, start
     W = sample_W(d, seed=seed + 1)
     searched = list(range(min(rows, n)))
     t0 = time.perf_counter()
-    res = attention_word_sensitivity(X, W, kind=kind, rows=searched, starts=starts, steps=steps,
-                                     seed=seed, takeovers=True, search_dtype=search_dtype)
+    res = attention_word_sensitivity(
+        X,
+        W,
+        kind=kind,
+        rows=searched,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        takeovers=True,
+        search_dtype=search_dtype,
+    )
     elapsed = time.perf_counter() - t0
     out = {
         "S": res.value,
-        "phi_norm": res.phi_norm / math.sqrt(d),      # ‖φ(X)‖_F of the certification
+        "phi_norm": res.phi_norm / math.sqrt(d),  # ‖φ(X)‖_F of the certification
         "kappa": float(torch.linalg.matrix_norm(X, ord=2)) / math.sqrt(d),
         "seconds": elapsed,
     }
@@ -121,12 +165,24 @@ def takeover_point(d: int, n: int, seed: int, certificate: bool = True) -> dict:
         c = row_competition(X, W, 0)
         return {"margin": c["margin"], "self_weight": c["self_weight"], "lam": c["lam"]}
     c = takeover_certificate(X, W, 0)
-    return {"margin": c.margin, "self_weight": c.self_weight, "change": c.exact,
-            "bound": c.bound, "lam": c.lam}
+    return {
+        "margin": c.margin,
+        "self_weight": c.self_weight,
+        "change": c.exact,
+        "bound": c.bound,
+        "lam": c.lam,
+    }
 
 
-def rf_point(d: int, n: int, seed: int, starts: int = 2, steps: int = 30, upper: bool = True,
-             stop: list | None = None) -> dict:
+def rf_point(
+    d: int,
+    n: int,
+    seed: int,
+    starts: int = 2,
+    steps: int = 30,
+    upper: bool = True,
+    stop: list | None = None,
+) -> dict:
     """``S_RF`` at the same text as :func:`sensitivity_point` (``X`` from ``seed``), ``k = D``,
     with the exact estimator :func:`wsutils.estimators.rf.rf_word_sensitivity` (row 0);
     ``upper`` and ``stop`` (``[m, rtol]`` or ``None``) are passed to it: ``upper=False`` skips
@@ -134,6 +190,14 @@ def rf_point(d: int, n: int, seed: int, starts: int = 2, steps: int = 30, upper:
     search once it has converged (the estimator's docstring)."""
     torch.set_num_threads(1)
     X = sample_X(n, d, seed=seed)
-    res = rf_word_sensitivity(X, n * d, rows=0, seed=seed + 1, starts=starts, steps=steps,
-                              upper=upper, stop=None if stop is None else tuple(stop))
+    res = rf_word_sensitivity(
+        X,
+        n * d,
+        rows=0,
+        seed=seed + 1,
+        starts=starts,
+        steps=steps,
+        upper=upper,
+        stop=None if stop is None else tuple(stop),
+    )
     return {"S": res.value}

@@ -18,17 +18,23 @@ from typing import Sequence
 
 import numpy as np
 
-from ..run import config
 from ..checks import check_int
 from ..estimators.attention import attention_word_sensitivity
-from ..text.data import load_imdb, select_reviews
-from ..text.embeddings import embed, load_model, sample_matrix, word_rows
 from ..generalization import LOSSES, TRAININGS, check_Ns, flip_runs
 from ..maps import raf, relu_attention
+from ..run import config
+from ..text.data import load_imdb, select_reviews
+from ..text.embeddings import embed, load_model, sample_matrix, word_rows
 from ..weights import sample_W, sample_X
 
-__all__ = ["MAPS", "review_matrix", "searched_rows", "sensitivity_point", "flip_texts",
-           "flip_point_imdb"]
+__all__ = [
+    "MAPS",
+    "review_matrix",
+    "searched_rows",
+    "sensitivity_point",
+    "flip_texts",
+    "flip_point_imdb",
+]
 
 MAPS = {"RAF": raf, "ReLU attention": relu_attention}
 _KINDS = {"RAF": "raf", "ReLU attention": "relu"}
@@ -45,13 +51,27 @@ def _dataset(imdb: str | None):
 def _embedded(model: str, imdb: str | None, review: int, max_length: int):
     ds = _dataset(imdb)
     text = ds[int(review)]["text"]
-    E, mask = embed([text], model=load_model(model), ids=[int(review)], max_length=max_length,
-                    return_mask=True, progress=False)
+    E, mask = embed(
+        [text],
+        model=load_model(model),
+        ids=[int(review)],
+        max_length=max_length,
+        return_mask=True,
+        progress=False,
+    )
     return E[0], mask[0]
 
 
-def review_matrix(review: int, n: int, d: int, *, keep: str = "all", model: str | None = None,
-                  imdb: str | None = None, max_length: int = 256) -> np.ndarray:
+def review_matrix(
+    review: int,
+    n: int,
+    d: int,
+    *,
+    keep: str = "all",
+    model: str | None = None,
+    imdb: str | None = None,
+    max_length: int = 256,
+) -> np.ndarray:
     """``X ∈ R^{n×d}`` from review ``review`` (its id in :func:`wsutils.text.data.load_imdb`):
     layer-0 embeddings, first ``n`` rows (``keep="all"``: ``[CLS]``, words, ``[SEP]``, padding,
     the authors' choice; ``keep="words"``: word tokens only), first ``d`` coordinates, rows
@@ -76,13 +96,26 @@ def searched_rows(n: int, rows: int | None) -> list[int] | None:
     if rows >= n:
         return None
     picked = np.unique(np.rint(np.linspace(0, n - 1, rows)).astype(int)).tolist()
-    assert len(picked) == rows, (n, rows, picked)   # spacing (n−1)/(rows−1) > 1: all distinct
+    assert len(picked) == rows, (n, rows, picked)  # spacing (n−1)/(rows−1) > 1: all distinct
     return picked
 
 
-def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, keep: str,
-                      seed: int, steps: int, starts: int, model: str, imdb: str | None,
-                      rows: int | None = None, rf_mode: str = "rows") -> dict:
+def sensitivity_point(
+    *,
+    map: str,
+    n: int,
+    d: int,
+    source: str,
+    review: int,
+    keep: str,
+    seed: int,
+    steps: int,
+    starts: int,
+    model: str,
+    imdb: str | None,
+    rows: int | None = None,
+    rf_mode: str = "rows",
+) -> dict:
     """One point of the sweep: the word sensitivity (:prf:ref:`def-word-sensitivity`) of
     ``map`` — ``"RF"`` (``k = D = n·d``, the exact estimator
     :func:`wsutils.estimators.rf.rf_word_sensitivity`, which never forms ``V``), ``"RAF"`` or
@@ -116,30 +149,63 @@ def sensitivity_point(*, map: str, n: int, d: int, source: str, review: int, kee
     picked = searched_rows(n, rows)
     t0 = time.perf_counter()
     if map == "RF":
-        r = rf_word_sensitivity(X, n * d, rows=picked, seed=seed, starts=starts, steps=steps,
-                                mode="blocks" if picked is None else rf_mode)
+        r = rf_word_sensitivity(
+            X,
+            n * d,
+            rows=picked,
+            seed=seed,
+            starts=starts,
+            steps=steps,
+            mode="blocks" if picked is None else rf_mode,
+        )
     else:
         # the search of wsutils.sensitivity.word_sensitivity, in O(n·d) per start and step
-        r = attention_word_sensitivity(X, sample_W(d, seed=seed), kind=_KINDS[map],
-                                       rows=picked, starts=starts, steps=steps, seed=seed)
-    return {"S": r.value, "S_first": r.per_row[0], "row": r.row,
-            "S_row_min": min(r.per_row.values()), "n_rows": len(r.per_row),
-            "seconds": time.perf_counter() - t0}
+        r = attention_word_sensitivity(
+            X,
+            sample_W(d, seed=seed),
+            kind=_KINDS[map],
+            rows=picked,
+            starts=starts,
+            steps=steps,
+            seed=seed,
+        )
+    return {
+        "S": r.value,
+        "S_first": r.per_row[0],
+        "row": r.row,
+        "S_row_min": min(r.per_row.values()),
+        "n_rows": len(r.per_row),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 @functools.lru_cache(maxsize=2)
-def _flip_embedded(model: str, imdb: str | None, reviews: int, select_seed: int,
-                   max_length: int):
+def _flip_embedded(model: str, imdb: str | None, reviews: int, select_seed: int, max_length: int):
     enc = load_model(model)
-    sel = select_reviews(_dataset(imdb), reviews, tokenizer=enc.tokenizer, seed=select_seed,
-                         unique=True)
-    E, mask = embed(sel.texts, model=enc, ids=[int(i) for i in sel.review],
-                    max_length=max_length, return_mask=True)
+    sel = select_reviews(
+        _dataset(imdb), reviews, tokenizer=enc.tokenizer, seed=select_seed, unique=True
+    )
+    E, mask = embed(
+        sel.texts,
+        model=enc,
+        ids=[int(i) for i in sel.review],
+        max_length=max_length,
+        return_mask=True,
+    )
     return E, mask, sel.y, sel.review
 
 
-def flip_texts(*, n: int, d: int, reviews: int, select_seed: int, keep: str = "all",
-               model: str | None = None, imdb: str | None = None, max_length: int = 256):
+def flip_texts(
+    *,
+    n: int,
+    d: int,
+    reviews: int,
+    select_seed: int,
+    keep: str = "all",
+    model: str | None = None,
+    imdb: str | None = None,
+    max_length: int = 256,
+):
     """Labelled texts for the generalization experiment on IMDb: ``reviews`` label-balanced,
     pairwise distinct reviews of fewer than 240 tokens, ``[CLS]``/``[SEP]`` not counted
     (:func:`wsutils.text.data.select_reviews` with seed ``select_seed`` and ``unique=True``; they
@@ -156,8 +222,10 @@ def flip_texts(*, n: int, d: int, reviews: int, select_seed: int, keep: str = "a
     if keep not in KEEP:
         raise ValueError(f"keep must be one of {KEEP}, got {keep!r}.")
     if keep == "all" and not n < max_length:
-        raise ValueError(f"n = {n} rows need max_length > n (the last position holds [SEP] "
-                         f"when a review is truncated), got max_length = {max_length}.")
+        raise ValueError(
+            f"n = {n} rows need max_length > n (the last position holds [SEP] "
+            f"when a review is truncated), got max_length = {max_length}."
+        )
     model = config.model() if model is None else model
     imdb = None if imdb is None else str(imdb)
     E, mask, y, ids = _flip_embedded(model, imdb, int(reviews), int(select_seed), int(max_length))
@@ -166,12 +234,29 @@ def flip_texts(*, n: int, d: int, reviews: int, select_seed: int, keep: str = "a
     return Xs, np.asarray(y, dtype=np.float64), np.asarray(ids)
 
 
-def flip_point_imdb(*, map: str, n: int, d: int, Ns: list[int], seed: int, reviews: int,
-                    select_seed: int, held_out: int, keep: str = "all", model: str | None = None,
-                    imdb: str | None = None, max_length: int = 256,
-                    losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
-                    starts: int = 4, steps: int = 300, lr: float = 0.3, row: int = 0,
-                    batch_searches: bool = True, search_dtype: str = "float64") -> dict:
+def flip_point_imdb(
+    *,
+    map: str,
+    n: int,
+    d: int,
+    Ns: list[int],
+    seed: int,
+    reviews: int,
+    select_seed: int,
+    held_out: int,
+    keep: str = "all",
+    model: str | None = None,
+    imdb: str | None = None,
+    max_length: int = 256,
+    losses: Sequence[str] = LOSSES,
+    trainings: Sequence[str] = TRAININGS,
+    starts: int = 4,
+    steps: int = 300,
+    lr: float = 0.3,
+    row: int = 0,
+    batch_searches: bool = True,
+    search_dtype: str = "float64",
+) -> dict:
     """One grid point of the generalization experiment on IMDb reviews, for
     :func:`wsutils.run.sweep.run_grid` (every parameter is a JSON value).
 
@@ -179,18 +264,42 @@ def flip_point_imdb(*, map: str, n: int, d: int, Ns: list[int], seed: int, revie
     training texts are the first ``max(Ns)`` of them (label-balanced when ``max(Ns)`` is even),
     the new text is the one at position ``held_out ≥ max(Ns)`` (never a training text), with
     its sentiment as label ``y``. Then :func:`wsutils.generalization.flip_runs` with weights
-    seed ``seed`` (search seed ``seed + 1``; ``batch_searches``, ``search_dtype`` as there). Returns ``{"runs": [...], "review": id of the new
-    text, "y": its label}``.
+    seed ``seed`` (search seed ``seed + 1``; ``batch_searches``, ``search_dtype`` as there).
+    Returns ``{"runs": [...], "review": id of the new text, "y": its label}``.
     """
     Ns = check_Ns(Ns)
     Nmax = max(Ns)
     if not Nmax <= held_out < reviews:
-        raise ValueError(f"held_out must be a position in the selection after the {Nmax} "
-                         f"training texts, i.e. between {Nmax} and reviews − 1 = {reviews - 1}; "
-                         f"got {held_out}.")
-    Xs, y, ids = flip_texts(n=n, d=d, reviews=reviews, select_seed=select_seed, keep=keep,
-                            model=model, imdb=imdb, max_length=max_length)
-    out = flip_runs(map, Xs[:Nmax], y[:Nmax], Xs[held_out], float(y[held_out]), Ns=Ns,
-                    seed=seed, losses=losses, trainings=trainings, starts=starts, steps=steps,
-                    lr=lr, row=row, batch_searches=batch_searches, search_dtype=search_dtype)
+        raise ValueError(
+            f"held_out must be a position in the selection after the {Nmax} "
+            f"training texts, i.e. between {Nmax} and reviews − 1 = {reviews - 1}; "
+            f"got {held_out}."
+        )
+    Xs, y, ids = flip_texts(
+        n=n,
+        d=d,
+        reviews=reviews,
+        select_seed=select_seed,
+        keep=keep,
+        model=model,
+        imdb=imdb,
+        max_length=max_length,
+    )
+    out = flip_runs(
+        map,
+        Xs[:Nmax],
+        y[:Nmax],
+        Xs[held_out],
+        float(y[held_out]),
+        Ns=Ns,
+        seed=seed,
+        losses=losses,
+        trainings=trainings,
+        starts=starts,
+        steps=steps,
+        lr=lr,
+        row=row,
+        batch_searches=batch_searches,
+        search_dtype=search_dtype,
+    )
     return {**out, "review": int(ids[held_out]), "y": float(y[held_out])}

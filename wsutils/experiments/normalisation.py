@@ -11,11 +11,10 @@ for a take-over (:prf:ref:`prop-norm-margin`), and the per-point function of its
 - :func:`doubling_bound` is the bound of :prf:ref:`prop-norm-double` on what the doubling
   ``Δ = x_i`` changes, from the scores.
 - :func:`normalisation_point` is ``S`` of one normalisation at one text: the fast estimator
-  (:func:`wsutils.estimators.attention.attention_word_sensitivity`) and a certified lower bound (the row
-  and the key take-over and the doubling, through the full map), for
-  :func:`wsutils.run.sweep.run_grid`;
-  :func:`phase_point` is the row take-over's self-weight under :data:`PHASE`, for the phase
-  diagram.
+  (:func:`wsutils.estimators.attention.attention_word_sensitivity`) and a certified lower bound
+  (the row and the key take-over and the doubling, through the full map), for
+  :func:`wsutils.run.sweep.run_grid`; :func:`phase_point` is the row take-over's self-weight
+  under :data:`PHASE`, for the phase diagram.
 - :func:`takeover_margin_model` and :func:`margin_interval` give the phase diagram's
   predicted boundaries (:prf:ref:`obs-norm-phase`): the margin the row take-over is predicted
   to reach at ``(d, n)``, and the margins a self-weight ``≥ a_min`` needs and suffices with.
@@ -28,20 +27,30 @@ import math
 import time
 
 import numpy as np
+import torch
 from scipy import special
 
-import torch
-
-from ..estimators.attention import _key_takeover, _row_takeover, attention_word_sensitivity
 from ..checks import check_int
-from ..run.seeds import point_seed
+from ..estimators.attention import _key_takeover, _row_takeover, attention_word_sensitivity
 from ..maps import Normalisation, _general_attention, attention_scores, normalise_scores
+from ..run.seeds import point_seed
 from ..sensitivity import perturb, project_ball
 from ..weights import sample_W, sample_X
 
-__all__ = ["CHAPTER", "PHASE", "DOUBLING", "required_margin", "row_margin", "doubling_bound",
-           "normalisation_point", "phase_point", "takeover_margin_model", "margin_interval", "MODEL_DRAWS",
-           "SEARCH_DTYPE"]
+__all__ = [
+    "CHAPTER",
+    "PHASE",
+    "DOUBLING",
+    "required_margin",
+    "row_margin",
+    "doubling_bound",
+    "normalisation_point",
+    "phase_point",
+    "takeover_margin_model",
+    "margin_interval",
+    "MODEL_DRAWS",
+    "SEARCH_DTYPE",
+]
 
 #: The normalisations of the chapter, by the label its tables and figures use.
 CHAPTER = {
@@ -72,7 +81,8 @@ def required_margin(name, n: int, eps: float = 0.0) -> float:
     """The margin ``m = s_ii − max_{k≠i} s_ik`` (unscaled scores) that
     :prf:ref:`prop-norm-margin` proves sufficient for a self-weight ``a_ii ≥ 1 − ε``:
 
-    - softmax (``β``): ``(log(n−1) + log((1−ε)/ε))/β`` (``ε > 0``; tight when the other scores tie);
+    - softmax (``β``): ``(log(n−1) + log((1−ε)/ε))/β`` (``ε > 0``; tight when the other scores
+    tie);
     - scalable softmax: the same with ``β·s·log n`` in place of ``β``;
     - sparsemax: ``1/β``, and then ``a_i = e_i`` exactly (any ``ε ≥ 0``); entmax:
       ``1/((α−1)β)``; hardmax: any ``m > 0`` (returns 0, to be exceeded strictly).
@@ -105,12 +115,16 @@ def row_margin(X, W, row: int, name) -> dict:
     Delta = _row_takeover(X, W, i)
     Xp = X.clone()
     Xp[i] += Delta
-    s = (Xp[i] @ W) @ Xp.T / math.sqrt(X.shape[1])    # row i of the new scores only
-    others = torch.cat([s[:i], s[i + 1:]])
+    s = (Xp[i] @ W) @ Xp.T / math.sqrt(X.shape[1])  # row i of the new scores only
+    others = torch.cat([s[:i], s[i + 1 :]])
     a = normalise_scores(s[None], norm)[0]
-    return {"self_score": float(s[i]), "max_other": float(others.max()),
-            "margin": float(s[i] - others.max()), "self_weight": float(a[i]),
-            "others_weight": float(torch.cat([a[:i], a[i + 1:]]).max())}
+    return {
+        "self_score": float(s[i]),
+        "max_other": float(others.max()),
+        "margin": float(s[i] - others.max()),
+        "self_weight": float(a[i]),
+        "others_weight": float(torch.cat([a[:i], a[i + 1 :]]).max()),
+    }
 
 
 #: The precision of each normalisation's search in the chapter's grid (``S`` and every
@@ -141,23 +155,33 @@ def doubling_bound(X, W, row: int, name) -> dict:
         raise ValueError(f"prop-norm-double covers {DOUBLING}, not {norm.name!r}.")
     n, i = X.shape[0], row
     s = attention_scores(X, W)
-    mu = 2 * s[:, i] - torch.cat([s[:, :i], s[:, i + 1:]], dim=1).amax(dim=1)
-    mu = torch.cat([mu[:i], mu[i + 1:]])               # rows j ≠ i
+    mu = 2 * s[:, i] - torch.cat([s[:, :i], s[:, i + 1 :]], dim=1).amax(dim=1)
+    mu = torch.cat([mu[:i], mu[i + 1 :]])  # rows j ≠ i
     if norm.name == "hardmax":
         lb = (mu > 0).to(mu.dtype)
     elif norm.name == "sparsemax":
         lb = (norm.beta * mu > 1).to(mu.dtype)
     elif norm.name == "entmax":
         lb = ((norm.alpha - 1) * norm.beta * mu > 1).to(mu.dtype)
-    else:                                              # 1/(1 + (n−1)e^{−c_n μ}), stably
+    else:  # 1/(1 + (n−1)e^{−c_n μ}), stably
         lb = torch.sigmoid(norm.scale(n) * mu - math.log(n - 1))
     f = torch.clamp(3 * lb - 2, min=0)
-    return {"bound": math.sqrt(float((f ** 2).sum()) / n),
-            "frac": float((lb > 2 / 3).double().sum()) / n}
+    return {
+        "bound": math.sqrt(float((f**2).sum()) / n),
+        "frac": float((lb > 2 / 3).double().sum()) / n,
+    }
 
 
-def normalisation_point(name: str, d: int, n: int, seed: int, rows: int = 1, starts: int = 2,
-                        steps: int = 40, search_dtype: str | None = None) -> dict:
+def normalisation_point(
+    name: str,
+    d: int,
+    n: int,
+    seed: int,
+    rows: int = 1,
+    starts: int = 2,
+    steps: int = 40,
+    search_dtype: str | None = None,
+) -> dict:
     """``S`` of attention with normalisation ``name`` (:data:`CHAPTER`) at one synthetic text
     (``X = sample_X(n, d, seed)``, ``W = sample_W(d, seed + 1)``, as in the attention
     chapters): the estimate ``S`` (fast estimator over the first ``rows`` words, random starts
@@ -177,24 +201,39 @@ def normalisation_point(name: str, d: int, n: int, seed: int, rows: int = 1, sta
     norm = _norm(name)
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
     searched = list(range(min(rows, n)))
-    double = project_ball(X[:1].clone(), math.sqrt(d))[0]    # Δ = x_0, in the ball exactly
+    double = project_ball(X[:1].clone(), math.sqrt(d))[0]  # Δ = x_0, in the ball exactly
     t0 = time.perf_counter()
-    res = attention_word_sensitivity(X, W, kind=norm, rows=searched, starts=starts,
-                                     steps=steps, seed=seed, takeovers=True, init=double,
-                                     search_dtype=search_dtype)
+    res = attention_word_sensitivity(
+        X,
+        W,
+        kind=norm,
+        rows=searched,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        takeovers=True,
+        init=double,
+        search_dtype=search_dtype,
+    )
     elapsed = time.perf_counter() - t0
     # the certificate: the row and the key take-over of each searched word, and the doubling
     # Δ = x_0 of prop-norm-double, through the full map in float64 (three of the estimator's
     # starts; every other start only adds to S); one batched evaluation of X and the copies
-    cands = torch.stack([f(X, W, r) for r in searched for f in (_row_takeover, _key_takeover)]
-                        + [double])
+    cands = torch.stack(
+        [f(X, W, r) for r in searched for f in (_row_takeover, _key_takeover)] + [double]
+    )
     rows2 = torch.tensor([r for r in searched for _ in range(2)] + [0])
     with torch.no_grad():
         y = _general_attention(torch.cat([X[None], perturb(X, rows2, cands)]), W, norm)
     base = float(torch.linalg.vector_norm(y[0]))
     changes = torch.linalg.vector_norm(y[1:] - y[0], dim=(-2, -1)) / base
-    out = {"S": res.value, "certified": float(changes.max()), "seconds": elapsed,
-           "phi_rel": base / math.sqrt(n * d), "double": float(changes[-1])}
+    out = {
+        "S": res.value,
+        "certified": float(changes.max()),
+        "seconds": elapsed,
+        "phi_rel": base / math.sqrt(n * d),
+        "double": float(changes[-1]),
+    }
     if norm.name in DOUBLING:
         b = doubling_bound(X, W, 0, norm)
         out.update(double_bound=b["bound"], double_frac=b["frac"])
@@ -242,30 +281,35 @@ def takeover_margin_model(d: int, n: int, draws: int = MODEL_DRAWS) -> dict:
     is predicted to reach at width ``d`` and length ``n`` (the model of
     :prf:ref:`obs-norm-phase`; a heuristic, not a theorem).
 
-    The competing scores are ``s'_ik = vᵀx_k/√d = ‖v‖·t_k`` with ``v = Wᵀx'_i``; for ``x_k`` uniform on the sphere of radius
-    ``√d`` and independent of ``v`` the cosines ``t_k`` are i.i.d. with
-    ``P(t > q) = ½ I_{1−q²}((d−1)/2, ½)`` (``q ≥ 0``, ``I`` the regularised incomplete beta
-    function; ``x'_i`` is built from ``x_i`` and ``W`` only, so the other words are
-    independent of ``v``). Their maximum over the ``n − 1`` other words is replaced by its median
-    ``q_{d,n}`` (``P(t > q) = 1 − 2^{−1/(n−1)}``), and ``s'_ii`` and ``‖v‖`` by their means over
-    ``draws`` independent draws (``_self_and_norm``): ``margin = E s'_ii − E‖v‖·q_{d,n}``.
-    ``sd`` is the standard deviation of one text's margin under the model,
+    The competing scores are ``s'_ik = vᵀx_k/√d = ‖v‖·t_k`` with ``v = Wᵀx'_i``; for ``x_k``
+    uniform on the sphere of radius ``√d`` and independent of ``v`` the cosines ``t_k`` are
+    i.i.d. with ``P(t > q) = ½ I_{1−q²}((d−1)/2, ½)`` (``q ≥ 0``, ``I`` the regularised
+    incomplete beta function; ``x'_i`` is built from ``x_i`` and ``W`` only, so the other words
+    are independent of ``v``). Their maximum over the ``n − 1`` other words is replaced by its
+    median ``q_{d,n}`` (``P(t > q) = 1 − 2^{−1/(n−1)}``), and ``s'_ii`` and ``‖v‖`` by their
+    means over ``draws`` independent draws (``_self_and_norm``): ``margin = E s'_ii −
+    E‖v‖·q_{d,n}``. ``sd`` is the standard deviation of one text's margin under the model,
     ``s'_ii − ‖v‖·T`` over those draws, with ``T`` the maximum of the ``n − 1`` cosines taken
-    from its exact law (``P(T ≤ τ) = (1 − P(t > τ))^{n−1}``), one stratified quantile per
-    draw, in an order fixed by ``point_seed("margin-max", d, n)``. Also returned:
-    ``self_score`` (``E s'_ii``), ``v_norm`` (``E‖v‖``) and ``q``. ``d ≥ 2``, ``n ≥ 2``."""
+    from its exact law (``P(T ≤ τ) = (1 − P(t > τ))^{n−1}``), one stratified quantile per draw,
+    in an order fixed by ``point_seed("margin-max", d, n)``. Also returned: ``self_score`` (``E
+    s'_ii``), ``v_norm`` (``E‖v‖``) and ``q``. ``d ≥ 2``, ``n ≥ 2``."""
     d = check_int("d", d, minimum=2)
     n = check_int("n", n, minimum=2)
     draws = check_int("draws", draws, minimum=2)
     ss, vs = _self_and_norm(d, draws)
-    p = -math.expm1(-math.log(2) / (n - 1))               # 1 − 2^{−1/(n−1)} ≤ ½
+    p = -math.expm1(-math.log(2) / (n - 1))  # 1 − 2^{−1/(n−1)} ≤ ½
     q = float(_cosine_quantile(d, np.array(p)))
-    u = (np.arange(draws) + 0.5) / draws                  # stratified P(T ≤ τ) = u ...
+    u = (np.arange(draws) + 0.5) / draws  # stratified P(T ≤ τ) = u ...
     u = np.random.default_rng(point_seed("margin-max", d, n)).permutation(u)
-    T = _cosine_quantile(d, -np.expm1(np.log(u) / (n - 1)))   # P(t > τ) = 1 − u^{1/(n−1)}
+    T = _cosine_quantile(d, -np.expm1(np.log(u) / (n - 1)))  # P(t > τ) = 1 − u^{1/(n−1)}
     sd = float((ss - vs * T).std(ddof=1))
-    return {"margin": float(ss.mean() - vs.mean() * q), "sd": sd, "q": q,
-            "self_score": float(ss.mean()), "v_norm": float(vs.mean())}
+    return {
+        "margin": float(ss.mean() - vs.mean() * q),
+        "sd": sd,
+        "q": q,
+        "self_score": float(ss.mean()),
+        "v_norm": float(vs.mean()),
+    }
 
 
 def _cosine_quantile(d: int, p: np.ndarray) -> np.ndarray:
@@ -274,8 +318,9 @@ def _cosine_quantile(d: int, p: np.ndarray) -> np.ndarray:
     ``t`` is symmetric (so ``p > ½`` gives ``τ < 0``)."""
     a = (d - 1) / 2
 
-    def tail(r):                                  # τ ≥ 0 with P(t > τ) = r ≤ ½
+    def tail(r):  # τ ≥ 0 with P(t > τ) = r ≤ ½
         return np.sqrt(np.maximum(0.0, 1 - special.betaincinv(a, 0.5, np.minimum(2 * r, 1.0))))
+
     return np.where(p <= 0.5, tail(p), -tail(1 - p))
 
 
@@ -291,13 +336,16 @@ def margin_interval(name, n: int, a_min: float) -> tuple[float, float]:
     n = check_int("n", n, minimum=2)
     if norm.name in ("sparsemax", "entmax"):
         if a_min != 1:
-            raise ValueError(f"{norm.name}: the margin condition is for the one-hot row, "
-                             f"a_min = 1; got {a_min}.")
+            raise ValueError(
+                f"{norm.name}: the margin condition is for the one-hot row, "
+                f"a_min = 1; got {a_min}."
+            )
         m = required_margin(norm, n)
         return m, m
     if norm.name not in ("softmax", "scalable"):
-        raise ValueError(f"margin_interval covers softmax, scalable, sparsemax and entmax, "
-                         f"not {norm.name!r}.")
+        raise ValueError(
+            f"margin_interval covers softmax, scalable, sparsemax and entmax, not {norm.name!r}."
+        )
     if not 0 < a_min < 1:
         raise ValueError(f"a_min must be in (0, 1) for {norm.name}, got {a_min}.")
     c, logit = norm.scale(n), math.log(a_min / (1 - a_min))

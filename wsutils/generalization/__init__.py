@@ -38,19 +38,45 @@ from tqdm.auto import tqdm
 
 from .._tensor import Array, as_tensor, like
 from ..checks import check_finite, check_int, check_seed, check_shape, check_unit_rows
-from ..maps import Normalisation, attention, flat, normalise_scores, raf, relu_attention
 from ..estimators.rf import rf_block_seed
+from ..maps import Normalisation, attention, flat, normalise_scores, raf, relu_attention
 from ..sensitivity import cosine_ascent, init_starts, perturb, project_ball
 from ..weights import gaussian, sample_W, sample_X
 
 __all__ = [
-    "LOSSES", "MAPS", "TRAININGS", "SEARCHES", "DATA", "FlipResult",
-    "gram_cholesky", "min_norm_interpolator", "project_out", "fine_tune", "retrain",
-    "planted_data", "authors_data", "rf_block_seed", "rf_blocks", "sample_V_blocked",
-    "rf_preactivations", "attention_features", "flip_grid", "flip_table", "FlipModel",
-    "rf_flip_model", "attention_flip_model", "flip_target", "search_flip", "search_flips",
-    "authors_search", "authors_searches",
-    "authors_lr_steps", "flip_runs", "flip_point", "GENERAL", "flip_normalisation",
+    "LOSSES",
+    "MAPS",
+    "TRAININGS",
+    "SEARCHES",
+    "DATA",
+    "FlipResult",
+    "gram_cholesky",
+    "min_norm_interpolator",
+    "project_out",
+    "fine_tune",
+    "retrain",
+    "planted_data",
+    "authors_data",
+    "rf_block_seed",
+    "rf_blocks",
+    "sample_V_blocked",
+    "rf_preactivations",
+    "attention_features",
+    "flip_grid",
+    "flip_table",
+    "FlipModel",
+    "rf_flip_model",
+    "attention_flip_model",
+    "flip_target",
+    "search_flip",
+    "search_flips",
+    "authors_search",
+    "authors_searches",
+    "authors_lr_steps",
+    "flip_runs",
+    "flip_point",
+    "GENERAL",
+    "flip_normalisation",
 ]
 
 LOSSES = ("output", "align_ft", "align_rt")
@@ -75,8 +101,10 @@ def flip_normalisation(map: str, normalisation=None) -> Normalisation | None:
     paper's maps, which take none."""
     if map == GENERAL:
         if normalisation is None:
-            raise ValueError("map='attention' needs normalisation=..., e.g. 'sparsemax' or "
-                             "{'name': 'scalable', 's': 1.0} (see wsutils.maps.Normalisation).")
+            raise ValueError(
+                "map='attention' needs normalisation=..., e.g. 'sparsemax' or "
+                "{'name': 'scalable', 's': 1.0} (see wsutils.maps.Normalisation)."
+            )
         if isinstance(normalisation, Normalisation):
             return normalisation
         if isinstance(normalisation, str):
@@ -84,16 +112,22 @@ def flip_normalisation(map: str, normalisation=None) -> Normalisation | None:
         if isinstance(normalisation, dict):
             unknown = sorted(set(normalisation) - {"name", "beta", "s", "alpha", "bias"})
             if unknown or "name" not in normalisation:
-                raise ValueError("a normalisation dict needs 'name' and may have 'beta', 's', "
-                                 f"'alpha', 'bias'; got keys {sorted(normalisation)}.")
+                raise ValueError(
+                    "a normalisation dict needs 'name' and may have 'beta', 's', "
+                    f"'alpha', 'bias'; got keys {sorted(normalisation)}."
+                )
             return Normalisation(**normalisation)
-        raise TypeError("normalisation must be a name, a dict of Normalisation fields or a "
-                        f"Normalisation, got {type(normalisation).__name__}.")
+        raise TypeError(
+            "normalisation must be a name, a dict of Normalisation fields or a "
+            f"Normalisation, got {type(normalisation).__name__}."
+        )
     if map not in MAPS:
         raise ValueError(f"map must be one of {MAPS} or {GENERAL!r}, got {map!r}.")
     if normalisation is not None:
-        raise ValueError(f"normalisation applies only to map={GENERAL!r}; map={map!r} has its "
-                         "own (raf: softmax, relu: rownorm of ReLU). Leave it unset.")
+        raise ValueError(
+            f"normalisation applies only to map={GENERAL!r}; map={map!r} has its "
+            "own (raf: softmax, relu: rownorm of ReLU). Leave it unset."
+        )
     return None
 
 
@@ -112,11 +146,14 @@ def check_Ns(Ns: Sequence[int]) -> list[int]:
 # Min-norm interpolation, fine-tuning, re-training (all through the N × N Gram matrix)
 # ---------------------------------------------------------------------------------------------
 
+
 def _matrix(name: str, Phi: Array) -> torch.Tensor:
     P = as_tensor(Phi)
     if P.ndim != 2:
-        raise ValueError(f"{name} must be a matrix (N, p) with one feature row per text, got "
-                         f"shape {tuple(P.shape)}.")
+        raise ValueError(
+            f"{name} must be a matrix (N, p) with one feature row per text, got "
+            f"shape {tuple(P.shape)}."
+        )
     check_finite(name, P)
     return P
 
@@ -140,8 +177,10 @@ def gram_cholesky(Phi: Array, *, rcond: float | None = None) -> torch.Tensor:
     P = _matrix("Phi", Phi)
     N, p = P.shape
     if N > p:
-        raise ValueError(f"Phi has N = {N} texts but only p = {p} features: ΦΦᵀ is singular and "
-                         "min-norm interpolation is not defined. Use fewer texts or more features.")
+        raise ValueError(
+            f"Phi has N = {N} texts but only p = {p} features: ΦΦᵀ is singular and "
+            "min-norm interpolation is not defined. Use fewer texts or more features."
+        )
     K = P @ P.T
     L, info = torch.linalg.cholesky_ex(K)
     eps = torch.finfo(K.dtype).eps
@@ -151,7 +190,8 @@ def gram_cholesky(Phi: Array, *, rcond: float | None = None) -> torch.Tensor:
         raise ValueError(
             f"the Gram matrix ΦΦᵀ ({N} × {N}) is singular or numerically singular: the feature "
             "rows are linearly dependent (a repeated text, or too few features), so the texts "
-            "cannot all be interpolated. Remove duplicate texts or use more features.")
+            "cannot all be interpolated. Remove duplicate texts or use more features."
+        )
     return L
 
 
@@ -193,8 +233,15 @@ def fine_tune(theta0: Array, phi: Array, y: float) -> Array:
     return like(th + f * (float(y) - float(f @ th)) / nrm2, theta0)
 
 
-def retrain(Phi: Array, Y: Array, phi: Array, y: float, *, L: torch.Tensor | None = None,
-            rtol: float = 1e-10) -> Array:
+def retrain(
+    Phi: Array,
+    Y: Array,
+    phi: Array,
+    y: float,
+    *,
+    L: torch.Tensor | None = None,
+    rtol: float = 1e-10,
+) -> Array:
     """Re-training (eq. :eq:`eq-retrain`): the min-norm interpolator of the ``N + 1`` texts,
     ``θ₁ = θ₀ + Pφ (y − ⟨φ, θ₀⟩)/‖Pφ‖²``, computed with the ``N × N`` Gram matrix only.
 
@@ -207,14 +254,17 @@ def retrain(Phi: Array, Y: Array, phi: Array, y: float, *, L: torch.Tensor | Non
     Pf = as_tensor(project_out(P, f, L=L))
     nrm2 = float(Pf @ Pf)
     if not nrm2 > (rtol * float(torch.linalg.vector_norm(f))) ** 2:
-        raise ValueError("φ(X) lies in the span of the training features (‖Pφ‖ ≈ 0): the new "
-                         "text is a combination of the old ones and cannot get its own label.")
+        raise ValueError(
+            "φ(X) lies in the span of the training features (‖Pφ‖ ≈ 0): the new "
+            "text is a combination of the old ones and cannot get its own label."
+        )
     return like(theta0 + Pf * (float(y) - float(f @ theta0)) / nrm2, Phi)
 
 
 # ---------------------------------------------------------------------------------------------
 # Data and features
 # ---------------------------------------------------------------------------------------------
+
 
 def planted_data(N: int, n: int, d: int, *, seed: int, dtype=torch.float64):
     """Synthetic labelled texts with rows rescaled (the book's variant of ``gen.py``'s data):
@@ -257,8 +307,15 @@ def authors_data(N: int, n: int, d: int, *, seed: int, dtype=torch.float64):
     return Xs, Y, x.reshape(n, d), y
 
 
-def rf_blocks(k: int, n: int, d: int, *, seed: int, block_rows: int = 2048,
-              dtype: torch.dtype = torch.float32) -> Iterator[tuple[int, torch.Tensor]]:
+def rf_blocks(
+    k: int,
+    n: int,
+    d: int,
+    *,
+    seed: int,
+    block_rows: int = 2048,
+    dtype: torch.dtype = torch.float32,
+) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield ``(start, V_b)``: the row blocks of the RF weights ``V ∈ R^{k×D}``, entries
     ``N(0, 1/D)`` (eq. :eq:`eq-rf`), block ``b`` drawn from :func:`rf_block_seed`.
     Only one block is alive at a time. The normals are float32 whatever ``dtype`` (for
@@ -269,19 +326,43 @@ def rf_blocks(k: int, n: int, d: int, *, seed: int, block_rows: int = 2048,
     D = n * d
     for b, start in enumerate(range(0, k, block_rows)):
         rows = min(block_rows, k - start)
-        yield start, gaussian((rows, D), 1 / math.sqrt(D), seed=rf_block_seed(seed, b),
-                              dtype=dtype, draw=torch.float32)
+        yield (
+            start,
+            gaussian(
+                (rows, D),
+                1 / math.sqrt(D),
+                seed=rf_block_seed(seed, b),
+                dtype=dtype,
+                draw=torch.float32,
+            ),
+        )
 
 
-def sample_V_blocked(k: int, n: int, d: int, *, seed: int, block_rows: int = 2048,
-                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def sample_V_blocked(
+    k: int,
+    n: int,
+    d: int,
+    *,
+    seed: int,
+    block_rows: int = 2048,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """The whole ``V`` that :func:`rf_blocks` streams (for small sizes and tests)."""
-    return torch.cat([V for _, V in rf_blocks(k, n, d, seed=seed, block_rows=block_rows,
-                                              dtype=dtype)])
+    return torch.cat(
+        [V for _, V in rf_blocks(k, n, d, seed=seed, block_rows=block_rows, dtype=dtype)]
+    )
 
 
-def rf_preactivations(Xs: Array, k: int, *, seed: int, row: int = 0, block_rows: int = 2048,
-                      dtype: torch.dtype = torch.float32, progress: bool = False):
+def rf_preactivations(
+    Xs: Array,
+    k: int,
+    *,
+    seed: int,
+    row: int = 0,
+    block_rows: int = 2048,
+    dtype: torch.dtype = torch.float32,
+    progress: bool = False,
+):
     """``H = V flat(X)`` for a batch of texts ``Xs`` (``B × n × d``) and the column block
     ``V_i`` (``k × d``) of word ``i = row``, with ``V`` streamed by :func:`rf_blocks`.
 
@@ -302,11 +383,16 @@ def rf_preactivations(Xs: Array, k: int, *, seed: int, row: int = 0, block_rows:
     H = torch.empty(B, k, dtype=torch.float64)
     Vi = torch.empty(k, d, dtype=torch.float64)
     nblocks = -(-k // block_rows)
-    for start, V in tqdm(rf_blocks(k, n, d, seed=seed, block_rows=block_rows, dtype=dtype),
-                         total=nblocks, desc="RF features", disable=not progress, leave=False):
+    for start, V in tqdm(
+        rf_blocks(k, n, d, seed=seed, block_rows=block_rows, dtype=dtype),
+        total=nblocks,
+        desc="RF features",
+        disable=not progress,
+        leave=False,
+    ):
         stop = start + V.shape[0]
         H[:, start:stop] = Xf @ V.T
-        Vi[start:stop] = V[:, row * d:(row + 1) * d]
+        Vi[start:stop] = V[:, row * d : (row + 1) * d]
         del V
     return H, Vi
 
@@ -320,15 +406,16 @@ def _attention_kind(kind: str, normalisation=None):
         norm = flip_normalisation(kind, normalisation)
         return (lambda Z, Wt: attention(Z, Wt, normalisation=norm)), norm
     if normalisation is not None:
-        flip_normalisation(kind, normalisation)          # refuses it, saying why
+        flip_normalisation(kind, normalisation)  # refuses it, saying why
     fn = {"raf": raf, "relu": relu_attention}.get(kind)
     if fn is None:
         raise ValueError(f"kind must be 'raf', 'relu' or {GENERAL!r}, got {kind!r}.")
     return fn, Normalisation("softmax" if kind == "raf" else "relu")
 
 
-def attention_features(Xs: Array, W: Array, kind: str, *, chunk: int = 64,
-                       normalisation=None) -> torch.Tensor:
+def attention_features(
+    Xs: Array, W: Array, kind: str, *, chunk: int = 64, normalisation=None
+) -> torch.Tensor:
     """Flattened features ``flat(φ(X))`` of a batch of texts for ``kind`` ``"raf"``
     (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`), or ``"attention"`` with
     ``normalisation`` (eq. :eq:`eq-general-attention`, :func:`wsutils.maps.attention`), in
@@ -337,12 +424,13 @@ def attention_features(Xs: Array, W: Array, kind: str, *, chunk: int = 64,
     X = as_tensor(Xs)
     Wt = as_tensor(W, dtype=X.dtype)
     with torch.no_grad():
-        return torch.cat([flat(fn(X[j:j + chunk], Wt)) for j in range(0, X.shape[0], chunk)])
+        return torch.cat([flat(fn(X[j : j + chunk], Wt)) for j in range(0, X.shape[0], chunk)])
 
 
 # ---------------------------------------------------------------------------------------------
 # The flip search
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class FlipResult:
@@ -359,8 +447,14 @@ class FlipResult:
     min_loss: float = math.nan
 
 
-def flip_target(loss: str, *, theta1: torch.Tensor, phi: torch.Tensor, y: float,
-                Pphi: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
+def flip_target(
+    loss: str,
+    *,
+    theta1: torch.Tensor,
+    phi: torch.Tensor,
+    y: float,
+    Pphi: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, float]:
     """Read-out vector ``w`` and target ``τ`` of the search loss ``(⟨φ(X_Δ), w⟩ − τ)²``:
     ``"output"`` (eq. :eq:`eq-output-loss`): ``w = θ₁, τ = −y``; ``"align_ft"``
     (eq. :eq:`eq-align-loss`): ``w = φ/‖φ‖², τ = −1``; ``"align_rt"``: ``w = Pφ/‖Pφ‖², τ = −1``."""
@@ -375,9 +469,19 @@ def flip_target(loss: str, *, theta1: torch.Tensor, phi: torch.Tensor, y: float,
     raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
 
 
-def search_flip(readout: Callable[[torch.Tensor], torch.Tensor], d: int, target: float, *,
-                dtype: torch.dtype = torch.float64, device=None, starts: int = 4, steps: int = 300, lr: float = 0.3,
-                seed: int = 0, init: torch.Tensor | None = None) -> FlipResult:
+def search_flip(
+    readout: Callable[[torch.Tensor], torch.Tensor],
+    d: int,
+    target: float,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device=None,
+    starts: int = 4,
+    steps: int = 300,
+    lr: float = 0.3,
+    seed: int = 0,
+    init: torch.Tensor | None = None,
+) -> FlipResult:
     """Projected gradient descent on ``Δ ∈ R^d`` for ``(⟨φ(X_i(Δ)), w⟩ − τ)²``
     (eq. :eq:`eq-output-loss` / :eq:`eq-align-loss`), over the ball ``‖Δ‖ ≤ √d``.
 
@@ -399,8 +503,9 @@ def search_flip(readout: Callable[[torch.Tensor], torch.Tensor], d: int, target:
     if init is not None:
         Delta = torch.cat([Delta, init_starts(init, d, dtype=dtype)])
     Delta = project_ball(Delta.to(device), radius)
-    neg_loss, best_Delta = cosine_ascent(lambda D: -(readout(D) - target) ** 2, Delta, radius,
-                                         steps=steps, lr=lr)
+    neg_loss, best_Delta = cosine_ascent(
+        lambda D: -((readout(D) - target) ** 2), Delta, radius, steps=steps, lr=lr
+    )
     with torch.no_grad():  # the winner by the loss at the returned (projected) Δ itself
         values = readout(best_Delta)
         losses = (values - target) ** 2
@@ -427,13 +532,24 @@ def _flip_dtype(value) -> torch.dtype:
         return value
     if isinstance(value, str) and value.strip().lower().removeprefix("torch.") in _FLIP_DTYPES:
         return _FLIP_DTYPES[value.strip().lower().removeprefix("torch.")]
-    raise ValueError(f"search_dtype must be torch.float32, torch.float64, 'float32' or "
-                     f"'float64', got {value!r}.")
+    raise ValueError(
+        f"search_dtype must be torch.float32, torch.float64, 'float32' or "
+        f"'float64', got {value!r}."
+    )
 
 
-def search_flips(model: FlipModel, Ws: torch.Tensor, targets: Sequence[float], d: int, *,
-                 starts: int = 4, steps: int = 300, lr: float = 0.3, seed: int = 0,
-                 search_dtype: torch.dtype | str = torch.float64) -> list[FlipResult]:
+def search_flips(
+    model: FlipModel,
+    Ws: torch.Tensor,
+    targets: Sequence[float],
+    d: int,
+    *,
+    starts: int = 4,
+    steps: int = 300,
+    lr: float = 0.3,
+    seed: int = 0,
+    search_dtype: torch.dtype | str = torch.float64,
+) -> list[FlipResult]:
     """``len(targets)`` searches of :func:`search_flip` in one batch: search ``j`` minimises
     ``(⟨φ(X_i(Δ)), Ws[j]⟩ − targets[j])²`` (eq. :eq:`eq-output-loss` /
     :eq:`eq-align-loss`) over ``‖Δ‖ ≤ √d`` from the starts :func:`search_flip` uses with
@@ -453,13 +569,15 @@ def search_flips(model: FlipModel, Ws: torch.Tensor, targets: Sequence[float], d
     dtype = _flip_dtype(search_dtype)
     Ws = as_tensor(Ws, dtype=torch.float64)
     if Ws.ndim != 2:
-        raise ValueError(f"Ws must be the read-out vectors as a matrix (S, p), got shape "
-                         f"{tuple(Ws.shape)}.")
+        raise ValueError(
+            f"Ws must be the read-out vectors as a matrix (S, p), got shape {tuple(Ws.shape)}."
+        )
     tau = torch.as_tensor(list(targets), dtype=torch.float64).reshape(-1)
     S = Ws.shape[0]
     if tau.shape[0] != S or S == 0:
-        raise ValueError(f"need one target per read-out vector, got {tau.shape[0]} targets for "
-                         f"{S} vectors.")
+        raise ValueError(
+            f"need one target per read-out vector, got {tau.shape[0]} targets for {S} vectors."
+        )
     check_finite("Ws", Ws)
     check_finite("targets", tau)
     radius = math.sqrt(d)
@@ -467,19 +585,27 @@ def search_flips(model: FlipModel, Ws: torch.Tensor, targets: Sequence[float], d
     idx = torch.arange(S).repeat_interleave(starts)
     Delta = _flip_starts(d, starts, seed).repeat(S, 1).to(dtype)
     f, td = batched(Ws, dtype), tau.to(dtype)[idx]
-    _, best = cosine_ascent(lambda D: -(f(D, idx) - td) ** 2, Delta, radius, steps=steps,
-                            lr=lr, exact_result=False)
+    _, best = cosine_ascent(
+        lambda D: -((f(D, idx) - td) ** 2), Delta, radius, steps=steps, lr=lr, exact_result=False
+    )
     best = project_ball(best.to(torch.float64), radius)
     with torch.no_grad():
         vals = f(best, idx) if dtype == torch.float64 else batched(Ws, torch.float64)(best, idx)
     loss = (vals - tau[idx]) ** 2
     out = []
     for j in range(S):
-        grp = loss[j * starts:(j + 1) * starts]
+        grp = loss[j * starts : (j + 1) * starts]
         a = int(torch.argmin(torch.where(torch.isnan(grp), math.inf, grp)))
         b = j * starts + a
-        out.append(FlipResult(Delta=best[b], value=float(vals[b]), loss=float(loss[b]),
-                              start=a, min_loss=float(loss[b])))
+        out.append(
+            FlipResult(
+                Delta=best[b],
+                value=float(vals[b]),
+                loss=float(loss[b]),
+                start=a,
+                min_loss=float(loss[b]),
+            )
+        )
     return out
 
 
@@ -492,14 +618,21 @@ def _batched_readout(model: FlipModel):
         Wd = W.to(dt)
 
         def f(Delta, idx):
-            return torch.stack([model.readout(Delta[b:b + 1], Wd[int(idx[b])])[0]
-                                for b in range(Delta.shape[0])])
+            return torch.stack(
+                [
+                    model.readout(Delta[b : b + 1], Wd[int(idx[b])])[0]
+                    for b in range(Delta.shape[0])
+                ]
+            )
+
         return f
+
     return batched
 
 
-def authors_searches(model: FlipModel, Ws: torch.Tensor, targets: Sequence[float], d: int, *,
-                     lr: float, steps: int) -> list[FlipResult]:
+def authors_searches(
+    model: FlipModel, Ws: torch.Tensor, targets: Sequence[float], d: int, *, lr: float, steps: int
+) -> list[FlipResult]:
     """``len(targets)`` runs of :func:`authors_search` in one batch, in float64: run ``j``
     takes the read-out vector ``Ws[j]`` and target ``targets[j]``; the rows of the batch do not
     interact (the loss is a sum over rows and the projection acts row by row), so each run
@@ -511,8 +644,10 @@ def authors_searches(model: FlipModel, Ws: torch.Tensor, targets: Sequence[float
     Ws = as_tensor(Ws, dtype=torch.float64)
     tau = torch.as_tensor(list(targets), dtype=torch.float64).reshape(-1)
     if Ws.ndim != 2 or tau.shape[0] != Ws.shape[0] or tau.shape[0] == 0:
-        raise ValueError(f"need Ws as a matrix (S, p) and one target per row, got shape "
-                         f"{tuple(Ws.shape)} and {tau.shape[0]} targets.")
+        raise ValueError(
+            f"need Ws as a matrix (S, p) and one target per row, got shape "
+            f"{tuple(Ws.shape)} and {tau.shape[0]} targets."
+        )
     S, radius = Ws.shape[0], math.sqrt(d)
     idx = torch.arange(S)
     f = _batched_readout(model)(Ws, torch.float64)
@@ -528,8 +663,16 @@ def authors_searches(model: FlipModel, Ws: torch.Tensor, targets: Sequence[float
     with torch.no_grad():
         vals = f(Delta, idx)
     loss = (vals - tau) ** 2
-    return [FlipResult(Delta=Delta[j], value=float(vals[j]), loss=float(loss[j]), start=0,
-                       min_loss=min(float(min_loss[j]), float(loss[j]))) for j in range(S)]
+    return [
+        FlipResult(
+            Delta=Delta[j],
+            value=float(vals[j]),
+            loss=float(loss[j]),
+            start=0,
+            min_loss=min(float(min_loss[j]), float(loss[j])),
+        )
+        for j in range(S)
+    ]
 
 
 def authors_lr_steps(map: str, n: int) -> tuple[float, int]:
@@ -541,8 +684,15 @@ def authors_lr_steps(map: str, n: int) -> tuple[float, int]:
     return (100.0, 300) if map == "rf" else (1.0, 50 * check_int("n", n, minimum=1))
 
 
-def authors_search(readout: Callable[[torch.Tensor], torch.Tensor], d: int, target: float, *,
-                   lr: float, steps: int, dtype: torch.dtype = torch.float64) -> FlipResult:
+def authors_search(
+    readout: Callable[[torch.Tensor], torch.Tensor],
+    d: int,
+    target: float,
+    *,
+    lr: float,
+    steps: int,
+    dtype: torch.dtype = torch.float64,
+) -> FlipResult:
     """The search of the authors' ``gen.py``: one start at ``x₁`` (``Δ = 0``), ``steps`` plain
     gradient steps ``Δ ← Π(Δ − lr·∇(⟨φ(X_1(Δ)), w⟩ − τ)²)`` with ``Π`` the projection onto the
     ball ``‖Δ‖ ≤ √d`` centred at ``x₁`` (eq. :eq:`eq-output-loss` / :eq:`eq-align-loss`), and
@@ -564,13 +714,15 @@ def authors_search(readout: Callable[[torch.Tensor], torch.Tensor], d: int, targ
     with torch.no_grad():
         value = float(readout(Delta)[0])
     loss = (value - target) ** 2
-    return FlipResult(Delta=Delta[0], value=value, loss=loss, start=0,
-                      min_loss=min(min_loss, loss))
+    return FlipResult(
+        Delta=Delta[0], value=value, loss=loss, start=0, min_loss=min(min_loss, loss)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # One point of the experiment grid
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class FlipModel:
@@ -604,13 +756,15 @@ def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
 
         def f(Delta, idx):
             return (torch.relu(hd + Delta @ Vd.T) * Wd[idx]).sum(-1)
+
         return f
 
     return FlipModel(phi_row, lambda Delta, w: phi_row(Delta) @ w, bound, batched)
 
 
-def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int, *,
-                         normalisation=None) -> FlipModel:
+def attention_flip_model(
+    X: torch.Tensor, W: torch.Tensor, kind: str, row: int, *, normalisation=None
+) -> FlipModel:
     """RAF (``kind="raf"``, eq. :eq:`eq-raf`), ReLU attention (``"relu"``,
     eq. :eq:`eq-relu-attention`) or attention with a named normalisation (``"attention"`` with
     ``normalisation``, eq. :eq:`eq-general-attention`; see :func:`flip_normalisation`) seen
@@ -631,22 +785,22 @@ def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int, 
     def readout(Delta, w):
         B = Delta.shape[0]
         Th = w.reshape(n, d)
-        xi = X[row] + Delta                                  # (B, d)
+        xi = X[row] + Delta  # (B, d)
         qi = xi @ W
         S = S0.expand(B, n, n).clone()
-        S[:, :, row] = xi @ Q.T / s                          # column i: x_r W x_i'
-        S[:, row, :] = qi @ X.T / s                          # row i: x_i' W x_c
+        S[:, :, row] = xi @ Q.T / s  # column i: x_r W x_i'
+        S[:, row, :] = qi @ X.T / s  # row i: x_i' W x_c
         S[:, row, row] = (qi * xi).sum(-1) / s
         A = normalise_scores(S, norm)
         G = (Th @ X.T).expand(B, n, n).clone()
-        G[:, :, row] = xi @ Th.T                             # θ_r · x_i'
+        G[:, :, row] = xi @ Th.T  # θ_r · x_i'
         return (A * G).sum(dim=(-1, -2))
 
     def batched(Ws, dtype):
         # readout for one Θ per row of the batch (Θ_b = Ws[idx_b] as n × d), in dtype
         Xd, Wd, Qd, S0d = X.to(dtype), W.to(dtype), Q.to(dtype), S0.to(dtype)
         Th = Ws.to(dtype).reshape(-1, n, d)
-        G0 = Th @ Xd.T                                       # S × n × n: θ_r · x_c
+        G0 = Th @ Xd.T  # S × n × n: θ_r · x_c
 
         def f(Delta, idx):
             B = Delta.shape[0]
@@ -660,40 +814,61 @@ def attention_flip_model(X: torch.Tensor, W: torch.Tensor, kind: str, row: int, 
             G = G0[idx]
             G[:, :, row] = torch.einsum("bd,brd->br", xi, Th[idx])
             return (A * G).sum(dim=(-1, -2))
+
         return f
 
     return FlipModel(phi_row, readout, batched=batched)
 
 
-def _features(map: str, Xs: torch.Tensor, X: torch.Tensor, *, seed: int, row: int,
-              block_rows: int, progress: bool, normalisation: Normalisation | None = None):
+def _features(
+    map: str,
+    Xs: torch.Tensor,
+    X: torch.Tensor,
+    *,
+    seed: int,
+    row: int,
+    block_rows: int,
+    progress: bool,
+    normalisation: Normalisation | None = None,
+):
     """Features of the training texts and of the new text, and the :class:`FlipModel`."""
     n, d = X.shape
     allX = torch.cat([Xs, X[None]])
     if map == "rf":
-        H, Vi = rf_preactivations(allX, n * d, seed=seed, row=row, block_rows=block_rows,
-                                  progress=progress)
+        H, Vi = rf_preactivations(
+            allX, n * d, seed=seed, row=row, block_rows=block_rows, progress=progress
+        )
         return torch.relu(H[:-1]), torch.relu(H[-1]), rf_flip_model(H[-1], Vi)
     W = sample_W(d, seed=seed)
     F = attention_features(allX, W, map, normalisation=normalisation)
     return F[:-1], F[-1], attention_flip_model(X, W, map, row, normalisation=normalisation)
 
 
-def _check_flip_data(Xs: torch.Tensor, Y: torch.Tensor, X: torch.Tensor, y: float,
-                     Ns: list[int], row: int, unit_rows: bool) -> None:
+def _check_flip_data(
+    Xs: torch.Tensor,
+    Y: torch.Tensor,
+    X: torch.Tensor,
+    y: float,
+    Ns: list[int],
+    row: int,
+    unit_rows: bool,
+) -> None:
     """Input checks of :func:`flip_runs` (shapes, labels ``±1``, ``N ≤ len(Xs)``, rows of
     norm ``√d`` unless ``unit_rows`` is false)."""
     if Xs.ndim != 3:
-        raise ValueError(f"Xs must be the training texts as an array (N, n, d), got shape "
-                         f"{tuple(Xs.shape)}.")
+        raise ValueError(
+            f"Xs must be the training texts as an array (N, n, d), got shape {tuple(Xs.shape)}."
+        )
     Nmax, n, d = Xs.shape
     check_finite("Xs", Xs)
     check_shape("X", X, (n, d), "the new text, with the n words of d coordinates of Xs")
     check_shape("Y", Y, (Nmax,), "one label per training text")
     bad = sorted(set(Y.tolist()) - {-1.0, 1.0})
     if bad or float(y) not in (-1.0, 1.0):
-        raise ValueError(f"labels must be ±1 (Y has {bad[:5] or 'only ±1'}, y = {y}); map "
-                         "0/1 labels with 2·label − 1.")
+        raise ValueError(
+            f"labels must be ±1 (Y has {bad[:5] or 'only ±1'}, y = {y}); map "
+            "0/1 labels with 2·label − 1."
+        )
     if unit_rows:
         check_unit_rows(Xs)
         check_unit_rows(X)
@@ -705,13 +880,16 @@ def _check_flip_data(Xs: torch.Tensor, Y: torch.Tensor, X: torch.Tensor, y: floa
         raise ValueError(f"row {row} is out of range for texts of n = {n} words.")
 
 
-def _run_search(search: str, model: FlipModel, w: torch.Tensor, tau: float, d: int,
-                opts: dict) -> FlipResult:
+def _run_search(
+    search: str, model: FlipModel, w: torch.Tensor, tau: float, d: int, opts: dict
+) -> FlipResult:
     """One search, on one thread: its tensors are small (``B × n × n`` scores), and on a
     loaded machine the synchronisation of several threads per step costs more than the
     arithmetic (measured: 20× slower at ``n = 40, d = 32`` with two threads under load)."""
+
     def readout(D):
         return model.readout(D, w)
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -728,8 +906,15 @@ def _search_key(loss: str, N: int, training: str) -> tuple:
     return {"output": (loss, N, training), "align_rt": (loss, N), "align_ft": (loss,)}[loss]
 
 
-def _run_batched(search: str, model: FlipModel, Ws: torch.Tensor, taus: list[float], d: int,
-                 opts: dict, search_dtype) -> list[FlipResult]:
+def _run_batched(
+    search: str,
+    model: FlipModel,
+    Ws: torch.Tensor,
+    taus: list[float],
+    d: int,
+    opts: dict,
+    search_dtype,
+) -> list[FlipResult]:
     """Every search of a point in one batch (:func:`search_flips`, :func:`authors_searches`),
     on one thread (as :func:`_run_search`)."""
     threads = torch.get_num_threads()
@@ -752,24 +937,43 @@ def _project(P: torch.Tensor, f: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     return f - P.T @ _gram_solve(L, P @ f)
 
 
-def _retrain(f: torch.Tensor, y: float, theta0: torch.Tensor, Pf: torch.Tensor,
-             rtol: float = 1e-10) -> torch.Tensor:
+def _retrain(
+    f: torch.Tensor, y: float, theta0: torch.Tensor, Pf: torch.Tensor, rtol: float = 1e-10
+) -> torch.Tensor:
     """:func:`retrain` from ``θ₀`` and ``Pφ`` already computed (checked inputs): the same
     formula, the same refusal."""
     nrm2 = float(Pf @ Pf)
     if not nrm2 > (rtol * float(torch.linalg.vector_norm(f))) ** 2:
-        raise ValueError("φ(X) lies in the span of the training features (‖Pφ‖ ≈ 0): the new "
-                         "text is a combination of the old ones and cannot get its own label.")
+        raise ValueError(
+            "φ(X) lies in the span of the training features (‖Pφ‖ ≈ 0): the new "
+            "text is a combination of the old ones and cannot get its own label."
+        )
     return theta0 + Pf * (float(y) - float(f @ theta0)) / nrm2
 
 
-def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence[int],
-              seed: int, losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
-              search: str = "ours", starts: int = 4, steps: int | None = None,
-              lr: float | None = None, row: int = 0, unit_rows: bool = True,
-              block_rows: int = 2048, progress: bool = False, normalisation=None,
-              batch_searches: bool = True, search_dtype: torch.dtype | str = "float64"
-              ) -> dict:
+def flip_runs(
+    map: str,
+    Xs: Array,
+    Y: Array,
+    X: Array,
+    y: float,
+    *,
+    Ns: Sequence[int],
+    seed: int,
+    losses: Sequence[str] = LOSSES,
+    trainings: Sequence[str] = TRAININGS,
+    search: str = "ours",
+    starts: int = 4,
+    steps: int | None = None,
+    lr: float | None = None,
+    row: int = 0,
+    unit_rows: bool = True,
+    block_rows: int = 2048,
+    progress: bool = False,
+    normalisation=None,
+    batch_searches: bool = True,
+    search_dtype: torch.dtype | str = "float64",
+) -> dict:
     """The generalization experiment on given data (:prf:ref:`def-flip-problem`): training
     texts ``Xs`` (``N × n × d``, rows of norm ``√d`` unless ``unit_rows=False``, as in
     ``gen.py``'s synthetic data), their labels ``Y`` (``±1``), the new text ``X``
@@ -801,10 +1005,11 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
     ``batch_searches``: the point's searches (up to 10: six output, three align_rt, one
     align_ft) run as one batch, ours by :func:`search_flips` with iterations in
     ``search_dtype`` (float64 by default; ``"float32"`` halves the bytes of every step, and
-    every recorded number stays float64, computed at the returned ``Δ``), the authors' by :func:`authors_searches` (float64, as theirs);
-    ``batch_searches=False`` runs them one after another in float64 (:func:`search_flip`,
-    :func:`authors_search`), as before. Batched or not, each search follows the same path in
-    exact arithmetic; float32 iterations follow it to single-precision rounding.
+    every recorded number stays float64, computed at the returned ``Δ``), the authors' by
+    :func:`authors_searches` (float64, as theirs); ``batch_searches=False`` runs them one after
+    another in float64 (:func:`search_flip`, :func:`authors_search`), as before. Batched or
+    not, each search follows the same path in exact arithmetic; float32 iterations follow it to
+    single-precision rounding.
     """
     norm = flip_normalisation(map, normalisation)
     search_dtype = _flip_dtype(search_dtype)
@@ -812,10 +1017,14 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
     if bad:
         raise ValueError(f"unknown losses/trainings {bad}; use {LOSSES} and {TRAININGS}.")
     searches = [search] if isinstance(search, str) else list(search)
-    if not searches or any(not isinstance(s, str) or s not in SEARCHES for s in searches) \
-            or len(set(searches)) != len(searches):
-        raise ValueError(f"search must be one of {SEARCHES} or a list of distinct ones, got "
-                         f"{search!r}.")
+    if (
+        not searches
+        or any(not isinstance(s, str) or s not in SEARCHES for s in searches)
+        or len(set(searches)) != len(searches)
+    ):
+        raise ValueError(
+            f"search must be one of {SEARCHES} or a list of distinct ones, got {search!r}."
+        )
     Ns = check_Ns(Ns)
     Xs, X = as_tensor(Xs, dtype=torch.float64), as_tensor(X, dtype=torch.float64)
     Y = as_tensor(Y, dtype=torch.float64).reshape(-1)
@@ -823,26 +1032,39 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
     y = float(y)
     Nmax = max(Ns)
     n, d = X.shape
-    Phi_all, phi, model = _features(map, Xs[:Nmax], X, seed=seed, row=row,
-                                    block_rows=block_rows, progress=progress,
-                                    normalisation=norm)
+    Phi_all, phi, model = _features(
+        map,
+        Xs[:Nmax],
+        X,
+        seed=seed,
+        row=row,
+        block_rows=block_rows,
+        progress=progress,
+        normalisation=norm,
+    )
     several = len(searches) > 1
     all_opts = {}
     for s_name in searches:
         if s_name == "authors":
             lr0, steps0 = authors_lr_steps(map, n)
-            all_opts[s_name] = dict(lr=lr0 if lr is None or several else lr,
-                                    steps=steps0 if steps is None or several else steps)
+            all_opts[s_name] = dict(
+                lr=lr0 if lr is None or several else lr,
+                steps=steps0 if steps is None or several else steps,
+            )
         else:
-            all_opts[s_name] = dict(starts=starts, steps=300 if steps is None else steps,
-                                    lr=0.3 if lr is None else lr, seed=seed + 1)
-    check_finite("phi", phi)                # the door: Phi_all is checked by gram_cholesky
+            all_opts[s_name] = dict(
+                starts=starts,
+                steps=300 if steps is None else steps,
+                lr=0.3 if lr is None else lr,
+                seed=seed + 1,
+            )
+    check_finite("phi", phi)  # the door: Phi_all is checked by gram_cholesky
     norm_phi = float(torch.linalg.vector_norm(phi))
     runs: list[dict] = []
     # The Cholesky factor of a leading block of K is the leading block of K's factor.
     L_all = gram_cholesky(Phi_all)
     fits = {}
-    targets: dict = {}                      # search key -> (w, τ), in the order first met
+    targets: dict = {}  # search key -> (w, τ), in the order first met
     for N in sorted(set(Ns)):
         Phi, YN = Phi_all[:N], Y[:N]
         L = L_all[:N, :N]
@@ -852,8 +1074,11 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
         Pphi = _project(Phi, phi, L)
         interp_err = float((Phi @ theta0 - YN).abs().max())
         for training in trainings:
-            theta1 = fine_tune(theta0, phi, y) if training == "fine_tune" else \
-                _retrain(phi, y, theta0, Pphi)
+            theta1 = (
+                fine_tune(theta0, phi, y)
+                if training == "fine_tune"
+                else _retrain(phi, y, theta0, Pphi)
+            )
             fits[N, training] = (theta0, Pphi, interp_err, theta1)
             for loss in losses:
                 key = _search_key(loss, N, training)
@@ -864,16 +1089,25 @@ def flip_runs(map: str, Xs: Array, Y: Array, X: Array, y: float, *, Ns: Sequence
         cache = {}
         if batch_searches:
             keys = list(targets)
-            found = _run_batched(search, model, torch.stack([targets[k][0] for k in keys]),
-                                 [targets[k][1] for k in keys], d, opts, search_dtype)
+            found = _run_batched(
+                search,
+                model,
+                torch.stack([targets[k][0] for k in keys]),
+                [targets[k][1] for k in keys],
+                d,
+                opts,
+                search_dtype,
+            )
             cache = dict(zip(keys, found))
-        runs += _flip_records(search, model, cache, targets, fits, Ns, trainings, losses,
-                              phi, y, d, opts, norm_phi)
+        runs += _flip_records(
+            search, model, cache, targets, fits, Ns, trainings, losses, phi, y, d, opts, norm_phi
+        )
     return {"runs": runs}
 
 
-def _flip_records(search, model, cache, targets, fits, Ns, trainings, losses, phi, y, d, opts,
-                  norm_phi) -> list[dict]:
+def _flip_records(
+    search, model, cache, targets, fits, Ns, trainings, losses, phi, y, d, opts, norm_phi
+) -> list[dict]:
     """The records of :func:`flip_runs` for one search (``cache``: the searches already run,
     by key; the others run here one by one)."""
     runs = []
@@ -891,26 +1125,55 @@ def _flip_records(search, model, cache, targets, fits, Ns, trainings, losses, ph
                     phiD = model.phi_row(res.Delta[None])[0]
                 v = phi / (phi @ phi) if training == "fine_tune" else Pphi / (Pphi @ Pphi)
                 D0, c = float(phiD @ theta0), float(phiD @ v)
-                runs.append(dict(
-                    N=N, training=training, loss=loss, search=search, y=y, t0=t0,
-                    t1=float(phi @ theta1), D0=D0, D1=float(phiD @ theta1),
-                    norm_Delta=float(torch.linalg.vector_norm(res.Delta)),
-                    interp_err=interp_err, c=c,
-                    rel_change=float(torch.linalg.vector_norm(phiD - phi)) / norm_phi,
-                    S_bound=model.change_bound / norm_phi,
-                    rho=norm_phi * float(torch.linalg.vector_norm(v)),
-                    norm_phi_theta0=norm_phi * float(torch.linalg.vector_norm(theta0)),
-                    base_term=D0 - t0, sens_term=(c - 1) * (y - t0),
-                    search_loss=res.loss, min_loss=res.min_loss, start=res.start))
+                runs.append(
+                    dict(
+                        N=N,
+                        training=training,
+                        loss=loss,
+                        search=search,
+                        y=y,
+                        t0=t0,
+                        t1=float(phi @ theta1),
+                        D0=D0,
+                        D1=float(phiD @ theta1),
+                        norm_Delta=float(torch.linalg.vector_norm(res.Delta)),
+                        interp_err=interp_err,
+                        c=c,
+                        rel_change=float(torch.linalg.vector_norm(phiD - phi)) / norm_phi,
+                        S_bound=model.change_bound / norm_phi,
+                        rho=norm_phi * float(torch.linalg.vector_norm(v)),
+                        norm_phi_theta0=norm_phi * float(torch.linalg.vector_norm(theta0)),
+                        base_term=D0 - t0,
+                        sens_term=(c - 1) * (y - t0),
+                        search_loss=res.loss,
+                        min_loss=res.min_loss,
+                        start=res.start,
+                    )
+                )
     return runs
 
 
-def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
-               losses: Sequence[str] = LOSSES, trainings: Sequence[str] = TRAININGS,
-               search: str = "ours", data: str = "planted", starts: int = 4,
-               steps: int | None = None, lr: float | None = None, row: int = 0,
-               block_rows: int = 2048, progress: bool = False, normalisation=None,
-               batch_searches: bool = True, search_dtype: str = "float64") -> dict:
+def flip_point(
+    *,
+    map: str,
+    n: int,
+    d: int,
+    Ns: Sequence[int],
+    seed: int,
+    losses: Sequence[str] = LOSSES,
+    trainings: Sequence[str] = TRAININGS,
+    search: str = "ours",
+    data: str = "planted",
+    starts: int = 4,
+    steps: int | None = None,
+    lr: float | None = None,
+    row: int = 0,
+    block_rows: int = 2048,
+    progress: bool = False,
+    normalisation=None,
+    batch_searches: bool = True,
+    search_dtype: str = "float64",
+) -> dict:
     """One grid point for :func:`wsutils.run.sweep.run_grid` on synthetic data: ``max(Ns) + 1``
     texts from :func:`planted_data` (``data="planted"``, rows of norm ``√d``) or
     :func:`authors_data` (``data="authors"``, ``gen.py``'s), drawn with seed ``seed``, then
@@ -930,24 +1193,46 @@ def flip_point(*, map: str, n: int, d: int, Ns: Sequence[int], seed: int,
         raise ValueError(f"N = {Nmax} must be below p = n·d = {n * d} for interpolation.")
     make = planted_data if data == "planted" else authors_data
     Xs, Y, X, y = make(Nmax, n, d, seed=seed)
-    return flip_runs(map, Xs, Y, X, y, Ns=Ns, seed=seed + 3, losses=losses,
-                     trainings=trainings, search=search, starts=starts, steps=steps, lr=lr,
-                     row=row, unit_rows=data == "planted", block_rows=block_rows,
-                     progress=progress, normalisation=normalisation,
-                     batch_searches=batch_searches, search_dtype=search_dtype)
+    return flip_runs(
+        map,
+        Xs,
+        Y,
+        X,
+        y,
+        Ns=Ns,
+        seed=seed + 3,
+        losses=losses,
+        trainings=trainings,
+        search=search,
+        starts=starts,
+        steps=steps,
+        lr=lr,
+        row=row,
+        unit_rows=data == "planted",
+        block_rows=block_rows,
+        progress=progress,
+        normalisation=normalisation,
+        batch_searches=batch_searches,
+        search_dtype=search_dtype,
+    )
 
 
-def flip_grid(*, d: int, Ns: Sequence[int], seeds: Sequence[int],
-              configs: Sequence[tuple[str, int]] = (("rf", 40), ("raf", 40), ("raf", 120),
-                                                    ("relu", 120)),
-              **search) -> list[dict]:
+def flip_grid(
+    *,
+    d: int,
+    Ns: Sequence[int],
+    seeds: Sequence[int],
+    configs: Sequence[tuple[str, int]] = (("rf", 40), ("raf", 40), ("raf", 120), ("relu", 120)),
+    **search,
+) -> list[dict]:
     """The points of the generalization experiment: one per ``(map, n, seed)``; the grid of
     the authors' ``gen.py`` is ``d = 768``, ``Ns = (1100, 1200, 1300)`` and the default
     ``configs``. ``search`` passes ``search``, ``data``, ``starts``, ``steps``, ``lr``,
     ``losses``, ``trainings`` to :func:`flip_point`."""
     Ns = check_Ns(Ns)
-    return [dict(map=m, n=n, d=d, Ns=list(Ns), seed=s, **search)
-            for (m, n) in configs for s in seeds]
+    return [
+        dict(map=m, n=n, d=d, Ns=list(Ns), seed=s, **search) for (m, n) in configs for s in seeds
+    ]
 
 
 def flip_table(records: Sequence[dict]) -> list[dict]:
@@ -956,9 +1241,19 @@ def flip_table(records: Sequence[dict]) -> list[dict]:
     ``normalisation``, as the point gave it, for points that have one: ``map="attention"``)."""
     rows = []
     for rec in records:
-        extra = {"normalisation": rec["normalisation"]} \
-            if rec.get("normalisation") is not None else {}
+        extra = (
+            {"normalisation": rec["normalisation"]} if rec.get("normalisation") is not None else {}
+        )
         for run in rec["runs"]:
-            rows.append({"map": rec["map"], "n": rec["n"], "d": rec["d"], "seed": rec["seed"],
-                         "data": rec.get("data", "planted"), **extra, **run})
+            rows.append(
+                {
+                    "map": rec["map"],
+                    "n": rec["n"],
+                    "d": rec["d"],
+                    "seed": rec["seed"],
+                    "data": rec.get("data", "planted"),
+                    **extra,
+                    **run,
+                }
+            )
     return rows

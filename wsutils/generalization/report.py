@@ -13,11 +13,21 @@ from typing import Sequence
 
 import numpy as np
 
-from . import LOSSES, SEARCHES, check_Ns
 from ..run.seeds import point_seed
+from . import LOSSES, SEARCHES, check_Ns
 
-__all__ = ["CONFIGS", "NAMES", "flip_lower_bound", "invariant_errors", "flip_values",
-           "mean_yD1", "plot_flip", "sweep_points", "sweep_table", "plot_sweep"]
+__all__ = [
+    "CONFIGS",
+    "NAMES",
+    "flip_lower_bound",
+    "invariant_errors",
+    "flip_values",
+    "mean_yD1",
+    "plot_flip",
+    "sweep_points",
+    "sweep_table",
+    "plot_sweep",
+]
 
 #: The configurations ``(map, n)`` of the authors' ``gen.py`` (``ns`` per ``--map``).
 CONFIGS = (("rf", 40), ("raf", 40), ("raf", 120), ("relu", 120))
@@ -44,23 +54,37 @@ def invariant_errors(runs: Sequence[dict]) -> dict:
         "t1": max(abs(r["t1"] - r["y"]) for r in runs),
         "interp": max(r["interp_err"] for r in runs),
         "ball": max(r["norm_Delta"] / math.sqrt(r["d"]) for r in runs),
-        "identity": max(abs(r["D1"] - r["y"] - (r["D0"] - r["t0"])
-                            - (r["c"] - 1) * (r["y"] - r["t0"])) for r in runs),
+        "identity": max(
+            abs(r["D1"] - r["y"] - (r["D0"] - r["t0"]) - (r["c"] - 1) * (r["y"] - r["t0"]))
+            for r in runs
+        ),
         "bound": max(flip_lower_bound(r, r["rel_change"]) - r["y"] * r["D1"] for r in runs),
         "rf_change": max((r["rel_change"] - r["S_bound"] for r in rf), default=-math.inf),
-        "rf_bound": max((flip_lower_bound(r, r["S_bound"]) - r["y"] * r["D1"] for r in rf),
-                        default=-math.inf),
+        "rf_bound": max(
+            (flip_lower_bound(r, r["S_bound"]) - r["y"] * r["D1"] for r in rf), default=-math.inf
+        ),
     }
 
 
-def flip_values(runs: Sequence[dict], m: str, n: int | None = None, loss: str | None = None,
-                training: str | None = None, losses: Sequence[str] | None = None) -> list[float]:
+def flip_values(
+    runs: Sequence[dict],
+    m: str,
+    n: int | None = None,
+    loss: str | None = None,
+    training: str | None = None,
+    losses: Sequence[str] | None = None,
+) -> list[float]:
     """``y·D₁ = y·f(X_Δ; θ₁)`` of the runs of map ``m`` (optionally one ``n``, one ``loss``
     or a set of ``losses``, one ``training``)."""
-    return [r["y"] * r["D1"] for r in runs if r["map"] == m and (n is None or r["n"] == n)
-            and (loss is None or r["loss"] == loss)
-            and (training is None or r["training"] == training)
-            and (losses is None or r["loss"] in losses)]
+    return [
+        r["y"] * r["D1"]
+        for r in runs
+        if r["map"] == m
+        and (n is None or r["n"] == n)
+        and (loss is None or r["loss"] == loss)
+        and (training is None or r["training"] == training)
+        and (losses is None or r["loss"] in losses)
+    ]
 
 
 def mean_yD1(runs: Sequence[dict]) -> dict:
@@ -80,8 +104,14 @@ def plot_flip(ax, runs: Sequence[dict], configs: Sequence[tuple[str, int]] = CON
             for tr, marker, dx in (("fine_tune", "o", -0.06), ("retrain", "x", 0.06)):
                 v = flip_values(runs, m, n, loss, tr)
                 x = j + (l - 1) * 0.25 + dx + np.linspace(-0.03, 0.03, len(v))
-                ax.scatter(x, v, marker=marker, color=colors[loss], s=18,
-                           label=f"{loss}, {tr}" if j == 0 else None)
+                ax.scatter(
+                    x,
+                    v,
+                    marker=marker,
+                    color=colors[loss],
+                    s=18,
+                    label=f"{loss}, {tr}" if j == 0 else None,
+                )
     for level in (1, 0, -1):
         ax.axhline(level, color="0.6", lw=0.8, ls="--" if level else ":")
     ax.set_xticks(range(len(configs)), [f"{NAMES[m]}\n$n$ = {n}" for m, n in configs])
@@ -89,11 +119,20 @@ def plot_flip(ax, runs: Sequence[dict], configs: Sequence[tuple[str, int]] = CON
     ax.legend(fontsize=9, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.02), frameon=False)
 
 
-def sweep_points(*, d: int, n: int, Ns: Sequence[int], seeds: Sequence[int],
-                 maps: Sequence[str] = ("rf", "raf", "relu"), searches: Sequence[str] = SEARCHES,
-                 data: str = "authors", trainings: Sequence[str] = ("fine_tune",),
-                 starts: int = 4, steps: int = 300, search_dtype: str = "float64"
-                 ) -> list[dict]:
+def sweep_points(
+    *,
+    d: int,
+    n: int,
+    Ns: Sequence[int],
+    seeds: Sequence[int],
+    maps: Sequence[str] = ("rf", "raf", "relu"),
+    searches: Sequence[str] = SEARCHES,
+    data: str = "authors",
+    trainings: Sequence[str] = ("fine_tune",),
+    starts: int = 4,
+    steps: int = 300,
+    search_dtype: str = "float64",
+) -> list[dict]:
     """Points for :func:`wsutils.run.sweep.run_grid` of :func:`wsutils.generalization.flip_point`
     that trace ``y·t_1^Δ`` against ``N`` (output loss only): one point per ``(map, draw)``
     running every search of ``searches`` on features built once (one per
@@ -108,18 +147,44 @@ def sweep_points(*, d: int, n: int, Ns: Sequence[int], seeds: Sequence[int],
     for s in seeds:
         seed = point_seed("flip-vs-N", data, d, n, s)
         for m in maps:
-            if len(searches) > 1:       # one point: the features are built once for both
-                points.append(dict(map=m, n=n, d=d, Ns=list(Ns), seed=seed,
-                                   search=list(searches), data=data, losses=["output"],
-                                   trainings=list(trainings), starts=starts, steps=steps,
-                                   search_dtype=search_dtype))
+            if len(searches) > 1:  # one point: the features are built once for both
+                points.append(
+                    dict(
+                        map=m,
+                        n=n,
+                        d=d,
+                        Ns=list(Ns),
+                        seed=seed,
+                        search=list(searches),
+                        data=data,
+                        losses=["output"],
+                        trainings=list(trainings),
+                        starts=starts,
+                        steps=steps,
+                        search_dtype=search_dtype,
+                    )
+                )
                 continue
             for search in searches:
-                opts = dict(starts=starts, steps=steps, search_dtype=search_dtype) \
-                    if search == "ours" else {}
-                points.append(dict(map=m, n=n, d=d, Ns=list(Ns), seed=seed, search=search,
-                                   data=data, losses=["output"], trainings=list(trainings),
-                                   **opts))
+                opts = (
+                    dict(starts=starts, steps=steps, search_dtype=search_dtype)
+                    if search == "ours"
+                    else {}
+                )
+                points.append(
+                    dict(
+                        map=m,
+                        n=n,
+                        d=d,
+                        Ns=list(Ns),
+                        seed=seed,
+                        search=search,
+                        data=data,
+                        losses=["output"],
+                        trainings=list(trainings),
+                        **opts,
+                    )
+                )
     return points
 
 
@@ -128,8 +193,12 @@ def sweep_table(runs: Sequence[dict], key: str = "yD1") -> dict:
     (``y·t_1^Δ``), ``"base"`` (``y·(t_0^Δ − t_0)``, the base-model term of
     eq. :eq:`eq-flip-identity`), ``"sens"`` (``y·(c − 1)(y − t_0)``, the sensitivity term) or
     ``"scale"`` (``‖φ‖·‖θ₀‖``, which bounds the base-model term by ``S·‖φ‖·‖θ₀‖``)."""
-    get = {"yD1": lambda r: r["y"] * r["D1"], "base": lambda r: r["y"] * r["base_term"],
-           "sens": lambda r: r["y"] * r["sens_term"], "scale": lambda r: r["norm_phi_theta0"]}
+    get = {
+        "yD1": lambda r: r["y"] * r["D1"],
+        "base": lambda r: r["y"] * r["base_term"],
+        "sens": lambda r: r["y"] * r["sens_term"],
+        "scale": lambda r: r["norm_phi_theta0"],
+    }
     if key not in get:
         raise ValueError(f"key must be one of {sorted(get)}, got {key!r}.")
     groups = defaultdict(list)
@@ -146,15 +215,33 @@ def plot_sweep(axes, runs: Sequence[dict], maps: Sequence[str] = ("rf", "raf", "
         for search, ls in (("ours", "-"), ("authors", "--")):
             t = sweep_table([r for r in runs if r["map"] == m], "yD1")
             Ns = [N for (_, s, N) in t if s == search]
-            ax.plot(Ns, [t[m, search, N] for N in Ns], "o" + ls, color="k", ms=4,
-                    label=f"$y\\,t_1^\\Delta$, {search} search")
+            ax.plot(
+                Ns,
+                [t[m, search, N] for N in Ns],
+                "o" + ls,
+                color="k",
+                ms=4,
+                label=f"$y\\,t_1^\\Delta$, {search} search",
+            )
         ours = [r for r in runs if r["map"] == m and r["search"] == "ours"]
         base, sens = sweep_table(ours, "base"), sweep_table(ours, "sens")
         Ns = [N for (_, _, N) in base]
-        ax.plot(Ns, [1 + base[k] for k in base], "s-", color="C0", ms=3,
-                label="$1 + y(t_0^\\Delta - t_0)$ (base model)")
-        ax.plot(Ns, [sens[k] for k in sens], "^-", color="C3", ms=3,
-                label="$y(c-1)(y - t_0)$ (sensitivity)")
+        ax.plot(
+            Ns,
+            [1 + base[k] for k in base],
+            "s-",
+            color="C0",
+            ms=3,
+            label="$1 + y(t_0^\\Delta - t_0)$ (base model)",
+        )
+        ax.plot(
+            Ns,
+            [sens[k] for k in sens],
+            "^-",
+            color="C3",
+            ms=3,
+            label="$y(c-1)(y - t_0)$ (sensitivity)",
+        )
         for level in (1, 0, -1):
             ax.axhline(level, color="0.6", lw=0.8, ls="--" if level else ":")
         ax.set_xscale("log")

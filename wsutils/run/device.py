@@ -13,8 +13,14 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["DoesNotFit", "available_memory", "check_fits", "describe_device", "pick_device",
-           "small_work_threads"]
+__all__ = [
+    "DoesNotFit",
+    "available_memory",
+    "check_fits",
+    "describe_device",
+    "pick_device",
+    "small_work_threads",
+]
 
 
 def pick_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -102,8 +108,10 @@ def check_fits(nbytes: int, what: str, device=None, *, hint: str = "") -> None:
     free = available_memory(device)
     if free is not None and nbytes > free:
         where = "the CPU" if device is None or torch.device(device).type == "cpu" else str(device)
-        raise DoesNotFit(f"{what} needs about {_gib(nbytes)} of memory, but {where} has "
-                         f"{_gib(free)} available; {hint or 'use smaller sizes'}.")
+        raise DoesNotFit(
+            f"{what} needs about {_gib(nbytes)} of memory, but {where} has "
+            f"{_gib(free)} available; {hint or 'use smaller sizes'}."
+        )
 
 
 def describe_device(device: str | torch.device | None = "auto") -> str:

@@ -20,7 +20,9 @@ __all__ = ["point_seed"]
 
 def _entropy(key) -> int:
     if isinstance(key, (bool, np.bool_)):
-        raise TypeError(f"a seed key must be a non-negative integer or a string, got the bool {key!r}.")
+        raise TypeError(
+            f"a seed key must be a non-negative integer or a string, got the bool {key!r}."
+        )
     if isinstance(key, numbers.Integral):
         if int(key) < 0:
             raise ValueError(f"a seed key must be a non-negative integer or a string, got {key}.")

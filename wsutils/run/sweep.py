@@ -26,19 +26,18 @@ What the store trusts:
   shortest round-trip floats) of its parameters, of ``fn``'s qualified name and of a digest of
   the code that runs (``_code_digest``: ``fn``'s code objects, defaults and closure, and
   recursively those of the functions, classes, plain constants and tables of settings (dicts
-  named in upper case, dataclass instances) that its names and its function-level imports
-  reach in its own top-level package and in ``wsutils``; read from memory, not from the source file, so a
-  module edited on disk but not reloaded keeps its old key). A parameter that is not a plain
-  JSON value (``None``, bools, ints, floats, strings, lists/tuples, dicts with string keys;
-  numpy scalars count as their Python value) is a :class:`TypeError`: an array's or a
-  callable's text form (``str``) is not a name for it (a large array prints elided, two
-  lambdas print alike). With a store, ``fn`` itself must be named by its qualified name:
-  lambdas, nested functions, ``functools.partial`` objects and bound methods are refused.
-  Two functions with one name but different code get different keys, and so do two whose
-  helpers in the package differ; what the digest does not reach (code outside those
-  packages, data files, environment variables, lists and sets and ``…_CACHE`` dicts, which hold state) is *not*
-  in the key:
-  clear the store when that changes.
+  named in upper case, dataclass instances) that its names and its function-level imports reach
+  in its own top-level package and in ``wsutils``; read from memory, not from the source file,
+  so a module edited on disk but not reloaded keeps its old key). A parameter that is not a
+  plain JSON value (``None``, bools, ints, floats, strings, lists/tuples, dicts with string
+  keys; numpy scalars count as their Python value) is a :class:`TypeError`: an array's or a
+  callable's text form (``str``) is not a name for it (a large array prints elided, two lambdas
+  print alike). With a store, ``fn`` itself must be named by its qualified name: lambdas,
+  nested functions, ``functools.partial`` objects and bound methods are refused. Two functions
+  with one name but different code get different keys, and so do two whose helpers in the
+  package differ; what the digest does not reach (code outside those packages, data files,
+  environment variables, lists and sets and ``…_CACHE`` dicts, which hold state) is *not* in
+  the key: clear the store when that changes.
 - **Records are verified.** Each file holds the full point, ``fn``'s name and a SHA-256 of
   the canonical JSON of all of it and of the record. A file that does not parse, belongs to
   another point or whose checksum does not match (edited, truncated, emptied, written by an
@@ -91,6 +90,7 @@ class StoreWarning(UserWarning):
 
 # --- keys --------------------------------------------------------------------------------------
 
+
 def _plain_param(value: Any, where: str) -> Any:
     """``value`` as a plain JSON value, or a TypeError that says what to pass instead."""
     if value is None or isinstance(value, (str, bool)):
@@ -106,13 +106,17 @@ def _plain_param(value: Any, where: str) -> Any:
     if isinstance(value, dict):
         bad = [k for k in value if not isinstance(k, str)]
         if bad:
-            raise TypeError(f"sweep parameter {where} has non-string keys {bad!r}; a key of a grid "
-                            "point must be plain JSON: use string keys.")
+            raise TypeError(
+                f"sweep parameter {where} has non-string keys {bad!r}; a key of a grid "
+                "point must be plain JSON: use string keys."
+            )
         return {k: _plain_param(v, f"{where}[{k!r}]") for k, v in value.items()}
     kind = type(value).__name__
     if hasattr(value, "shape") and hasattr(value, "dtype"):
-        hint = ("pass a list (x.tolist()) for a small array, or the seed and sizes it is "
-                "drawn from (or a file name) and build it inside fn")
+        hint = (
+            "pass a list (x.tolist()) for a small array, or the seed and sizes it is "
+            "drawn from (or a file name) and build it inside fn"
+        )
     elif callable(value):
         hint = "pass its name as a string and look the function up inside fn"
     else:
@@ -125,8 +129,9 @@ def _plain_param(value: Any, where: str) -> Any:
 
 
 def _canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=True)
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True
+    )
 
 
 def _fn_name(fn: Callable) -> str:
@@ -135,18 +140,24 @@ def _fn_name(fn: Callable) -> str:
     qualname = getattr(fn, "__qualname__", None)
     what = "pass a module-level function (def at the top of a module)"
     if not isinstance(module, str) or not isinstance(qualname, str):
-        raise TypeError(f"a sweep with a store needs fn with a qualified name; got a "
-                        f"{type(fn).__name__} (a functools.partial or callable object has none): "
-                        f"{what} and move fixed arguments into the points.")
+        raise TypeError(
+            f"a sweep with a store needs fn with a qualified name; got a "
+            f"{type(fn).__name__} (a functools.partial or callable object has none): "
+            f"{what} and move fixed arguments into the points."
+        )
     if "<lambda>" in qualname or "<locals>" in qualname:
-        raise TypeError(f"a sweep with a store cannot name fn = {module}.{qualname}: lambdas and "
-                        f"nested functions share their name with others; {what}.")
+        raise TypeError(
+            f"a sweep with a store cannot name fn = {module}.{qualname}: lambdas and "
+            f"nested functions share their name with others; {what}."
+        )
     obj: Any = sys.modules.get(module)
     for part in qualname.split("."):
         obj = getattr(obj, part, None)
     if obj is not fn:
-        raise TypeError(f"{module}.{qualname} does not name fn itself (a bound method, a "
-                        f"replaced or a wrapped function): {what}.")
+        raise TypeError(
+            f"{module}.{qualname} does not name fn itself (a bound method, a "
+            f"replaced or a wrapped function): {what}."
+        )
     return f"{module}.{qualname}"
 
 
@@ -190,18 +201,32 @@ class _CodeHasher:
         return isinstance(mod, str) and mod.split(".")[0] in self.roots
 
     def code(self, code: types.CodeType, scope: dict, names: set[str]) -> None:
-        self.feed("code", code.co_code, code.co_names, code.co_varnames, code.co_freevars,
-                  code.co_cellvars, code.co_argcount, code.co_posonlyargcount,
-                  code.co_kwonlyargcount, code.co_flags)
+        self.feed(
+            "code",
+            code.co_code,
+            code.co_names,
+            code.co_varnames,
+            code.co_freevars,
+            code.co_cellvars,
+            code.co_argcount,
+            code.co_posonlyargcount,
+            code.co_kwonlyargcount,
+            code.co_flags,
+        )
         names.update(code.co_names)
         level = fromlist = None
         for ins in dis.get_instructions(code):  # imports inside the function: follow them
             if ins.opname == "LOAD_CONST":
                 level, fromlist = fromlist, ins.argval
             elif ins.opname == "IMPORT_NAME":
-                self.imports.append((scope.get("__package__") or "", ins.argval,
-                                     level if isinstance(level, int) else 0,
-                                     tuple(fromlist or ())))
+                self.imports.append(
+                    (
+                        scope.get("__package__") or "",
+                        ins.argval,
+                        level if isinstance(level, int) else 0,
+                        tuple(fromlist or ()),
+                    )
+                )
         for c in code.co_consts:
             if isinstance(c, types.CodeType):
                 self.code(c, scope, names)
@@ -227,8 +252,9 @@ class _CodeHasher:
                     self.obj(f)
             return
         if isinstance(obj, type):
-            self.feed("class", obj.__module__, obj.__qualname__,
-                      [b.__qualname__ for b in obj.__mro__])
+            self.feed(
+                "class", obj.__module__, obj.__qualname__, [b.__qualname__ for b in obj.__mro__]
+            )
             for k, v in sorted(vars(obj).items()):
                 if isinstance(v, (types.FunctionType, staticmethod, classmethod, property)):
                     self.feed(k)
@@ -239,14 +265,19 @@ class _CodeHasher:
         if not isinstance(obj, types.FunctionType):
             self.feed("object", _const(obj))
             return
-        self.feed("function", obj.__module__, obj.__qualname__, _const(obj.__defaults__),
-                  _const(tuple(sorted((obj.__kwdefaults__ or {}).items()))))
+        self.feed(
+            "function",
+            obj.__module__,
+            obj.__qualname__,
+            _const(obj.__defaults__),
+            _const(tuple(sorted((obj.__kwdefaults__ or {}).items()))),
+        )
         names: set[str] = set()
         self.code(obj.__code__, obj.__globals__, names)
         for cell in obj.__closure__ or ():
             try:
                 value = cell.cell_contents
-            except ValueError:          # an empty cell
+            except ValueError:  # an empty cell
                 continue
             if self.inside(value) or isinstance(value, type):
                 self.obj(value) if self.inside(value) else self.feed(_const(value))
@@ -291,8 +322,9 @@ class _CodeHasher:
             return True
         if isinstance(value, dict):
             return name.lstrip("_").isupper() and not name.endswith("CACHE")
-        return self.inside(value) and dataclasses.is_dataclass(value) \
-            and not isinstance(value, type)
+        return (
+            self.inside(value) and dataclasses.is_dataclass(value) and not isinstance(value, type)
+        )
 
     def value(self, value: Any) -> None:
         """A readable value: the code of the package's functions it holds, the text of the
@@ -313,8 +345,7 @@ class _CodeHasher:
         pending, self.imports = self.imports, []
         for package, name, level, fromlist in pending:
             try:
-                full = importlib.util.resolve_name("." * level + name, package) if level \
-                    else name
+                full = importlib.util.resolve_name("." * level + name, package) if level else name
             except (ImportError, ValueError):
                 continue
             if full.split(".")[0] not in self.roots:
@@ -370,6 +401,7 @@ def _key(fn_name: str, code: str, plain: dict) -> str:
 
 # --- the stored files --------------------------------------------------------------------------
 
+
 def _checksum(body: Mapping[str, Any]) -> str:
     return hashlib.sha256(_canonical(body).encode()).hexdigest()
 
@@ -396,7 +428,8 @@ def _load(path: Path, key: str, fn_name: str, point: dict) -> tuple[Record | Non
         return None, "belongs to another point"
     record = body["record"]
     if not isinstance(record, dict) or any(
-            k not in record or _canonical(record[k]) != _canonical(v) for k, v in point.items()):
+        k not in record or _canonical(record[k]) != _canonical(v) for k, v in point.items()
+    ):
         return None, "holds a record without its point's parameters"
     return record, None
 
@@ -458,8 +491,9 @@ def _remove_stale_tmp(folder: Path) -> list[Path]:
 
 def _save(path: Path, key: str, fn_name: str, point: dict, record: Record) -> None:
     body = {"format": FORMAT, "key": key, "fn": fn_name, "point": point, "record": record}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.{_HOST}-{os.getpid()}.",
-                               suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(
+        dir=path.parent, prefix=f"{path.name}.{_HOST}-{os.getpid()}.", suffix=".tmp"
+    )
     try:
         with os.fdopen(fd, "w") as f:
             f.write(_canonical({**body, "sha256": _checksum(body)}))
@@ -473,13 +507,18 @@ def _save(path: Path, key: str, fn_name: str, point: dict, record: Record) -> No
 
 # --- running -----------------------------------------------------------------------------------
 
+
 def _evaluate(fn: Callable[..., Mapping[str, Any]], point: Mapping[str, Any]) -> Record:
     out = fn(**point)
     if not isinstance(out, Mapping):
-        raise TypeError(f"{fn.__qualname__} must return a dict of results, got {type(out).__name__}.")
+        raise TypeError(
+            f"{fn.__qualname__} must return a dict of results, got {type(out).__name__}."
+        )
     clash = set(out) & set(point)
     if clash:
-        raise ValueError(f"{fn.__qualname__} returned keys {sorted(clash)} that are also parameters.")
+        raise ValueError(
+            f"{fn.__qualname__} returned keys {sorted(clash)} that are also parameters."
+        )
     return {**point, **out}
 
 
@@ -534,7 +573,7 @@ def run_grid(
     todo = list(range(len(points)))
     if folder is not None:
         fn_name = _fn_name(fn)
-        code = _code_digest(fn)                 # once: it walks fn's package
+        code = _code_digest(fn)  # once: it walks fn's package
         keys = [_key(fn_name, code, p) for p in plain]
         folder.mkdir(parents=True, exist_ok=True)
         _remove_stale_tmp(folder)
@@ -546,11 +585,20 @@ def run_grid(
                 results[i] = cached
                 continue
             if why is not None:
-                warnings.warn(f"sweep store: {path} {why}; recomputing point {plain[i]} and "
-                              "overwriting the file.", StoreWarning, stacklevel=2)
+                warnings.warn(
+                    f"sweep store: {path} {why}; recomputing point {plain[i]} and "
+                    "overwriting the file.",
+                    StoreWarning,
+                    stacklevel=2,
+                )
             todo.append(i)
-    bar = tqdm(total=len(points), initial=len(results), desc=desc or fn.__name__,
-               disable=not progress, leave=False)
+    bar = tqdm(
+        total=len(points),
+        initial=len(results),
+        desc=desc or fn.__name__,
+        disable=not progress,
+        leave=False,
+    )
 
     def finish(i: int, record: Record) -> None:
         if folder is not None:

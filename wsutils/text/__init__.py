@@ -1,1 +1,2 @@
-"""Real text: the IMDb reviews (data), BERT embeddings (embeddings), a model's own attention (attention), the chat panel (chat)."""
+"""Real text: the IMDb reviews (data), BERT embeddings (embeddings), a model's own attention
+(attention), the chat panel (chat)."""

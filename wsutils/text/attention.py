@@ -17,11 +17,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .embeddings import Encoder
 from ..maps import attention_scores, normalize_rows
+from .embeddings import Encoder
 
-__all__ = ["Pair", "attention_shift", "head_averaged_attention", "one_word_pairs",
-           "pair_shifts", "raf_attention", "word_attention"]
+__all__ = [
+    "Pair",
+    "attention_shift",
+    "head_averaged_attention",
+    "one_word_pairs",
+    "pair_shifts",
+    "raf_attention",
+    "word_attention",
+]
 
 
 def head_averaged_attention(enc: Encoder, input_ids, *, layer: int = 0) -> np.ndarray:
@@ -39,12 +46,15 @@ def head_averaged_attention(enc: Encoder, input_ids, *, layer: int = 0) -> np.nd
             h = enc.model.embeddings(input_ids=ids, token_type_ids=torch.zeros_like(ids))
             _, weights = enc.model.encoder.layer[0].attention.self(h)
         else:
-            out = enc.model(input_ids=ids, attention_mask=torch.ones_like(ids),
-                            output_attentions=True)
+            out = enc.model(
+                input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True
+            )
             weights = out.attentions[layer] if out.attentions else None
     if weights is None:
-        raise RuntimeError(f"{enc.name} returned no attentions: load it with "
-                           "attn_implementation='eager' (wsutils.text.embeddings.load_model does).")
+        raise RuntimeError(
+            f"{enc.name} returned no attentions: load it with "
+            "attn_implementation='eager' (wsutils.text.embeddings.load_model does)."
+        )
     return weights.mean(dim=1).double().cpu().numpy()
 
 
@@ -58,8 +68,9 @@ def raf_attention(enc: Encoder, input_ids, W) -> np.ndarray:
     with torch.no_grad():
         X = enc.model.embeddings(input_ids=ids, token_type_ids=torch.zeros_like(ids)).double()
         X = normalize_rows(X)
-        A = torch.softmax(attention_scores(X, torch.as_tensor(W, dtype=X.dtype, device=X.device)),
-                          dim=-1)
+        A = torch.softmax(
+            attention_scores(X, torch.as_tensor(W, dtype=X.dtype, device=X.device)), dim=-1
+        )
     return A.cpu().numpy()
 
 
@@ -104,8 +115,9 @@ def _whole_word(tok: str) -> bool:
     return tok.isalpha() and not tok.startswith("##")
 
 
-def one_word_pairs(texts, tokenizer, *, count: int, seed: int, min_words: int = 6,
-                   max_words: int = 20) -> list[Pair]:
+def one_word_pairs(
+    texts, tokenizer, *, count: int, seed: int, min_words: int = 6, max_words: int = 20
+) -> list[Pair]:
     """``count`` pairs of real sentences (from ``texts``, split at ``.``/``!``/``?``) of
     ``min_words``–``max_words`` word tokens, and the same sentence with one whole word
     (alphabetic, not split into pieces) replaced by another whole word drawn at random from the
@@ -119,14 +131,19 @@ def one_word_pairs(texts, tokenizer, *, count: int, seed: int, min_words: int = 
             if min_words <= len(toks) <= max_words:
                 sentences.append(toks)
     if len(sentences) < count:
-        raise ValueError(f"only {len(sentences)} sentences of {min_words}–{max_words} tokens in "
-                         f"the texts given; {count} pairs asked. Pass more texts or ask fewer.")
+        raise ValueError(
+            f"only {len(sentences)} sentences of {min_words}–{max_words} tokens in "
+            f"the texts given; {count} pairs asked. Pass more texts or ask fewer."
+        )
     pool_ids = np.array(tokenizer.convert_tokens_to_ids(pool))
     pairs = []
     for k in rng.permutation(len(sentences)):
         toks = sentences[k]
-        slots = [i for i, t in enumerate(toks) if _whole_word(t)
-                 and not (i + 1 < len(toks) and toks[i + 1].startswith("##"))]
+        slots = [
+            i
+            for i, t in enumerate(toks)
+            if _whole_word(t) and not (i + 1 < len(toks) and toks[i + 1].startswith("##"))
+        ]
         if not slots:
             continue
         i = int(rng.choice(slots))
@@ -154,7 +171,9 @@ def attention_shift(A: np.ndarray, B: np.ndarray, j: int) -> dict[str, float]:
     """
     T = A.shape[-1]
     if A.shape != (T, T) or B.shape != (T, T) or not 0 < j < T - 1:
-        raise ValueError(f"need two (T, T) matrices and 0 < j < T − 1, got {A.shape}, {B.shape}, j={j}.")
+        raise ValueError(
+            f"need two (T, T) matrices and 0 < j < T − 1, got {A.shape}, {B.shape}, j={j}."
+        )
     queries = [i for i in range(1, T - 1) if i != j]
     keys = [k for k in range(T) if k != j]
     tv = 0.5 * np.abs(A[queries] - B[queries]).sum(axis=1)

@@ -1,4 +1,5 @@
-"""The second panel of the paper's Figure 1 (the book's chapter ``figure-1``): a chat model asked whether a review is
+"""The second panel of the paper's Figure 1 (the book's chapter ``figure-1``): a chat model
+asked whether a review is
 positive, then whether it is negative — two prompts that differ in one word — answers "No"
 and then "Yes". Runs only when a chat model is available (``WSBOOK_CHAT_MODEL``, read by
 :func:`wsutils.run.config.chat_model`).
@@ -17,11 +18,18 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-__all__ = ["ChatModel", "SYSTEM_TEMPLATE", "answer_probabilities", "load_chat_model",
-           "sentiment_prompts"]
+__all__ = [
+    "ChatModel",
+    "SYSTEM_TEMPLATE",
+    "answer_probabilities",
+    "load_chat_model",
+    "sentiment_prompts",
+]
 
 # The authors' system prompt (their llama2 notebook), with the one word that changes.
-SYSTEM_TEMPLATE = 'Reply with "Yes" if the review I will provide you is {word}, and "No" otherwise.'
+SYSTEM_TEMPLATE = (
+    'Reply with "Yes" if the review I will provide you is {word}, and "No" otherwise.'
+)
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,9 @@ def _render(tok, system: str, user: str) -> str:
     return f"{system}\n\n{user}\n"
 
 
-def answer_probabilities(chat: ChatModel, prompts, answers: Sequence[str] = ("No", "Yes")) -> np.ndarray:
+def answer_probabilities(
+    chat: ChatModel, prompts, answers: Sequence[str] = ("No", "Yes")
+) -> np.ndarray:
     """``P(first token of answer | prompt)`` for each ``(system, user)`` prompt and answer:
     an array ``(len(prompts), len(answers))``. The prompt goes through the tokenizer's chat
     template when it has one (plain text otherwise)."""
@@ -84,7 +94,9 @@ def answer_probabilities(chat: ChatModel, prompts, answers: Sequence[str] = ("No
     out = np.empty((len(prompts), len(answers)))
     for j, (system, user) in enumerate(prompts):
         text = _render(tok, system, user)
-        enc = tok(text, return_tensors="pt", add_special_tokens=not getattr(tok, "chat_template", None))
+        enc = tok(
+            text, return_tensors="pt", add_special_tokens=not getattr(tok, "chat_template", None)
+        )
         with torch.no_grad():
             logits = model(**enc.to(device)).logits[0, -1]
         probs = torch.softmax(logits.double(), dim=-1)

@@ -41,11 +41,22 @@ from typing import Any
 
 import numpy as np
 
-from . import _hub
 from ..run import config
+from . import _hub
 
-__all__ = ["EMBEDDED_FILE", "EMBEDDED_SHA256", "HUB", "HUB_DATASET", "MAX_TOKENS", "Reviews",
-           "embedded_path", "load_imdb", "select_reviews", "source_description", "token_lengths"]
+__all__ = [
+    "EMBEDDED_FILE",
+    "EMBEDDED_SHA256",
+    "HUB",
+    "HUB_DATASET",
+    "MAX_TOKENS",
+    "Reviews",
+    "embedded_path",
+    "load_imdb",
+    "select_reviews",
+    "source_description",
+    "token_lengths",
+]
 
 HUB_DATASET = "stanfordnlp/imdb"
 #: The value of ``WSBOOK_IMDB`` (or of ``path``) that selects the hub dataset.
@@ -101,18 +112,24 @@ def _read_bytes(path: Path) -> bytes:
     """The file's content, gunzipped when it is gzip (by its magic bytes); errors name it."""
     raw = path.read_bytes()
     if not raw:
-        raise ValueError(f"{path} is empty: it holds no reviews. Point WSBOOK_IMDB at a file "
-                         "with one review a line, or unset it to use the embedded reviews.")
+        raise ValueError(
+            f"{path} is empty: it holds no reviews. Point WSBOOK_IMDB at a file "
+            "with one review a line, or unset it to use the embedded reviews."
+        )
     if raw[:2] != b"\x1f\x8b":
         if path.name.lower().endswith(".gz"):
-            raise ValueError(f"{path} ends in .gz but is not gzip: compress it with gzip or "
-                             "rename it without .gz.")
+            raise ValueError(
+                f"{path} ends in .gz but is not gzip: compress it with gzip or "
+                "rename it without .gz."
+            )
         return raw
     try:
         out = gzip.decompress(raw)
     except (EOFError, OSError, zlib.error) as err:
-        raise ValueError(f"{path} is a damaged gzip file ({type(err).__name__}: {err}; a "
-                         "truncated download or copy?): copy or download it again.") from None
+        raise ValueError(
+            f"{path} is a damaged gzip file ({type(err).__name__}: {err}; a "
+            "truncated download or copy?): copy or download it again."
+        ) from None
     if not out:
         raise ValueError(f"{path} is empty once decompressed: it holds no reviews.")
     return out
@@ -120,19 +137,25 @@ def _read_bytes(path: Path) -> bytes:
 
 def _check_row(path: Path, where: str, row: Any) -> None:
     if not isinstance(row, dict):
-        raise ValueError(f"{path}, {where}: expected a JSON object with fields 'text' and "
-                         f"'label', got {type(row).__name__}.")
+        raise ValueError(
+            f"{path}, {where}: expected a JSON object with fields 'text' and "
+            f"'label', got {type(row).__name__}."
+        )
     for field in ("text", "label"):
         if field not in row:
-            raise ValueError(f"{path}, {where}: field {field!r} is missing; every review needs "
-                             "'text' (the review) and 'label' (0 = negative, 1 = positive).")
+            raise ValueError(
+                f"{path}, {where}: field {field!r} is missing; every review needs "
+                "'text' (the review) and 'label' (0 = negative, 1 = positive)."
+            )
     text, label = row["text"], row["label"]
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{path}, {where}: field 'text' must be a non-empty string, got "
-                         f"{text!r}.")
+        raise ValueError(
+            f"{path}, {where}: field 'text' must be a non-empty string, got {text!r}."
+        )
     if isinstance(label, bool) or label not in (0, 1):
-        raise ValueError(f"{path}, {where}: field 'label' must be 0 (negative) or 1 (positive), "
-                         f"got {label!r}.")
+        raise ValueError(
+            f"{path}, {where}: field 'label' must be 0 (negative) or 1 (positive), got {label!r}."
+        )
 
 
 def _read_jsonl(path: Path, content: bytes) -> dict[str, list]:
@@ -150,12 +173,16 @@ def _read_jsonl(path: Path, content: bytes) -> dict[str, list]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}, line {lineno}: not valid JSON ({err.msg} at column "
-                             f"{err.colno}); fix or remove that line.") from None
+            raise ValueError(
+                f"{path}, line {lineno}: not valid JSON ({err.msg} at column "
+                f"{err.colno}); fix or remove that line."
+            ) from None
         _check_row(path, f"line {lineno}", row)
         if count and set(row) != set(columns):
-            raise ValueError(f"{path}, line {lineno}: fields {sorted(row)} differ from the first "
-                             f"review's {sorted(columns)}; every line needs the same fields.")
+            raise ValueError(
+                f"{path}, line {lineno}: fields {sorted(row)} differ from the first "
+                f"review's {sorted(columns)}; every line needs the same fields."
+            )
         for k, v in row.items():
             columns.setdefault(k, []).append(v)
         count += 1
@@ -177,8 +204,10 @@ def _read_parquet(path: Path, content: bytes) -> dict[str, list]:
         raise ValueError(f"{path} holds no reviews (an empty table).")
     for field in ("text", "label"):
         if field not in columns:
-            raise ValueError(f"{path}: column {field!r} is missing; every review needs 'text' "
-                             "(the review) and 'label' (0 = negative, 1 = positive).")
+            raise ValueError(
+                f"{path}: column {field!r} is missing; every review needs 'text' "
+                "(the review) and 'label' (0 = negative, 1 = positive)."
+            )
     for i in range(table.num_rows):
         _check_row(path, f"row {i}", {"text": columns["text"][i], "label": columns["label"][i]})
     return columns
@@ -202,20 +231,27 @@ def _load_hub() -> Any:
     import datasets
 
     if _hub.offline():
-        raise RuntimeError(_no_source_message(
-            "WSBOOK_IMDB=hub but the hub is off (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)"))
+        raise RuntimeError(
+            _no_source_message(
+                "WSBOOK_IMDB=hub but the hub is off (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)"
+            )
+        )
     if not _hub.reachable():
         raise RuntimeError(_no_source_message("WSBOOK_IMDB=hub but the hub is unreachable"))
     try:
         parts = datasets.load_dataset(HUB_DATASET)
     except Exception as err:  # network, hub or cache errors: say what to do instead
-        raise RuntimeError(_no_source_message(
-            f"loading {HUB_DATASET!r} from the hub failed ({type(err).__name__}: {err})")) from err
+        raise RuntimeError(
+            _no_source_message(
+                f"loading {HUB_DATASET!r} from the hub failed ({type(err).__name__}: {err})"
+            )
+        ) from err
     ds = datasets.concatenate_datasets([parts["train"], parts["test"]])
     labels = set(np.unique(np.asarray(ds["label"])).tolist())
     if not labels <= {0, 1}:
-        raise ValueError(f"{HUB_DATASET}: labels must be 0 (negative) or 1 (positive), found "
-                         f"{sorted(labels)}.")
+        raise ValueError(
+            f"{HUB_DATASET}: labels must be 0 (negative) or 1 (positive), found {sorted(labels)}."
+        )
     return ds.add_column("review", list(range(len(ds))))
 
 
@@ -246,19 +282,23 @@ def load_imdb(path: str | os.PathLike | None = None) -> Any:
         return _load_hub()
     if not where.is_file():
         if where == embedded_path():
-            raise ValueError(f"the embedded reviews {where} are missing: this wsutils is not "
-                             "the repository's editable install. Clone the repository and "
-                             "`pip install -e .` there, or set WSBOOK_IMDB to a local copy "
-                             "(or to 'hub').")
-        raise ValueError(f"{where} is not a file: "
-                         + _no_source_message("the local copy is missing"))
+            raise ValueError(
+                f"the embedded reviews {where} are missing: this wsutils is not "
+                "the repository's editable install. Clone the repository and "
+                "`pip install -e .` there, or set WSBOOK_IMDB to a local copy "
+                "(or to 'hub')."
+            )
+        raise ValueError(
+            f"{where} is not a file: " + _no_source_message("the local copy is missing")
+        )
     digest = _sha256(where)
     if where == embedded_path() and digest != EMBEDDED_SHA256:
         raise ValueError(
             f"{where} has sha256 {digest}, not the recorded {EMBEDDED_SHA256}: the embedded "
             "reviews were changed. Restore them (git checkout -- "
             f"{EMBEDDED_FILE}), or regenerate them with tools/make_imdb_subset.py and record "
-            "the new sha256 in data/imdb/README.md and wsutils.text.data.EMBEDDED_SHA256.")
+            "the new sha256 in data/imdb/README.md and wsutils.text.data.EMBEDDED_SHA256."
+        )
     return _load_file(str(where), digest)
 
 
@@ -269,8 +309,10 @@ def source_description(path: str | os.PathLike | None = None) -> str:
     if where == HUB:
         return f"the Hugging Face dataset {HUB_DATASET} (train and test)"
     if where == embedded_path():
-        return (f"the reviews embedded in the repository ({EMBEDDED_FILE}: the test split's "
-                f"reviews of fewer than {MAX_TOKENS} tokens, sha256 {EMBEDDED_SHA256[:12]}…)")
+        return (
+            f"the reviews embedded in the repository ({EMBEDDED_FILE}: the test split's "
+            f"reviews of fewer than {MAX_TOKENS} tokens, sha256 {EMBEDDED_SHA256[:12]}…)"
+        )
     return f"the local file {Path(where).name} (WSBOOK_IMDB)"
 
 
@@ -280,8 +322,14 @@ def token_lengths(texts, tokenizer, *, batch_size: int = 512) -> np.ndarray:
     A text embedded with :func:`wsutils.text.embeddings.embed` has this many tokens plus two."""
     out = []
     for j in range(0, len(texts), batch_size):
-        enc = tokenizer(list(texts[j:j + batch_size]), add_special_tokens=False, truncation=False,
-                        return_attention_mask=False, return_token_type_ids=False, verbose=False)
+        enc = tokenizer(
+            list(texts[j : j + batch_size]),
+            add_special_tokens=False,
+            truncation=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+            verbose=False,
+        )
         out.extend(len(ids) for ids in enc["input_ids"])
     return np.asarray(out, dtype=np.int64)
 
@@ -303,8 +351,17 @@ class Reviews:
         return len(self.texts)
 
 
-def select_reviews(ds, count: int, *, tokenizer, seed: int, max_tokens: int = MAX_TOKENS,
-                   min_tokens: int = 0, chunk: int = 2048, unique: bool = False) -> Reviews:
+def select_reviews(
+    ds,
+    count: int,
+    *,
+    tokenizer,
+    seed: int,
+    max_tokens: int = MAX_TOKENS,
+    min_tokens: int = 0,
+    chunk: int = 2048,
+    unique: bool = False,
+) -> Reviews:
     """``count`` reviews (half of each label) with ``min_tokens ≤ length < max_tokens`` tokens
     (:func:`token_lengths`: the authors' count, ``[CLS]``/``[SEP]`` not counted), labels mapped
     to ``±1`` (positive = +1).
@@ -328,13 +385,15 @@ def select_reviews(ds, count: int, *, tokenizer, seed: int, max_tokens: int = MA
     scanned = qualified = 0
     seen: set[str] = set()
     for j in range(0, len(order), chunk):
-        idx = order[j:j + chunk]
+        idx = order[j : j + chunk]
         chunk_texts = ds.select(idx)["text"]
         lengths = token_lengths(chunk_texts, tokenizer)
         scanned += len(idx)
         ok = (lengths < max_tokens) & (lengths >= min_tokens)
         qualified += int(ok.sum())
-        for i, length, text in zip(idx[ok], lengths[ok], np.asarray(chunk_texts, dtype=object)[ok]):
+        for i, length, text in zip(
+            idx[ok], lengths[ok], np.asarray(chunk_texts, dtype=object)[ok]
+        ):
             lab = int(labels[i])
             if len(picked[lab]) < half and not (unique and text in seen):
                 picked[lab].append((int(i), int(length)))
@@ -352,6 +411,11 @@ def select_reviews(ds, count: int, *, tokenizer, seed: int, max_tokens: int = MA
     idx = np.array([r[0] for r in rows], dtype=np.int64)
     texts = ds.select(idx)["text"]
     y = np.where(labels[idx] == 1, 1.0, -1.0)
-    return Reviews(texts=list(texts), y=y, review=np.asarray(ds.select(idx)["review"]),
-                   tokens=np.array([r[1] for r in rows], dtype=np.int64),
-                   scanned=scanned, qualified=qualified)
+    return Reviews(
+        texts=list(texts),
+        y=y,
+        review=np.asarray(ds.select(idx)["review"]),
+        tokens=np.array([r[1] for r in rows], dtype=np.int64),
+        scanned=scanned,
+        qualified=qualified,
+    )

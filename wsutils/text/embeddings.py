@@ -42,13 +42,21 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import _hub
 from .._digest import module_digest
 from ..run import config
+from . import _hub
 from .data import _sha256
 
-__all__ = ["Encoder", "default_cache_dir", "embed", "load_model", "model_key", "random_model",
-           "sample_matrix", "word_rows"]
+__all__ = [
+    "Encoder",
+    "default_cache_dir",
+    "embed",
+    "load_model",
+    "model_key",
+    "random_model",
+    "sample_matrix",
+    "word_rows",
+]
 
 HUB_MODELS = {config.PAPER_MODEL: "google-bert/bert-base-uncased"}
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -96,9 +104,13 @@ def _file_hash(path: str, size: int, mtime: float) -> str:
 def _dir_identity(path: Path) -> str:
     files = [path / f for f in _WEIGHT_FILES if (path / f).is_file()]
     if not files:
-        raise ValueError(f"{path} holds no model weights ({' or '.join(_WEIGHT_FILES)}); "
-                         "save the model there with save_pretrained.")
-    digests = [f"{f.name}:{_file_hash(str(f), f.stat().st_size, f.stat().st_mtime)}" for f in files]
+        raise ValueError(
+            f"{path} holds no model weights ({' or '.join(_WEIGHT_FILES)}); "
+            "save the model there with save_pretrained."
+        )
+    digests = [
+        f"{f.name}:{_file_hash(str(f), f.stat().st_size, f.stat().st_mtime)}" for f in files
+    ]
     return "sha256:" + ",".join(digests)
 
 
@@ -107,20 +119,31 @@ def _hub_dir(name: str) -> tuple[Path, str]:
     from huggingface_hub import snapshot_download
 
     repo = HUB_MODELS.get(name, name)
-    patterns = ["config.json", "vocab.txt", "tokenizer*.json", "special_tokens_map.json",
-                "model.safetensors"]
-    fix = (f"Either use the embedded model (WSBOOK_MODEL={config.EMBEDDED_MODEL}, the default) "
-           "or a local model directory, or allow the hub (unset HF_HUB_OFFLINE, with network) so "
-           f"that {repo!r} can be downloaded once into the Hugging Face cache.")
+    patterns = [
+        "config.json",
+        "vocab.txt",
+        "tokenizer*.json",
+        "special_tokens_map.json",
+        "model.safetensors",
+    ]
+    fix = (
+        f"Either use the embedded model (WSBOOK_MODEL={config.EMBEDDED_MODEL}, the default) "
+        "or a local model directory, or allow the hub (unset HF_HUB_OFFLINE, with network) so "
+        f"that {repo!r} can be downloaded once into the Hugging Face cache."
+    )
     try:
         path = Path(snapshot_download(repo, allow_patterns=patterns, local_files_only=True))
     except Exception:  # not in the local cache
         if _hub.offline("HF_HUB_OFFLINE"):
-            raise RuntimeError(f"{name!r} is not in the local Hugging Face cache and the hub is "
-                               f"off (HF_HUB_OFFLINE=1). {fix}") from None
+            raise RuntimeError(
+                f"{name!r} is not in the local Hugging Face cache and the hub is "
+                f"off (HF_HUB_OFFLINE=1). {fix}"
+            ) from None
         if not _hub.reachable():
-            raise RuntimeError(f"{name!r} is not in the local Hugging Face cache and the hub "
-                               f"is unreachable. {fix}") from None
+            raise RuntimeError(
+                f"{name!r} is not in the local Hugging Face cache and the hub "
+                f"is unreachable. {fix}"
+            ) from None
         path = Path(snapshot_download(repo, allow_patterns=patterns))
     return path, f"hub:{repo}@{path.name}"
 
@@ -143,7 +166,8 @@ def _broken_model(path: Path, what: str) -> ValueError:
         f"tokenizer ({' or '.join(_TOKENIZER_FILES)}, with tokenizer_config.json) and the "
         f"weights ({' or '.join(_WEIGHT_FILES)}), as save_pretrained writes them: save the model "
         "there again (model.save_pretrained(folder) and tokenizer.save_pretrained(folder)), or "
-        f"set WSBOOK_MODEL to another folder or to {config.EMBEDDED_MODEL} (the default).")
+        f"set WSBOOK_MODEL to another folder or to {config.EMBEDDED_MODEL} (the default)."
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -162,13 +186,15 @@ def _load(name: str, device: str) -> Encoder:
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except Exception as err:  # the tokenizer libraries' messages do not say what to do
-        raise _broken_model(path, f"its tokenizer does not load ({type(err).__name__}: "
-                                  f"{str(err)[:300]})") from err
+        raise _broken_model(
+            path, f"its tokenizer does not load ({type(err).__name__}: {str(err)[:300]})"
+        ) from err
     try:
         model = AutoModel.from_pretrained(str(path), attn_implementation="eager")
     except Exception as err:
-        raise _broken_model(path, f"its model does not load ({type(err).__name__}: "
-                                  f"{str(err)[:300]})") from err
+        raise _broken_model(
+            path, f"its model does not load ({type(err).__name__}: {str(err)[:300]})"
+        ) from err
     model.eval().to(device)
     return Encoder(name=name, identity=identity, tokenizer=tokenizer, model=model)
 
@@ -190,8 +216,12 @@ def random_model(encoder: Encoder, *, seed: int) -> Encoder:
         torch.manual_seed(int(seed))
         model = AutoModel.from_config(encoder.model.config, attn_implementation="eager")
     model.eval().to(encoder.device)
-    return Encoder(name=f"random({encoder.name})", identity=f"random:{seed}:{encoder.identity}",
-                   tokenizer=encoder.tokenizer, model=model)
+    return Encoder(
+        name=f"random({encoder.name})",
+        identity=f"random:{seed}:{encoder.identity}",
+        tokenizer=encoder.tokenizer,
+        model=model,
+    )
 
 
 def _tokenizer_digest(tokenizer) -> str:
@@ -205,9 +235,16 @@ def _tokenizer_digest(tokenizer) -> str:
         state.pop("padding", None)
     else:
         state = {"vocab": sorted(tokenizer.get_vocab().items())}
-    state["python"] = {k: str(getattr(tokenizer, k, None)) for k in (
-        "padding_side", "truncation_side", "model_max_length", "special_tokens_map",
-        "do_lower_case")}
+    state["python"] = {
+        k: str(getattr(tokenizer, k, None))
+        for k in (
+            "padding_side",
+            "truncation_side",
+            "model_max_length",
+            "special_tokens_map",
+            "do_lower_case",
+        )
+    }
     state["class"] = type(tokenizer).__name__
     return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -215,8 +252,11 @@ def _tokenizer_digest(tokenizer) -> str:
 def _config_digest(config) -> str:
     """SHA-256 of the model's configuration (``config.to_dict()`` without its path and the
     library version), e.g. ``layer_norm_eps``."""
-    cfg = {k: v for k, v in config.to_dict().items()
-           if k not in ("_name_or_path", "transformers_version")}
+    cfg = {
+        k: v
+        for k, v in config.to_dict().items()
+        if k not in ("_name_or_path", "transformers_version")
+    }
     return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -227,8 +267,12 @@ def model_key(enc: Encoder) -> dict:
     folders that differ in ``config.json`` or the tokenizer, get other keys).
     ``O(parameters)``: 0.12 CPU s for the embedded model's 22.7 M parameters in one
     measurement (``benchmarks/bench_stale_checks.py``)."""
-    return {"model": enc.identity, "config": _config_digest(enc.model.config),
-            "tokenizer": _tokenizer_digest(enc.tokenizer), "params": module_digest(enc.model)}
+    return {
+        "model": enc.identity,
+        "config": _config_digest(enc.model.config),
+        "tokenizer": _tokenizer_digest(enc.tokenizer),
+        "params": module_digest(enc.model),
+    }
 
 
 def _as_encoder(model) -> Encoder:
@@ -274,9 +318,13 @@ def _writable(folder: Path) -> str | None:
 
 
 def _unwritable_warning(folder: Path, reason: str) -> None:
-    warnings.warn(f"the embedding cache folder {folder} is not writable ({reason}); the "
-                  "embeddings are computed but not stored. Pass a writable cache_dir, or "
-                  "cache_dir=False to skip the cache.", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"the embedding cache folder {folder} is not writable ({reason}); the "
+        "embeddings are computed but not stored. Pass a writable cache_dir, or "
+        "cache_dir=False to skip the cache.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _write_cache(path: Path, key: dict, E: np.ndarray, mask: np.ndarray) -> None:
@@ -294,30 +342,46 @@ def _write_cache(path: Path, key: dict, E: np.ndarray, mask: np.ndarray) -> None
         raise
 
 
-def _compute(enc: Encoder, texts: list[str], layer: int, max_length: int, batch_size: int,
-             progress: bool) -> tuple[np.ndarray, np.ndarray]:
+def _compute(
+    enc: Encoder, texts: list[str], layer: int, max_length: int, batch_size: int, progress: bool
+) -> tuple[np.ndarray, np.ndarray]:
     E = np.empty((len(texts), max_length, enc.hidden), dtype=np.float32)
     mask = np.empty((len(texts), max_length), dtype=np.int8)
     starts = range(0, len(texts), batch_size)
-    for j in tqdm(starts, desc=f"embedding ({enc.name}, layer {layer})", disable=not progress,
-                  leave=False):
-        batch = enc.tokenizer(texts[j:j + batch_size], padding="max_length", truncation=True,
-                              max_length=max_length, return_tensors="pt").to(enc.device)
+    for j in tqdm(
+        starts, desc=f"embedding ({enc.name}, layer {layer})", disable=not progress, leave=False
+    ):
+        batch = enc.tokenizer(
+            texts[j : j + batch_size],
+            padding="max_length",
+            truncation=True,
+            max_length=max_length,
+            return_tensors="pt",
+        ).to(enc.device)
         with torch.no_grad():
             if layer == 0:  # hidden_states[0] is the embedding layer's output (eval mode)
-                h = enc.model.embeddings(input_ids=batch["input_ids"],
-                                         token_type_ids=batch.get("token_type_ids"))
+                h = enc.model.embeddings(
+                    input_ids=batch["input_ids"], token_type_ids=batch.get("token_type_ids")
+                )
             else:
                 h = enc.model(**batch, output_hidden_states=True).hidden_states[layer]
-        E[j:j + batch_size] = h.float().cpu().numpy()
-        mask[j:j + batch_size] = batch["attention_mask"].cpu().numpy()
+        E[j : j + batch_size] = h.float().cpu().numpy()
+        mask[j : j + batch_size] = batch["attention_mask"].cpu().numpy()
     return E, mask
 
 
-def embed(texts: Sequence[str], *, model: str | Encoder | None = None, layer: int = 0,
-          max_length: int = 256, return_mask: bool = False, ids: Sequence[int] | None = None,
-          batch_size: int = 64, cache_dir: str | os.PathLike | None | bool = None,
-          progress: bool | None = None):
+def embed(
+    texts: Sequence[str],
+    *,
+    model: str | Encoder | None = None,
+    layer: int = 0,
+    max_length: int = 256,
+    return_mask: bool = False,
+    ids: Sequence[int] | None = None,
+    batch_size: int = 64,
+    cache_dir: str | os.PathLike | None | bool = None,
+    progress: bool | None = None,
+):
     """Hidden states of ``layer`` (the paper: 0, the embedding layer) for every text, as a
     float32 array ``(len(texts), max_length, hidden)``; with ``return_mask=True`` also the
     attention mask ``(len(texts), max_length)`` (1 = a real token, ``[CLS]``/``[SEP]``
@@ -344,13 +408,32 @@ def embed(texts: Sequence[str], *, model: str | Encoder | None = None, layer: in
         If ``texts`` is one string or empty, ``layer`` or ``max_length`` is out of the
         model's range, ``batch_size`` is not positive or ``ids`` has another length.
     """
-    return _embed(texts, model=model, layer=layer, max_length=max_length,
-                  return_mask=return_mask, ids=ids, batch_size=batch_size, cache_dir=cache_dir,
-                  progress=progress)
+    return _embed(
+        texts,
+        model=model,
+        layer=layer,
+        max_length=max_length,
+        return_mask=return_mask,
+        ids=ids,
+        batch_size=batch_size,
+        cache_dir=cache_dir,
+        progress=progress,
+    )
 
 
-def _embed(texts, *, model, layer, max_length, return_mask, ids, batch_size, cache_dir,
-           progress, key_of_model: dict | None = None):
+def _embed(
+    texts,
+    *,
+    model,
+    layer,
+    max_length,
+    return_mask,
+    ids,
+    batch_size,
+    cache_dir,
+    progress,
+    key_of_model: dict | None = None,
+):
     """:func:`embed`; ``key_of_model``: :func:`model_key` of the model if the caller has it
     (:func:`wsutils.trained.layer_inputs` computes it once for all its layers)."""
     if isinstance(texts, str):
@@ -358,21 +441,26 @@ def _embed(texts, *, model, layer, max_length, return_mask, ids, batch_size, cac
     texts = list(texts)
     bad = [j for j, t in enumerate(texts) if not isinstance(t, str)]
     if bad:
-        raise TypeError(f"texts must be strings; entries {bad[:5]} are "
-                        f"{sorted({type(texts[j]).__name__ for j in bad})} (e.g. "
-                        f"{texts[bad[0]]!r}): a missing text is not the string 'None' or "
-                        "'nan'; drop those entries or replace them.")
+        raise TypeError(
+            f"texts must be strings; entries {bad[:5]} are "
+            f"{sorted({type(texts[j]).__name__ for j in bad})} (e.g. "
+            f"{texts[bad[0]]!r}): a missing text is not the string 'None' or "
+            "'nan'; drop those entries or replace them."
+        )
     texts = [str(t) for t in texts]
     if not texts:
         raise ValueError("texts is empty: pass at least one text.")
     enc = _as_encoder(model)
     if not 0 <= int(layer) <= enc.layers:
-        raise ValueError(f"layer must be between 0 (embeddings) and {enc.layers} for {enc.name}, "
-                         f"got {layer}.")
+        raise ValueError(
+            f"layer must be between 0 (embeddings) and {enc.layers} for {enc.name}, got {layer}."
+        )
     max_positions = int(getattr(enc.model.config, "max_position_embeddings", max_length))
     if not 2 <= int(max_length) <= max_positions:
-        raise ValueError(f"max_length must be between 2 and {max_positions} (the model's "
-                         f"positions), got {max_length}.")
+        raise ValueError(
+            f"max_length must be between 2 and {max_positions} (the model's "
+            f"positions), got {max_length}."
+        )
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}.")
     if ids is not None and len(ids) != len(texts):
@@ -383,10 +471,14 @@ def _embed(texts, *, model, layer, max_length, return_mask, ids, batch_size, cac
 
     path = key = None
     if cache_dir is not False:
-        key = {**(model_key(enc) if key_of_model is None else key_of_model),
-               "layer": layer, "max_length": max_length,
-               "count": len(texts), "texts": _texts_digest(texts),
-               "ids": None if ids is None else [int(i) for i in ids]}
+        key = {
+            **(model_key(enc) if key_of_model is None else key_of_model),
+            "layer": layer,
+            "max_length": max_length,
+            "count": len(texts),
+            "texts": _texts_digest(texts),
+            "ids": None if ids is None else [int(i) for i in ids],
+        }
         name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
         path = Path(default_cache_dir() if cache_dir in (None, True) else cache_dir)
         path = path / "embeddings" / f"{name}.npz"
@@ -428,8 +520,10 @@ def sample_matrix(E: np.ndarray, n: int, d: int, *, rows: np.ndarray | None = No
     """
     E = np.asarray(E)
     if E.ndim != 2:
-        raise ValueError(f"E must be one embedded text of shape (T, hidden), got {E.shape}; "
-                         "index a batch first (E[j]).")
+        raise ValueError(
+            f"E must be one embedded text of shape (T, hidden), got {E.shape}; "
+            "index a batch first (E[j])."
+        )
     T, h = E.shape
     if rows is not None:
         rows = np.asarray(rows, dtype=bool)
@@ -437,20 +531,28 @@ def sample_matrix(E: np.ndarray, n: int, d: int, *, rows: np.ndarray | None = No
             raise ValueError(f"rows must be a boolean mask of shape ({T},), got {rows.shape}.")
         E = E[rows]
     if not 1 <= n <= E.shape[0]:
-        raise ValueError(f"n = {n} rows asked, but the text has {E.shape[0]} eligible rows: "
-                         "ask for fewer or choose a longer review.")
+        raise ValueError(
+            f"n = {n} rows asked, but the text has {E.shape[0]} eligible rows: "
+            "ask for fewer or choose a longer review."
+        )
     if not 1 <= d <= h:
         raise ValueError(f"d = {d} coordinates asked, but the embedding has {h}.")
     X = E[:n, :d].astype(np.float64)
     if not np.isfinite(X).all():
-        raise ValueError(f"the selected rows of E have {int((~np.isfinite(X)).sum())} non-finite "
-                         "entries (NaN or inf); the embedding is broken, recompute it.")
+        raise ValueError(
+            f"the selected rows of E have {int((~np.isfinite(X)).sum())} non-finite "
+            "entries (NaN or inf); the embedding is broken, recompute it."
+        )
     # the norm of each row divided by a power of two ≥ its largest entry (exact), so that
     # rows of norm ≥ 1e154 do not overflow when squared
-    scale = np.exp2(np.ceil(np.log2(np.maximum(np.abs(X).max(axis=1, keepdims=True),
-                                               np.finfo(np.float64).tiny))))
+    scale = np.exp2(
+        np.ceil(
+            np.log2(np.maximum(np.abs(X).max(axis=1, keepdims=True), np.finfo(np.float64).tiny))
+        )
+    )
     norms = np.linalg.norm(X / scale, axis=1, keepdims=True) * scale
     if np.any(norms == 0):
-        raise ValueError("a selected row is zero on its first d coordinates; it cannot be "
-                         "rescaled to norm √d.")
+        raise ValueError(
+            "a selected row is zero on its first d coordinates; it cannot be rescaled to norm √d."
+        )
     return X * (math.sqrt(d) / norms)

@@ -15,16 +15,15 @@ one-word substitutions (the book's chapter ``trained-attention``).
   :func:`wsutils.sensitivity.word_sensitivity`, in float32 or float64.
 - :func:`own_norm_problem`: the rescaling that turns the word sensitivity with the ball of
   radius ``‖x_i‖`` (:prf:ref:`def-own-norm-ws`) into the book's definition with radius ``√d``
-  (:prf:ref:`def-word-sensitivity`), so that the search of ``wsutils`` (which takes any
-  map) applies; the estimators that rely on a map's form (the fast attention estimator, the
-  certified upper bounds of other chapters) do not;
-  :func:`own_norm_word_sensitivity` runs the search of
-  :func:`~wsutils.sensitivity.word_sensitivity` on it (values certified at ``X`` itself)
-  and :func:`head_word_sensitivity` runs the same search for one head with a rank-one update
-  of ``Q, K, V`` (``O(n²·d_h)`` per start and step instead of ``O(n·d·d_h)``);
+  (:prf:ref:`def-word-sensitivity`), so that the search of ``wsutils`` (which takes any map)
+  applies; the estimators that rely on a map's form (the fast attention estimator, the
+  certified upper bounds of other chapters) do not; :func:`own_norm_word_sensitivity` runs the
+  search of :func:`~wsutils.sensitivity.word_sensitivity` on it (values certified at ``X``
+  itself) and :func:`head_word_sensitivity` runs the same search for one head with a rank-one
+  update of ``Q, K, V`` (``O(n²·d_h)`` per start and step instead of ``O(n·d·d_h)``);
   :func:`heads_word_sensitivity` searches several heads in one batch and :func:`head_grid`
-  every head of every layer. The fast estimator of :mod:`wsutils.estimators.attention` does not apply:
-  a head is not of the form ``softmax(X W Xᵀ/√d) X`` (separate ``W_V``, biases, and the
+  every head of every layer. The fast estimator of :mod:`wsutils.estimators.attention` does not
+  apply: a head is not of the form ``softmax(X W Xᵀ/√d) X`` (separate ``W_V``, biases, and the
   rescaled coordinates of :func:`own_norm_problem`).
 - :func:`vocabulary_changes`: the realisable word sensitivity of the first layer's heads
   (:prf:ref:`def-realisable-ws`): replace token ``i`` by **every** token of the vocabulary
@@ -64,17 +63,30 @@ from .._digest import module_digest
 from .._tensor import Array, as_tensor
 from ..checks import check_int, check_seed
 from ..run.device import small_work_threads
-from ..text.embeddings import Encoder, _embed, embed, load_model, model_key
-from ..sensitivity import (SensitivityResult, _ascend, certify, check_lr,
-                          search_rows, search_setup)
+from ..sensitivity import SensitivityResult, _ascend, certify, check_lr, search_rows, search_setup
+from ..text.embeddings import Encoder, _embed, load_model, model_key
 
-__all__ = ["Head", "head_weights", "random_head", "layer_inputs", "head_map", "block_map",
-           "layer_map", "stack_map", "own_norm_problem", "own_norm_word_sensitivity",
-           "head_word_sensitivity", "vocabulary_changes", "vocabulary_search",
-           "VocabularyChanges",
-           "free_vocabulary_tables",
-           "substitution_changes", "pair_changes", "head_grid",
-           "heads_word_sensitivity"]
+__all__ = [
+    "Head",
+    "head_weights",
+    "random_head",
+    "layer_inputs",
+    "head_map",
+    "block_map",
+    "layer_map",
+    "stack_map",
+    "own_norm_problem",
+    "own_norm_word_sensitivity",
+    "head_word_sensitivity",
+    "vocabulary_changes",
+    "vocabulary_search",
+    "VocabularyChanges",
+    "free_vocabulary_tables",
+    "substitution_changes",
+    "pair_changes",
+    "head_grid",
+    "heads_word_sensitivity",
+]
 
 Map = Callable[[torch.Tensor], torch.Tensor]
 
@@ -84,15 +96,19 @@ def _encoder(enc) -> Encoder:
         return enc
     if isinstance(enc, str):
         return load_model(enc)
-    raise TypeError(f"enc must be a wsutils.text.embeddings.Encoder or a model name, got "
-                    f"{type(enc).__name__}; load one with wsutils.text.embeddings.load_model.")
+    raise TypeError(
+        f"enc must be a wsutils.text.embeddings.Encoder or a model name, got "
+        f"{type(enc).__name__}; load one with wsutils.text.embeddings.load_model."
+    )
 
 
 def _layer_index(enc: Encoder, layer) -> int:
     layer = check_int("layer", layer, minimum=1)
     if layer > enc.layers:
-        raise ValueError(f"layer must be between 1 and {enc.layers} for {enc.name} (layers are "
-                         f"counted from 1, as hidden_states[layer] is their output), got {layer}.")
+        raise ValueError(
+            f"layer must be between 1 and {enc.layers} for {enc.name} (layers are "
+            f"counted from 1, as hidden_states[layer] is their output), got {layer}."
+        )
     return layer
 
 
@@ -108,8 +124,10 @@ def _token_ids(name: str, x, device=None) -> torch.Tensor:
     if a.size == 0:
         return torch.zeros(0, dtype=torch.long, device=device)
     if a.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integer token ids, got {a.dtype} entries (e.g. "
-                        f"{a.flatten()[0]!r}); pass ints: a float id is not rounded.")
+        raise TypeError(
+            f"{name} must hold integer token ids, got {a.dtype} entries (e.g. "
+            f"{a.flatten()[0]!r}); pass ints: a float id is not rounded."
+        )
     return torch.as_tensor(a.astype(np.int64), device=device).flatten()
 
 
@@ -117,10 +135,12 @@ def _check_length(enc: Encoder, n: int) -> None:
     """A ValueError for a text of ``n`` tokens beyond the model's position embeddings."""
     P = getattr(enc.model.config, "max_position_embeddings", None)
     if P is not None and n > int(P):
-        raise ValueError(f"the text has {n} tokens, more than the model's "
-                         f"max_position_embeddings = {int(P)} ({enc.name}): cut it to at most "
-                         f"{int(P)} tokens (tokenizer(..., truncation=True, "
-                         f"max_length={int(P)})).")
+        raise ValueError(
+            f"the text has {n} tokens, more than the model's "
+            f"max_position_embeddings = {int(P)} ({enc.name}): cut it to at most "
+            f"{int(P)} tokens (tokenizer(..., truncation=True, "
+            f"max_length={int(P)}))."
+        )
 
 
 @dataclass(frozen=True)
@@ -171,8 +191,7 @@ def head_weights(enc, layer: int, head: int) -> Head:
         b = lin.bias.detach()[rows].to("cpu", torch.float64).clone()
         return W, b
 
-    (WQ, bQ), (WK, bK), (WV, bV) = (take(att.self.query), take(att.self.key),
-                                    take(att.self.value))
+    (WQ, bQ), (WK, bK), (WV, bV) = (take(att.self.query), take(att.self.key), take(att.self.value))
     WO = att.output.dense.weight.detach()[:, rows].T.to("cpu", torch.float64).clone()
     return Head(W_Q=WQ, W_K=WK, W_V=WV, b_Q=bQ, b_K=bK, b_V=bV, W_O=WO, layer=layer, head=head)
 
@@ -189,12 +208,22 @@ def random_head(head: Head, *, seed: int) -> Head:
     c = math.sqrt(head.qk_norm() / float(torch.linalg.matrix_norm(WQ @ WK.T)))
     WV = WV * (float(torch.linalg.matrix_norm(head.W_V)) / float(torch.linalg.matrix_norm(WV)))
     z = torch.zeros(dh, dtype=torch.float64)
-    return Head(W_Q=c * WQ, W_K=c * WK, W_V=WV, b_Q=z, b_K=z.clone(), b_V=z.clone(),
-                W_O=head.W_O.clone(), layer=head.layer, head=head.head)
+    return Head(
+        W_Q=c * WQ,
+        W_K=c * WK,
+        W_V=WV,
+        b_Q=z,
+        b_K=z.clone(),
+        b_V=z.clone(),
+        W_O=head.W_O.clone(),
+        layer=head.layer,
+        head=head.head,
+    )
 
 
-def layer_inputs(enc, texts: Sequence[str], n: int, *, ids: Sequence[int] | None = None,
-                 cache_dir=None) -> np.ndarray:
+def layer_inputs(
+    enc, texts: Sequence[str], n: int, *, ids: Sequence[int] | None = None, cache_dir=None
+) -> np.ndarray:
     """The hidden states of every layer for ``texts`` cut to ``n`` tokens (``[CLS]``, the first
     ``n − 2`` word pieces, ``[SEP]``): a float32 array ``(L + 1, len(texts), n, d)`` whose entry
     ``ℓ − 1`` is the input of layer ``ℓ`` (entry 0 the embedding layer's output, entry ``ℓ``
@@ -208,23 +237,36 @@ def layer_inputs(enc, texts: Sequence[str], n: int, *, ids: Sequence[int] | None
     for all the layers; the layer, ``n``, texts and ``ids``)."""
     enc = _encoder(enc)
     n = check_int("n", n, minimum=3)
-    key = None if cache_dir is False else model_key(enc)       # once, not once per layer
+    key = None if cache_dir is False else model_key(enc)  # once, not once per layer
     out = []
     for layer in range(enc.layers + 1):
-        E, mask = _embed(list(texts), model=enc, layer=layer, max_length=n, ids=ids,
-                         return_mask=True, batch_size=64, cache_dir=cache_dir,
-                         progress=False, key_of_model=key)
+        E, mask = _embed(
+            list(texts),
+            model=enc,
+            layer=layer,
+            max_length=n,
+            ids=ids,
+            return_mask=True,
+            batch_size=64,
+            cache_dir=cache_dir,
+            progress=False,
+            key_of_model=key,
+        )
         short = np.flatnonzero(mask.sum(axis=1) < n)
         if short.size:
-            raise ValueError(f"texts {short.tolist()} have fewer than n − 2 = {n - 2} word "
-                             "pieces: choose longer texts or a smaller n.")
+            raise ValueError(
+                f"texts {short.tolist()} have fewer than n − 2 = {n - 2} word "
+                "pieces: choose longer texts or a smaller n."
+            )
         out.append(E)
     return np.stack(out)
 
 
 def _qkv(head: Head, X: torch.Tensor):
-    WQ, WK, WV, bQ, bK, bV = (t.to(dtype=X.dtype, device=X.device) for t in
-                              (head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V))
+    WQ, WK, WV, bQ, bK, bV = (
+        t.to(dtype=X.dtype, device=X.device)
+        for t in (head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V)
+    )
     return X @ WQ + bQ, X @ WK + bK, X @ WV + bV
 
 
@@ -237,6 +279,7 @@ def head_map(head: Head) -> Map:
     def phi(X: torch.Tensor) -> torch.Tensor:
         Q, K, V = _qkv(head, X)
         return torch.softmax(Q @ K.transpose(-1, -2) * scale, dim=-1) @ V
+
     return phi
 
 
@@ -250,7 +293,7 @@ class _ModuleMap:
     def __init__(self, modules, pick: Callable):
         self.live = list(modules)
         self.dtype = next(self.live[0].parameters()).dtype
-        self.copies: dict = {}                    # dtype → (digest of the live modules, copy)
+        self.copies: dict = {}  # dtype → (digest of the live modules, copy)
         self.pick = pick
 
     def _for(self, dtype):
@@ -259,13 +302,12 @@ class _ModuleMap:
         digest = module_digest(*self.live)
         held = self.copies.get(dtype)
         if held is None or held[0] != digest:
-            self.copies[dtype] = held = (digest, [copy.deepcopy(m).to(dtype)
-                                                  for m in self.live])
+            self.copies[dtype] = held = (digest, [copy.deepcopy(m).to(dtype) for m in self.live])
         return held[1]
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         mods = self._for(X.dtype)
-        single = X.ndim == 2                      # one text: the modules want a batch
+        single = X.ndim == 2  # one text: the modules want a batch
         X = X[None] if single else X
         for m in mods:
             X = self.pick(m(X))
@@ -323,6 +365,7 @@ def own_norm_problem(phi: Map, X: Array, *, device=None):
 
     def phi_Z(Zb: torch.Tensor) -> torch.Tensor:
         return phi(Zb * r.to(Zb.dtype))
+
     return Z, phi_Z, r
 
 
@@ -333,10 +376,19 @@ def _to_x(res: SensitivityResult, r: torch.Tensor) -> SensitivityResult:
     return res
 
 
-def own_norm_word_sensitivity(phi: Map, X: Array, *, rows=None, starts: int = 4,
-                              steps: int = 50, seed: int = 0, lr: float = 0.5,
-                              dtype: torch.dtype = torch.float32, device=None,
-                              max_batch_elements: int = 2**23) -> SensitivityResult:
+def own_norm_word_sensitivity(
+    phi: Map,
+    X: Array,
+    *,
+    rows=None,
+    starts: int = 4,
+    steps: int = 50,
+    seed: int = 0,
+    lr: float = 0.5,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+    max_batch_elements: int = 2**23,
+) -> SensitivityResult:
     """``Ŝ^own_φ(X)``, a certified lower bound on ``S^own_φ(X)`` (:prf:ref:`def-own-norm-ws`):
     the search of :func:`wsutils.sensitivity.word_sensitivity` (same starts from ``seed``,
     same steps and step sizes) on :func:`own_norm_problem`, run in ``dtype``; the best iterate
@@ -347,16 +399,34 @@ def own_norm_word_sensitivity(phi: Map, X: Array, *, rows=None, starts: int = 4,
     are returned in the coordinates of ``X`` (``‖Δ‖ ≤ ‖x_i‖`` up to the rounding of one
     multiplication)."""
     Z, phi_Z, r = own_norm_problem(phi, X, device=device)
-    Zs, row_list, _ = search_setup(Z.to(dtype), rows=rows, starts=starts, steps=steps,
-                                   check_norms=False, device=device)
+    Zs, row_list, _ = search_setup(
+        Z.to(dtype), rows=rows, starts=starts, steps=steps, check_norms=False, device=device
+    )
     seed, lr = check_seed(seed), check_lr(lr)
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     with torch.no_grad():
         base = phi_Z(Zs[None])[0]
-    found = search_rows(phi_Z, Zs, base, row_list, starts=starts, steps=steps, seed=seed,
-                        extra=None, lr=lr, max_batch_elements=max_batch_elements)
-    res = certify(phi_Z, Z.to(Zs.device), found, starts=starts, steps=steps, seed=seed,
-                  max_batch_elements=max_batch_elements)       # at X itself, in float64
+    found = search_rows(
+        phi_Z,
+        Zs,
+        base,
+        row_list,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        extra=None,
+        lr=lr,
+        max_batch_elements=max_batch_elements,
+    )
+    res = certify(
+        phi_Z,
+        Z.to(Zs.device),
+        found,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        max_batch_elements=max_batch_elements,
+    )  # at X itself, in float64
     return _to_x(res, r)
 
 
@@ -375,7 +445,7 @@ class _HeadObjective:
 
     def __call__(self, row_idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
         n = self.X.shape[0]
-        D = Delta * self.r[row_idx][:, None]                      # Δ in X's coordinates
+        D = Delta * self.r[row_idx][:, None]  # Δ in X's coordinates
         one = torch.nn.functional.one_hot(row_idx, n).to(D.dtype)[:, :, None]
         Q = self.Q + one * (D @ self.WQ)[:, None]
         K = self.K + one * (D @ self.WK)[:, None]
@@ -385,10 +455,19 @@ class _HeadObjective:
         return torch.linalg.vector_norm(diff, dim=1) / self.base_norm
 
 
-def head_word_sensitivity(head: Head, X: Array, *, rows=None, starts: int = 4,
-                          steps: int = 50, seed: int = 0, lr: float = 0.5,
-                          dtype: torch.dtype = torch.float32,
-                          max_batch_elements: int = 2**23, device=None) -> SensitivityResult:
+def head_word_sensitivity(
+    head: Head,
+    X: Array,
+    *,
+    rows=None,
+    starts: int = 4,
+    steps: int = 50,
+    seed: int = 0,
+    lr: float = 0.5,
+    dtype: torch.dtype = torch.float32,
+    max_batch_elements: int = 2**23,
+    device=None,
+) -> SensitivityResult:
     """``S^own`` (:prf:ref:`def-own-norm-ws`) of one head (:func:`head_map`) at ``X``: the
     search of :func:`wsutils.sensitivity.word_sensitivity` (same starts from ``seed``, same
     steps, best iterate kept; so the same answer as :func:`own_norm_word_sensitivity` up to
@@ -396,16 +475,34 @@ def head_word_sensitivity(head: Head, X: Array, *, rows=None, starts: int = 4,
     start and step. Every reported value is recomputed with :func:`head_map` in float64;
     ``Delta`` is in the coordinates of ``X``."""
     Z, phi_Z, r = own_norm_problem(head_map(head), X, device=device)
-    Zs, row_list, _ = search_setup(Z.to(dtype), rows=rows, starts=starts, steps=steps,
-                                   check_norms=False, device=device)
+    Zs, row_list, _ = search_setup(
+        Z.to(dtype), rows=rows, starts=starts, steps=steps, check_norms=False, device=device
+    )
     seed, lr = check_seed(seed), check_lr(lr)
     obj = _HeadObjective(head, (Zs * r.to(Zs)), r.to(Zs))
     if not obj.base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and head.")
-    found = _ascend(lambda chunk: obj, Zs, row_list, starts=starts, steps=steps, seed=seed,
-                    extra=None, lr=lr, max_batch_elements=max_batch_elements, progress=False)
-    res = certify(phi_Z, Z.to(Zs.device), found, starts=starts, steps=steps, seed=seed,
-                  max_batch_elements=max_batch_elements)       # at X itself, in float64
+    found = _ascend(
+        lambda chunk: obj,
+        Zs,
+        row_list,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        extra=None,
+        lr=lr,
+        max_batch_elements=max_batch_elements,
+        progress=False,
+    )
+    res = certify(
+        phi_Z,
+        Z.to(Zs.device),
+        found,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        max_batch_elements=max_batch_elements,
+    )  # at X itself, in float64
     return _to_x(res, r)
 
 
@@ -434,22 +531,30 @@ class VocabularyChanges:
     table_seconds: float = 0.0
 
 
-_U64 = 2.0 ** -53           # float64 unit roundoff
-_CANCEL_MAX = 16.0          # above it, a candidate's q, k, v are formed directly (see below)
+_U64 = 2.0**-53  # float64 unit roundoff
+_CANCEL_MAX = 16.0  # above it, a candidate's q, k, v are formed directly (see below)
 
 
 def _check_embedding_layer(emb, d: int) -> None:
     nn = torch.nn
     ln = getattr(emb, "LayerNorm", None)
-    ok = (all(isinstance(getattr(emb, name, None), nn.Embedding) for name in
-              ("word_embeddings", "position_embeddings", "token_type_embeddings"))
-          and isinstance(ln, nn.LayerNorm) and tuple(ln.normalized_shape) == (d,)
-          and ln.weight is not None and ln.bias is not None)
+    ok = (
+        all(
+            isinstance(getattr(emb, name, None), nn.Embedding)
+            for name in ("word_embeddings", "position_embeddings", "token_type_embeddings")
+        )
+        and isinstance(ln, nn.LayerNorm)
+        and tuple(ln.normalized_shape) == (d,)
+        and ln.weight is not None
+        and ln.bias is not None
+    )
     if not ok:
-        raise ValueError(f"the model's embedding layer ({type(emb).__name__}) is not BERT's "
-                         "(word, position and token-type embeddings summed, then a LayerNorm "
-                         "with weight and bias), which method='factored' relies on: use "
-                         "vocabulary_changes(..., method='direct').")
+        raise ValueError(
+            f"the model's embedding layer ({type(emb).__name__}) is not BERT's "
+            "(word, position and token-type embeddings summed, then a LayerNorm "
+            "with weight and bias), which method='factored' relies on: use "
+            "vocabulary_changes(..., method='direct')."
+        )
 
 
 class _VocabularyTables:
@@ -477,8 +582,8 @@ class _VocabularyTables:
         self.H, self.dh = enc.heads, enc.hidden // enc.heads
         # the heads' blocks in order, as head_weights slices them: the model's own layout
         W, b = _live_qkv(enc)
-        self.W = W.to(dev, torch.float64)                                       # (d, 3d)
-        self.b = b.to(dev, torch.float64)                                       # (3d,)
+        self.W = W.to(dev, torch.float64)  # (d, 3d)
+        self.b = b.to(dev, torch.float64)  # (3d,)
         self.A = None
         self.nbytes = 8 * (sum(p.numel() for p in self.emb64.parameters()) + self.W.numel())
 
@@ -493,7 +598,7 @@ class _VocabularyTables:
         self.shift = self.beta @ self.W + self.b
         Wd = self.emb64.word_embeddings.weight.detach()
         V = Wd.shape[0]
-        self.mean = Wd.mean(1)                                                  # (V,)
+        self.mean = Wd.mean(1)  # (V,)
         self.A = torch.empty(3 * self.H, V, self.dh, dtype=torch.float64, device=self.dev)
         self.wnorm = torch.empty(V, dtype=torch.float64, device=self.dev)
         self.filled = torch.zeros(V, dtype=torch.bool, device=self.dev)
@@ -510,17 +615,19 @@ class _VocabularyTables:
         t0 = time.perf_counter()
         Wd = self.emb64.word_embeddings.weight.detach()
         for j in range(0, len(need), chunk):
-            c = need[j:j + chunk]
-            Wc = Wd[c] - self.mean[c, None]                                     # ŵ_v
+            c = need[j : j + chunk]
+            Wc = Wd[c] - self.mean[c, None]  # ŵ_v
             self.wnorm[c] = torch.linalg.vector_norm(Wc, dim=1)
-            self.A[:, c] = self._heads_layout((Wc * self.gamma) @ self.W)       # (3H, c, dh)
+            self.A[:, c] = self._heads_layout((Wc * self.gamma) @ self.W)  # (3H, c, dh)
         self.filled[need] = True
         self.fill_seconds += time.perf_counter() - t0
 
     def centred_position(self, position: int) -> torch.Tensor:
-        c = (self.emb64.position_embeddings.weight.detach()[position]
-             + self.emb64.token_type_embeddings.weight.detach()[0])
-        return c - c.mean()                                                     # ĉ_i
+        c = (
+            self.emb64.position_embeddings.weight.detach()[position]
+            + self.emb64.token_type_embeddings.weight.detach()[0]
+        )
+        return c - c.mean()  # ĉ_i
 
     def _heads_layout(self, x: torch.Tensor) -> torch.Tensor:
         """``(b, 3d)`` → ``(3·heads, b, d_h)``: ``q`` of head ``h`` is entry ``h``, ``k`` entry
@@ -542,7 +649,7 @@ class _VocabularyTables:
         has a ratio ``≤ 1.6``: the fallback is for unusual tables)."""
         ch = self.centred_position(position)
         ch_norm = torch.linalg.vector_norm(ch)
-        cq = self._heads_layout(((ch * self.gamma) @ self.W)[None])                # (3H, 1, dh)
+        cq = self._heads_layout(((ch * self.gamma) @ self.W)[None])  # (3H, 1, dh)
         shift = self._heads_layout(self.shift[None])
         Wd = self.emb64.word_embeddings.weight.detach()
         d = Wd.shape[1]
@@ -552,9 +659,9 @@ class _VocabularyTables:
             lo, hi = int(t[0]), int(t[-1]) + 1
             span = slice(lo, hi) if hi - lo == len(t) and bool((t[1:] > t[:-1]).all()) else t
             torch.sub(Wd[span], self.mean[span, None], out=rows)
-            a = rows.add_(ch)                                                    # ŵ_v + ĉ_i
+            a = rows.add_(ch)  # ŵ_v + ĉ_i
             a_norm = torch.linalg.vector_norm(a, dim=1, keepdim=True)
-            sig = torch.sqrt(a_norm ** 2 / d + self.eps)                         # σ_{vi}
+            sig = torch.sqrt(a_norm**2 / d + self.eps)  # σ_{vi}
             if isinstance(span, slice):
                 torch.add(self.A[:, span], cq, out=qkv)
             else:
@@ -562,20 +669,27 @@ class _VocabularyTables:
             qkv.div_(sig[None]).add_(shift)
             bad = (self.wnorm[span] + ch_norm) > _CANCEL_MAX * a_norm[:, 0]
             if bool(bad.any()):
-                qkv[:, bad] = self._heads_layout((a[bad] * self.gamma) @ self.W / sig[bad]
-                                                 + self.shift)
-            a.mul_(self.gamma).div_(sig).add_(self.beta)                          # the rows
+                qkv[:, bad] = self._heads_layout(
+                    (a[bad] * self.gamma) @ self.W / sig[bad] + self.shift
+                )
+            a.mul_(self.gamma).div_(sig).add_(self.beta)  # the rows
+
         return rows_of
 
     def direct(self, position: int) -> Callable:
         """The same at ``position`` the plain way: the float64 copy of the model's own
         embedding module for every candidate, then ``rows W + b`` (``O(d·3d)`` per candidate
         and position)."""
+
         def rows_of(t: torch.Tensor, rows: torch.Tensor, qkv: torch.Tensor) -> None:
             pos = torch.full((len(t), 1), position, dtype=torch.long, device=self.dev)
-            rows.copy_(self.emb64(input_ids=t[:, None], position_ids=pos,
-                                  token_type_ids=torch.zeros_like(pos))[:, 0])
+            rows.copy_(
+                self.emb64(
+                    input_ids=t[:, None], position_ids=pos, token_type_ids=torch.zeros_like(pos)
+                )[:, 0]
+            )
             qkv.copy_(self._heads_layout(rows @ self.W + self.b))
+
         return rows_of
 
 
@@ -587,8 +701,10 @@ def _same(live: torch.Tensor, copy64: torch.Tensor, chunk: int = 4096) -> bool:
         return False
     live = live.detach().reshape(len(live), -1) if live.dim() else live.detach().reshape(1, 1)
     copy64 = copy64.reshape(live.shape)
-    return all(torch.equal(live[j:j + chunk].to(copy64.device, torch.float64),
-                           copy64[j:j + chunk]) for j in range(0, len(live), chunk))
+    return all(
+        torch.equal(live[j : j + chunk].to(copy64.device, torch.float64), copy64[j : j + chunk])
+        for j in range(0, len(live), chunk)
+    )
 
 
 def _live_qkv(enc: Encoder) -> tuple:
@@ -596,8 +712,10 @@ def _live_qkv(enc: Encoder) -> tuple:
     the model holds them now (not copied)."""
     att = enc.model.encoder.layer[0].attention.self
     lins = (att.query, att.key, att.value)
-    return (torch.cat([lin.weight.detach().T for lin in lins], 1),
-            torch.cat([lin.bias.detach() for lin in lins]))
+    return (
+        torch.cat([lin.weight.detach().T for lin in lins], 1),
+        torch.cat([lin.bias.detach() for lin in lins]),
+    )
 
 
 def _is_current(tab: "_VocabularyTables", enc: Encoder) -> bool:
@@ -613,7 +731,8 @@ def _is_current(tab: "_VocabularyTables", enc: Encoder) -> bool:
     if type(emb) is not type(emb64) or live.keys() != held.keys():
         return False
     if getattr(getattr(emb, "LayerNorm", None), "eps", None) != getattr(
-            getattr(emb64, "LayerNorm", None), "eps", None):
+        getattr(emb64, "LayerNorm", None), "eps", None
+    ):
         return False
     for name, p in live.items():
         q = held[name]
@@ -635,14 +754,21 @@ def _tables(enc: Encoder, dev: torch.device) -> _VocabularyTables:
     is freed, and a new model never finds an old model's tables). Rebuilt when
     :func:`_is_current` finds the embedding module or the first layer's ``W_Q, W_K, W_V``
     changed, or when ``dev`` differs."""
-    att = getattr(getattr(getattr(enc.model, "encoder", None), "layer", [None])[0],
-                  "attention", None)
-    if not (hasattr(enc.model, "embeddings") and all(
+    att = getattr(
+        getattr(getattr(enc.model, "encoder", None), "layer", [None])[0], "attention", None
+    )
+    if not (
+        hasattr(enc.model, "embeddings")
+        and all(
             isinstance(getattr(getattr(att, "self", None), w, None), torch.nn.Linear)
-            for w in ("query", "key", "value"))):
-        raise ValueError(f"vocabulary_changes needs a BERT-family model (an `embeddings` "
-                         f"module and encoder.layer[0].attention.self.query/key/value), got "
-                         f"{type(enc.model).__name__}; neither method applies to it.")
+            for w in ("query", "key", "value")
+        )
+    ):
+        raise ValueError(
+            f"vocabulary_changes needs a BERT-family model (an `embeddings` "
+            f"module and encoder.layer[0].attention.self.query/key/value), got "
+            f"{type(enc.model).__name__}; neither method applies to it."
+        )
     tab = _TABLES.get(enc.model)
     if tab is None or tab.dev != dev or not _is_current(tab, enc):
         _TABLES.pop(enc.model, None)
@@ -684,35 +810,50 @@ def _check_factored(tab: _VocabularyTables, rows, t: torch.Tensor, position: int
     p = tab.emb64.position_embeddings.weight.detach()[position]
     s0 = tab.emb64.token_type_embeddings.weight.detach()[0]
     r_f, r_m = (torch.empty(len(t), d, dtype=torch.float64, device=tab.dev) for _ in "fm")
-    qkv_f, qkv_m = (torch.empty(3 * tab.H, len(t), tab.dh, dtype=torch.float64,
-                                device=tab.dev) for _ in "fm")
+    qkv_f, qkv_m = (
+        torch.empty(3 * tab.H, len(t), tab.dh, dtype=torch.float64, device=tab.dev) for _ in "fm"
+    )
     rows(t, r_f, qkv_f)
     tab.direct(position)(t, r_m, qkv_m)
     w = Wd[t]
     s = (w.abs() + p.abs() + s0.abs()).amax(1, keepdim=True)
-    w_c, c_c = w - w.mean(1, keepdim=True), tab.centred_position(position)    # ŵ_v, ĉ_i
+    w_c, c_c = w - w.mean(1, keepdim=True), tab.centred_position(position)  # ŵ_v, ĉ_i
     a = w_c + c_c
     sig = torch.sqrt((a * a).mean(1, keepdim=True) + tab.eps)
     r = s / sig
     tol = 2 * (d + 9) * _U64 * (tab.gamma.abs().max() * r * (3 + 2 * r) + tab.beta.abs().max())
     Wabs = tab.W.abs()
     parts = w_c.abs() + c_c.abs()
-    tol_qkv = (tol * Wabs.sum(0) + 2 * (d + 4) * _U64 * (
-        (parts * tab.gamma.abs() / sig + tab.beta.abs() + r_m.abs()) @ Wabs + tab.b.abs()))
+    tol_qkv = tol * Wabs.sum(0) + 2 * (d + 4) * _U64 * (
+        (parts * tab.gamma.abs() / sig + tab.beta.abs() + r_m.abs()) @ Wabs + tab.b.abs()
+    )
     tol_qkv = tab._heads_layout(tol_qkv)
-    if not (bool(((r_f - r_m).abs() <= tol).all())
-            and bool(((qkv_f - qkv_m).abs() <= tol_qkv).all())):
-        worst = (float(((r_f - r_m).abs() / tol).max()),
-                 float(((qkv_f - qkv_m).abs() / tol_qkv).max()))
-        raise ValueError("the model's embedding layer does not compute "
-                         "LayerNorm(word + position + segment) row by row as "
-                         f"method='factored' assumes (rows off by {worst[0]:.3g}, q, k, v by "
-                         f"{worst[1]:.3g} times their rounding bounds): use "
-                         "vocabulary_changes(..., method='direct').")
+    if not (
+        bool(((r_f - r_m).abs() <= tol).all()) and bool(((qkv_f - qkv_m).abs() <= tol_qkv).all())
+    ):
+        worst = (
+            float(((r_f - r_m).abs() / tol).max()),
+            float(((qkv_f - qkv_m).abs() / tol_qkv).max()),
+        )
+        raise ValueError(
+            "the model's embedding layer does not compute "
+            "LayerNorm(word + position + segment) row by row as "
+            f"method='factored' assumes (rows off by {worst[0]:.3g}, q, k, v by "
+            f"{worst[1]:.3g} times their rounding bounds): use "
+            "vocabulary_changes(..., method='direct')."
+        )
 
 
-def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int = 2048,
-                       method: str = "factored", device=None) -> VocabularyChanges:
+def vocabulary_changes(
+    enc,
+    input_ids,
+    position: int,
+    *,
+    tokens=None,
+    batch: int = 2048,
+    method: str = "factored",
+    device=None,
+) -> VocabularyChanges:
     """The realisable word sensitivity of the heads of the first layer at one position
     (:prf:ref:`def-realisable-ws`): for each candidate token ``v`` (default: the whole
     vocabulary but the token already there), replace token ``position`` of ``input_ids``
@@ -775,7 +916,7 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
     tab = _tables(enc, dev)
     i, H, dh, d = position, tab.H, tab.dh, enc.hidden
     if method == "factored":
-        with torch.no_grad():    # the table rows first: (4096 × d)(d × 3d) products, threaded
+        with torch.no_grad():  # the table rows first: (4096 × d)(d × 3d) products, threaded
             tab.build()
             filled = tab.fill_seconds
             tab.fill(tokens.to(dev))
@@ -785,8 +926,12 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
     with torch.no_grad(), small_work_threads(H * min(batch, len(tokens)) * max(n, dh)):
         if method == "factored":
             rows_of = tab.factored(i)
-            guard = torch.cat([ids[i:i + 1], tokens[torch.linspace(
-                0, len(tokens) - 1, min(7, len(tokens))).long()].to(dev)])
+            guard = torch.cat(
+                [
+                    ids[i : i + 1],
+                    tokens[torch.linspace(0, len(tokens) - 1, min(7, len(tokens))).long()].to(dev),
+                ]
+            )
             _check_factored(tab, rows_of, guard, i)
         else:
             rows_of = tab.direct(i)
@@ -794,76 +939,91 @@ def vocabulary_changes(enc, input_ids, position: int, *, tokens=None, batch: int
         # the candidates' rows are made with position_ids = i: the module must number the
         # text's positions 0..n-1 by itself (RoBERTa's starts at padding_idx + 1). The same
         # module on the same inputs and shapes, so equal unless the numbering differs.
-        if not torch.equal(X, tab.emb64(input_ids=ids[None], position_ids=torch.arange(
-                n, device=dev)[None], token_type_ids=torch.zeros_like(ids)[None])[0]):
-            raise ValueError("the model's embedding module does not number a text's "
-                             "positions 0..n-1 (as BERT's does; e.g. RoBERTa's counts from "
-                             "padding_idx + 1): vocabulary_changes supports BERT's numbering "
-                             "only, by either method.")
-        Q, K, Vv = tab._heads_layout(X @ tab.W + tab.b).split(H)                # (H, n, dh)
+        if not torch.equal(
+            X,
+            tab.emb64(
+                input_ids=ids[None],
+                position_ids=torch.arange(n, device=dev)[None],
+                token_type_ids=torch.zeros_like(ids)[None],
+            )[0],
+        ):
+            raise ValueError(
+                "the model's embedding module does not number a text's "
+                "positions 0..n-1 (as BERT's does; e.g. RoBERTa's counts from "
+                "padding_idx + 1): vocabulary_changes supports BERT's numbering "
+                "only, by either method."
+            )
+        Q, K, Vv = tab._heads_layout(X @ tab.W + tab.b).split(H)  # (H, n, dh)
         sc = 1 / math.sqrt(dh)
-        s = Q @ K.transpose(-1, -2) * sc                                          # (H, n, n)
-        base = torch.softmax(s, -1) @ Vv                                          # (H, n, dh)
-        base_norm = torch.linalg.vector_norm(base.flatten(1), dim=1)[:, None]     # (H, 1)
+        s = Q @ K.transpose(-1, -2) * sc  # (H, n, n)
+        base = torch.softmax(s, -1) @ Vv  # (H, n, dh)
+        base_norm = torch.linalg.vector_norm(base.flatten(1), dim=1)[:, None]  # (H, 1)
         xi_norm = torch.linalg.vector_norm(X[i])
         # rows j ≠ i: m_j, the mean of the other values under row j's weights (formed
         # directly, no cancellation), ℓ_j = log Σ_{k≠i} exp s_jk, and ‖m_j − v_i‖²
         s_oth = s.clone()
         s_oth[..., i] = -math.inf
-        lse = torch.logsumexp(s_oth, -1)[:, None]                                 # (H, 1, n)
-        Mv = torch.softmax(s_oth, -1) @ Vv - Vv[:, i:i + 1]                       # m_j − v_i
-        Mv2 = (Mv ** 2).sum(-1)[:, None]                                          # (H, 1, n)
-        b_arg = lse - s[:, None, :, i]                                            # ρ = σ(b)
-        rho, rho_c = torch.sigmoid(b_arg), torch.sigmoid(-b_arg)                  # ρ, 1 − ρ
+        lse = torch.logsumexp(s_oth, -1)[:, None]  # (H, 1, n)
+        Mv = torch.softmax(s_oth, -1) @ Vv - Vv[:, i : i + 1]  # m_j − v_i
+        Mv2 = (Mv**2).sum(-1)[:, None]  # (H, 1, n)
+        b_arg = lse - s[:, None, :, i]  # ρ = σ(b)
+        rho, rho_c = torch.sigmoid(b_arg), torch.sigmoid(-b_arg)  # ρ, 1 − ρ
         Qs_T, Ks_T, Mv_T = (x.transpose(1, 2) for x in (Q * sc, K * sc, Mv))
-        base_i = base[:, i:i + 1]
+        base_i = base[:, i : i + 1]
         values = torch.empty(H, len(tokens), dtype=f64, device=dev)
         dist = torch.empty(len(tokens), dtype=f64, device=dev)
-        work: dict[int, tuple] = {}      # the arrays of one batch, made once per batch size
+        work: dict[int, tuple] = {}  # the arrays of one batch, made once per batch size
         for j in range(0, len(tokens), batch):
-            t = tokens[j:j + batch].to(dev)
+            t = tokens[j : j + batch].to(dev)
             b = len(t)
             if b not in work:
-                work[b] = (torch.empty(b, d, dtype=f64, device=dev),              # rows
-                           torch.empty(3 * H, b, dh, dtype=f64, device=dev),      # q, k, v
-                           *(torch.empty(H, b, dh, dtype=f64, device=dev) for _ in "do"),
-                           *(torch.empty(H, b, n, dtype=f64, device=dev) for _ in "agct"))
+                work[b] = (
+                    torch.empty(b, d, dtype=f64, device=dev),  # rows
+                    torch.empty(3 * H, b, dh, dtype=f64, device=dev),  # q, k, v
+                    *(torch.empty(H, b, dh, dtype=f64, device=dev) for _ in "do"),
+                    *(torch.empty(H, b, n, dtype=f64, device=dev) for _ in "agct"),
+                )
             rows, qkv, dv, out_i, a_arg, g, cross, sm = work[b]
-            rows_of(t, rows, qkv)                                 # (b, d), (3H, b, dh)
-            q, k, v = qkv.split(H)                                                # (H, b, dh)
-            torch.sub(v, Vv[:, i:i + 1], out=dv)                                  # v'_i − v_i
+            rows_of(t, rows, qkv)  # (b, d), (3H, b, dh)
+            q, k, v = qkv.split(H)  # (H, b, dh)
+            torch.sub(v, Vv[:, i : i + 1], out=dv)  # v'_i − v_i
             # rows j ≠ i: a = ℓ_j − s'_ji, ρ' = σ(a); ρ' − ρ = σ(a)(1 − ρ) − ρ σ(−a)
-            torch.baddbmm(lse, k, Qs_T, alpha=-1, out=a_arg)                      # (H, b, n)
+            torch.baddbmm(lse, k, Qs_T, alpha=-1, out=a_arg)  # (H, b, n)
             torch.sigmoid(a_arg, out=g).mul_(rho_c)
-            w = a_arg.neg_().sigmoid_()                                           # 1 − ρ'
-            g.addcmul_(w, rho, value=-1)                                          # ρ' − ρ
-            torch.bmm(dv, Mv_T, out=cross)                                        # (m_j − v_i)·dv
-            sq = cross.mul_(w).mul_(2).addcmul_(g, Mv2).mul_(g)                   # g²‖·‖² + 2gw(·)
-            sq.addcmul_(w.mul_(w), (dv * dv).sum(-1, keepdim=True))               # + w²‖dv‖²
+            w = a_arg.neg_().sigmoid_()  # 1 − ρ'
+            g.addcmul_(w, rho, value=-1)  # ρ' − ρ
+            torch.bmm(dv, Mv_T, out=cross)  # (m_j − v_i)·dv
+            sq = cross.mul_(w).mul_(2).addcmul_(g, Mv2).mul_(g)  # g²‖·‖² + 2gw(·)
+            sq.addcmul_(w.mul_(w), (dv * dv).sum(-1, keepdim=True))  # + w²‖dv‖²
             sq[..., i] = 0
-            sq = sq.sum(-1)                                                       # (H, b): j ≠ i
+            sq = sq.sum(-1)  # (H, b): j ≠ i
             # row i: the new query against the new keys, then its new output
-            torch.bmm(q, Ks_T, out=sm)                                            # (H, b, n)
+            torch.bmm(q, Ks_T, out=sm)  # (H, b, n)
             sm[..., i] = (q * k).sum(-1) * sc
             sm.sub_(sm.amax(-1, keepdim=True)).exp_()
-            sm.div_(sm.sum(-1, keepdim=True))                                     # softmax
-            torch.bmm(sm, Vv, out=out_i).addcmul_(sm[..., i:i + 1], dv).sub_(base_i)
+            sm.div_(sm.sum(-1, keepdim=True))  # softmax
+            torch.bmm(sm, Vv, out=out_i).addcmul_(sm[..., i : i + 1], dv).sub_(base_i)
             sq += out_i.mul_(out_i).sum(-1)
-            torch.div(sq.clamp_min_(0).sqrt_(), base_norm, out=values[:, j:j + b])
-            torch.div(torch.linalg.vector_norm(rows.sub_(X[i]), dim=-1), xi_norm,
-                      out=dist[j:j + b])
+            torch.div(sq.clamp_min_(0).sqrt_(), base_norm, out=values[:, j : j + b])
+            torch.div(
+                torch.linalg.vector_norm(rows.sub_(X[i]), dim=-1), xi_norm, out=dist[j : j + b]
+            )
         # one batch's arrays: rows, q, k, v, dv, out_i and two temporaries (dv², q·k): 8·b·d;
         # a, g, cross, e: 4·b·heads·n; direct: the module's temporaries too (its gather, two
         # sums, LayerNorm, rows·W: 7·b·d)
         B = min(batch, len(tokens))
         peak = 8 * ((8 if method == "factored" else 15) * B * d + 4 * B * H * n)
-    return VocabularyChanges(position=position, original=int(ids[position]),
-                             tokens=tokens.numpy(), values=values.cpu().numpy(),
-                             dist=dist.cpu().numpy(),
-                             seconds=time.perf_counter() - t0,
-                             peak_bytes=int(tab.nbytes + peak), table_bytes=int(tab.nbytes),
-                             table_seconds=tab.fill_seconds - filled if method == "factored"
-                             else 0.0)
+    return VocabularyChanges(
+        position=position,
+        original=int(ids[position]),
+        tokens=tokens.numpy(),
+        values=values.cpu().numpy(),
+        dist=dist.cpu().numpy(),
+        seconds=time.perf_counter() - t0,
+        peak_bytes=int(tab.nbytes + peak),
+        table_bytes=int(tab.nbytes),
+        table_seconds=tab.fill_seconds - filled if method == "factored" else 0.0,
+    )
 
 
 def _encoder_digest(enc: Encoder) -> str:
@@ -874,8 +1034,15 @@ def _encoder_digest(enc: Encoder) -> str:
     return hashlib.sha256(json.dumps(model_key(enc), sort_keys=True).encode()).hexdigest()
 
 
-def _review_vocabulary(model, text: str, n: int, positions: Sequence[int], tokens,
-                       batch: int, digest: str | None = None) -> tuple[list, list, float]:
+def _review_vocabulary(
+    model,
+    text: str,
+    n: int,
+    positions: Sequence[int],
+    tokens,
+    batch: int,
+    digest: str | None = None,
+) -> tuple[list, list, float]:
     """One text of :func:`vocabulary_search` (module level, so that a process pool can run
     it; ``model``: the Encoder, or its name in a worker): its ids, one
     :class:`VocabularyChanges` per position, and this call's CPU time. ``digest``: the
@@ -886,15 +1053,19 @@ def _review_vocabulary(model, text: str, n: int, positions: Sequence[int], token
     c0 = time.process_time()
     enc = _encoder(model)
     if digest is not None and _encoder_digest(enc) != digest:
-        raise ValueError(f"this worker's copy of {enc.name} differs from the caller's model (its "
-                         "parameters, configuration or tokenizer were changed in memory after "
-                         "the workers loaded it from disk or forked): pass executor=None, or "
-                         "save the changed model with save_pretrained and load that folder, "
-                         "then make a new pool.")
+        raise ValueError(
+            f"this worker's copy of {enc.name} differs from the caller's model (its "
+            "parameters, configuration or tokenizer were changed in memory after "
+            "the workers loaded it from disk or forked): pass executor=None, or "
+            "save the changed model with save_pretrained and load that folder, "
+            "then make a new pool."
+        )
     ids = enc.tokenizer(text, truncation=True, max_length=n)["input_ids"]
     if len(ids) != n:
-        raise ValueError(f"a text has {len(ids)} tokens, fewer than n = {n}: pass texts of at "
-                         f"least n − 2 WordPiece tokens.")
+        raise ValueError(
+            f"a text has {len(ids)} tokens, fewer than n = {n}: pass texts of at "
+            f"least n − 2 WordPiece tokens."
+        )
     out = []
     for i in positions:
         tok = None if tokens is None else tokens[tokens != ids[i]]
@@ -917,8 +1088,16 @@ def _text_key(digest: str, text: str, n: int, positions, tokens, batch: int) -> 
     return h.hexdigest()
 
 
-def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int], *,
-                      tokens=None, batch: int = 2048, executor=None) -> tuple[list, float]:
+def vocabulary_search(
+    enc,
+    texts: Sequence[str],
+    n: int,
+    positions: Sequence[int],
+    *,
+    tokens=None,
+    batch: int = 2048,
+    executor=None,
+) -> tuple[list, float]:
     """:func:`vocabulary_changes` at each of ``positions`` of each text of ``texts``, cut to
     ``n`` tokens by the model's tokenizer (``[CLS]`` … ``[SEP]``; a shorter text is a
     ``ValueError``): the realisable word sensitivity's search over a set of review-positions
@@ -966,17 +1145,21 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
     texts = list(texts)
     digest = _encoder_digest(enc)
     keys = [_text_key(digest, t, n, positions, tokens, batch) for t in texts]
-    done: dict[int, tuple] = {r: _FINISHED_CACHE[k] for r, k in enumerate(keys) if k in _FINISHED_CACHE}
+    done: dict[int, tuple] = {
+        r: _FINISHED_CACHE[k] for r, k in enumerate(keys) if k in _FINISHED_CACHE
+    }
     todo = [r for r in range(len(texts)) if r not in done]
     if executor is not None:
         try:
             same = load_model(enc.name) is enc
-        except (OSError, RuntimeError, ValueError):      # the name loads nothing
+        except (OSError, RuntimeError, ValueError):  # the name loads nothing
             same = False
         if not same:
-            raise ValueError("with an executor, the workers load the model by its name: pass "
-                             "the Encoder that wsutils.text.embeddings.load_model returned for it "
-                             "(not, e.g., a random_model), or executor=None.")
+            raise ValueError(
+                "with an executor, the workers load the model by its name: pass "
+                "the Encoder that wsutils.text.embeddings.load_model returned for it "
+                "(not, e.g., a random_model), or executor=None."
+            )
     try:
         if executor is None:
             for r in todo:
@@ -984,8 +1167,12 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
         else:
             from concurrent.futures import as_completed
 
-            futures = {executor.submit(_review_vocabulary, enc.name, texts[r], n, positions,
-                                       tokens, batch, digest): r for r in todo}
+            futures = {
+                executor.submit(
+                    _review_vocabulary, enc.name, texts[r], n, positions, tokens, batch, digest
+                ): r
+                for r in todo
+            }
             try:
                 for fut in as_completed(futures):
                     done[futures[fut]] = fut.result()
@@ -1009,8 +1196,7 @@ def vocabulary_search(enc, texts: Sequence[str], n: int, positions: Sequence[int
     return found, float(sum(done[r][2] for r in range(len(texts))))
 
 
-def substitution_changes(enc, input_ids, position: int, tokens, *,
-                         batch: int = 64) -> np.ndarray:
+def substitution_changes(enc, input_ids, position: int, tokens, *, batch: int = 64) -> np.ndarray:
     """For each token ``v`` of ``tokens``: the text ``input_ids`` with token ``position``
     replaced by ``v``, run through the whole model (its own embeddings and layers, float32);
     returns ``(len(tokens), L)`` float64, entry ``[v, ℓ − 1]`` the relative change
@@ -1034,14 +1220,16 @@ def substitution_changes(enc, input_ids, position: int, tokens, *,
     tokens = _token_ids("tokens", tokens)
     out = []
     with torch.no_grad():
-        H = torch.stack(enc.model(input_ids=ids[None], output_hidden_states=True)
-                        .hidden_states[1:]).double()                          # (L, 1, n, d)
+        H = torch.stack(
+            enc.model(input_ids=ids[None], output_hidden_states=True).hidden_states[1:]
+        ).double()  # (L, 1, n, d)
         for j in range(0, len(tokens), batch):
-            t = tokens[j:j + batch].to(enc.device)
+            t = tokens[j : j + batch].to(enc.device)
             b = ids.expand(len(t), -1).clone()
             b[:, position] = t
-            Hs = torch.stack(enc.model(input_ids=b, output_hidden_states=True)
-                             .hidden_states[1:]).double()                     # (L, B, n, d)
+            Hs = torch.stack(
+                enc.model(input_ids=b, output_hidden_states=True).hidden_states[1:]
+            ).double()  # (L, B, n, d)
             num = torch.linalg.vector_norm((Hs - H).flatten(2), dim=-1)
             out.append((num / torch.linalg.vector_norm(H.flatten(2), dim=-1)).T)
     return torch.cat(out).cpu().numpy()
@@ -1059,8 +1247,11 @@ def pair_changes(enc, pairs) -> dict[str, np.ndarray]:
     enc = _encoder(enc)
     heads = [head_map(head_weights(enc, 1, h)) for h in range(enc.heads)]
     P = len(pairs)
-    out = {"heads": np.empty((P, enc.heads)), "layers": np.empty((P, enc.layers)),
-           "dist": np.empty(P)}
+    out = {
+        "heads": np.empty((P, enc.heads)),
+        "layers": np.empty((P, enc.layers)),
+        "dist": np.empty(P),
+    }
     by_len: dict[int, list[int]] = {}
     for k, p in enumerate(pairs):
         by_len.setdefault(len(p.ids), []).append(k)
@@ -1071,17 +1262,30 @@ def pair_changes(enc, pairs) -> dict[str, np.ndarray]:
             ha = torch.stack(enc.model(input_ids=a, output_hidden_states=True).hidden_states)
             hb = torch.stack(enc.model(input_ids=b, output_hidden_states=True).hidden_states)
         ha, hb = ha.double(), hb.double()
-        rel = (torch.linalg.vector_norm((hb - ha).flatten(2), dim=-1)
-               / torch.linalg.vector_norm(ha.flatten(2), dim=-1))          # (L + 1, B)
+        rel = torch.linalg.vector_norm((hb - ha).flatten(2), dim=-1) / torch.linalg.vector_norm(
+            ha.flatten(2), dim=-1
+        )  # (L + 1, B)
         out["layers"][ks] = rel[1:].T.cpu().numpy()
         for h, phi in enumerate(heads):
             ya, yb = phi(ha[0]), phi(hb[0])
-            out["heads"][ks, h] = (torch.linalg.vector_norm((yb - ya).flatten(1), dim=-1)
-                                   / torch.linalg.vector_norm(ya.flatten(1), dim=-1)).cpu().numpy()
+            out["heads"][ks, h] = (
+                (
+                    torch.linalg.vector_norm((yb - ya).flatten(1), dim=-1)
+                    / torch.linalg.vector_norm(ya.flatten(1), dim=-1)
+                )
+                .cpu()
+                .numpy()
+            )
         j = torch.tensor([pairs[k].j for k in ks], device=enc.device)
         r = torch.arange(len(ks), device=enc.device)
-        out["dist"][ks] = (torch.linalg.vector_norm(hb[0, r, j] - ha[0, r, j], dim=-1)
-                           / torch.linalg.vector_norm(ha[0, r, j], dim=-1)).cpu().numpy()
+        out["dist"][ks] = (
+            (
+                torch.linalg.vector_norm(hb[0, r, j] - ha[0, r, j], dim=-1)
+                / torch.linalg.vector_norm(ha[0, r, j], dim=-1)
+            )
+            .cpu()
+            .numpy()
+        )
     return out
 
 
@@ -1092,11 +1296,14 @@ class _HeadsObjective:
     def __init__(self, heads: Sequence[Head], X: torch.Tensor, r: torch.Tensor):
         self.n = X.shape[0]
         self.r = r.to(X.dtype)[:, 0]
-        stack = lambda name: torch.stack([getattr(h, name) for h in heads]).to(X)
-        self.WQ, self.WK, self.WV = stack("W_Q"), stack("W_K"), stack("W_V")   # (H, d, dh)
+
+        def stack(name):
+            return torch.stack([getattr(h, name) for h in heads]).to(X)
+
+        self.WQ, self.WK, self.WV = stack("W_Q"), stack("W_K"), stack("W_V")  # (H, d, dh)
         self.scale = 1 / math.sqrt(heads[0].d_h)
         with torch.no_grad():
-            self.Q = X @ self.WQ + stack("b_Q")[:, None]                       # (H, n, dh)
+            self.Q = X @ self.WQ + stack("b_Q")[:, None]  # (H, n, dh)
             self.K = X @ self.WK + stack("b_K")[:, None]
             self.V = X @ self.WV + stack("b_V")[:, None]
             self.base = torch.softmax(self.Q @ self.K.transpose(-1, -2) * self.scale, -1) @ self.V
@@ -1104,7 +1311,7 @@ class _HeadsObjective:
 
     def __call__(self, idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
         h, i = idx // self.n, idx % self.n
-        D = (Delta * self.r[i][:, None])[:, None]                             # (B, 1, d)
+        D = (Delta * self.r[i][:, None])[:, None]  # (B, 1, d)
         one = torch.nn.functional.one_hot(i, self.n).to(Delta.dtype)[:, :, None]
         Q = self.Q[h] + one * (D @ self.WQ[h])
         K = self.K[h] + one * (D @ self.WK[h])
@@ -1114,10 +1321,19 @@ class _HeadsObjective:
         return torch.linalg.vector_norm(diff, dim=1) / self.base_norm[h]
 
 
-def heads_word_sensitivity(heads: Sequence[Head], X: Array, *, rows=None, starts: int = 2,
-                           steps: int = 20, seed: int = 0, lr: float = 0.5,
-                           dtype: torch.dtype = torch.float32,
-                           max_batch_elements: int = 2**23, device=None) -> np.ndarray:
+def heads_word_sensitivity(
+    heads: Sequence[Head],
+    X: Array,
+    *,
+    rows=None,
+    starts: int = 2,
+    steps: int = 20,
+    seed: int = 0,
+    lr: float = 0.5,
+    dtype: torch.dtype = torch.float32,
+    max_batch_elements: int = 2**23,
+    device=None,
+) -> np.ndarray:
     """``S^own`` (:prf:ref:`def-own-norm-ws`) of several heads at the same ``X``, one value
     per head: the search of :func:`head_word_sensitivity` (same starts, steps and step sizes)
     for all the heads in one batch (so its random starts differ from separate calls), every
@@ -1127,26 +1343,52 @@ def heads_word_sensitivity(heads: Sequence[Head], X: Array, *, rows=None, starts
         raise ValueError("heads is empty: pass at least one Head.")
     Z, _, r = own_norm_problem(head_map(heads[0]), X, device=device)
     n = Z.shape[0]
-    Zs, row_list, _ = search_setup(Z.to(dtype), rows=rows, starts=starts, steps=steps,
-                                   check_norms=False, device=device)
+    Zs, row_list, _ = search_setup(
+        Z.to(dtype), rows=rows, starts=starts, steps=steps, check_norms=False, device=device
+    )
     seed, lr = check_seed(seed), check_lr(lr)
     obj = _HeadsObjective(heads, Zs * r.to(Zs), r.to(Zs))
-    dummy = Zs.expand(len(heads), -1, -1).reshape(len(heads) * n, -1)       # index h·n + i
+    dummy = Zs.expand(len(heads), -1, -1).reshape(len(heads) * n, -1)  # index h·n + i
     idx = [h * n + i for h in range(len(heads)) for i in row_list]
-    found = _ascend(lambda chunk: obj, dummy, idx, starts=starts, steps=steps, seed=seed,
-                    extra=None, lr=lr, max_batch_elements=max_batch_elements, progress=False)
+    found = _ascend(
+        lambda chunk: obj,
+        dummy,
+        idx,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        extra=None,
+        lr=lr,
+        max_batch_elements=max_batch_elements,
+        progress=False,
+    )
     out = np.empty(len(heads))
     for h, head in enumerate(heads):
         _, phi_Z, _ = own_norm_problem(head_map(head), X, device=device)
-        res = certify(phi_Z, Z.to(Zs.device), {i: found[h * n + i] for i in row_list},
-                      starts=starts, steps=steps, seed=seed,
-                      max_batch_elements=max_batch_elements)
+        res = certify(
+            phi_Z,
+            Z.to(Zs.device),
+            {i: found[h * n + i] for i in row_list},
+            starts=starts,
+            steps=steps,
+            seed=seed,
+            max_batch_elements=max_batch_elements,
+        )
         out[h] = res.value
     return out
 
 
-def head_grid(enc, inputs, rows, *, control: bool = False, starts: int = 2, steps: int = 20,
-              seed: int = 0, device=None) -> np.ndarray:
+def head_grid(
+    enc,
+    inputs,
+    rows,
+    *,
+    control: bool = False,
+    starts: int = 2,
+    steps: int = 20,
+    seed: int = 0,
+    device=None,
+) -> np.ndarray:
     """``S^own`` (:prf:ref:`def-own-norm-ws`) of every head of every layer, ``(L, heads)``:
     ``inputs`` is ``(L + 1, n, d)`` (one text, :func:`layer_inputs`); the heads of layer
     ``ℓ`` are searched at ``inputs[ℓ − 1]`` over ``rows`` by :func:`heads_word_sensitivity`
@@ -1160,10 +1402,17 @@ def head_grid(enc, inputs, rows, *, control: bool = False, starts: int = 2, step
         X = np.asarray(inputs[layer - 1], dtype=np.float64)
         heads = [head_weights(enc, layer, h) for h in range(enc.heads)]
         if control:
-            heads = [random_head(hd, seed=point_seed("random head", seed, layer, hd.head))
-                     for hd in heads]
-        out[layer - 1] = heads_word_sensitivity(heads, X, rows=rows, starts=starts,
-                                                steps=steps, seed=point_seed("heads", seed,
-                                                                             layer),
-                                                device=device)
+            heads = [
+                random_head(hd, seed=point_seed("random head", seed, layer, hd.head))
+                for hd in heads
+            ]
+        out[layer - 1] = heads_word_sensitivity(
+            heads,
+            X,
+            rows=rows,
+            starts=starts,
+            steps=steps,
+            seed=point_seed("heads", seed, layer),
+            device=device,
+        )
     return out
