@@ -81,8 +81,8 @@ def required_margin(name, n: int, eps: float = 0.0) -> float:
     """The margin ``m = s_ii − max_{k≠i} s_ik`` (unscaled scores) that
     :prf:ref:`prop-norm-margin` proves sufficient for a self-weight ``a_ii ≥ 1 − ε``:
 
-    - softmax (``β``): ``(log(n−1) + log((1−ε)/ε))/β`` (``ε > 0``; tight when the other scores
-    tie);
+    - softmax (``β``): ``(log(n−1) + log((1−ε)/ε))/β`` (``ε > 0``; tight when the other
+      scores tie);
     - scalable softmax: the same with ``β·s·log n`` in place of ``β``;
     - sparsemax: ``1/β``, and then ``a_i = e_i`` exactly (any ``ε ≥ 0``); entmax:
       ``1/((α−1)β)``; hardmax: any ``m > 0`` (returns 0, to be exceeded strictly).

@@ -553,10 +553,10 @@ def search_flips(
     """``len(targets)`` searches of :func:`search_flip` in one batch: search ``j`` minimises
     ``(⟨φ(X_i(Δ)), Ws[j]⟩ − targets[j])²`` (eq. :eq:`eq-output-loss` /
     :eq:`eq-align-loss`) over ``‖Δ‖ ≤ √d`` from the starts :func:`search_flip` uses with
-    ``seed`` (the same for every ``j``), with the same steps (:func:`wsutils.sensitivity.
-    cosine_ascent`). The rows of the batch do not interact (the loss is a sum over rows), so
-    each search follows, in exact arithmetic, the path it follows alone; one step of the
-    ``S·starts`` rows reads the weights once instead of ``S`` times.
+    ``seed`` (the same for every ``j``), with the same steps
+    (:func:`wsutils.sensitivity.cosine_ascent`). The rows of the batch do not interact (the
+    loss is a sum over rows), so each search follows, in exact arithmetic, the path it follows
+    alone; one step of the ``S·starts`` rows reads the weights once instead of ``S`` times.
 
     ``search_dtype``: the precision of the iterations (float32: half the bytes per step). The
     search only proposes ``Δ``: the best iterate of every start is projected onto the exact
