@@ -19,9 +19,9 @@ import torch
 from .._tensor import Array, as_tensor, row_norms
 from ..checks import check_int, check_seed, check_text
 from ..sensitivity import _rows, project_ball, search_dtype, search_setup, sphere_starts
+from .rf import PRECISIONS, _precision  # noqa: F401 (PRECISIONS: the values it takes)
 
 __all__ = [
-    "PRECISIONS",
     "arccos_map",
     "drf_limit_change",
     "drf_limit_sensitivity",
@@ -87,20 +87,6 @@ def drf_limit_sensitivity(n: int, L: int, *, grid: int = 401) -> tuple[float, fl
         r_lo, r_hi = max(0.0, best[1] - hr), min(1.0, best[1] + hr)
         c_lo, c_hi = max(-1.0, best[2] - hc), min(1.0, best[2] + hc)
     return best
-
-
-#: The values of ``precision`` (:func:`drf_row_sensitivity`): the dtype the weights are drawn
-#: in (and, for ``"float32"``, the dtype of the search).
-PRECISIONS = {"float64": torch.float64, "float32": torch.float32}
-
-
-def _precision(precision) -> torch.dtype:
-    """``precision`` (``"float64"`` or ``"float32"``, or the torch dtype) as a torch dtype."""
-    if precision in PRECISIONS.values():
-        return precision
-    if isinstance(precision, str) and precision.strip().lower() in PRECISIONS:
-        return PRECISIONS[precision.strip().lower()]
-    raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}.")
 
 
 def _draw_law(

@@ -212,8 +212,8 @@ def rf_rows_law(X: Array, k: int, rows: Sequence[int], *, seed: int, device=None
     return u
 
 
-#: The values of ``precision`` (:func:`rf_row_law`, :func:`rf_word_sensitivity`): the dtype of
-#: the reduced-mode draw.
+#: The values of ``precision`` (:func:`rf_row_law`, :func:`rf_word_sensitivity` and the DRF
+#: estimators of :mod:`wsutils.estimators.drf`): the dtype the weights are drawn in.
 PRECISIONS = {"float64": torch.float64, "float32": torch.float32}
 
 
