@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -135,14 +135,17 @@ def prune(keep: Path, n_keep: int = KEEP) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def available_cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def lanes(n_chapters: int, cores: int | None = None) -> int:
     """Chapters executed at once: one per core, at most the number to execute."""
     if cores is None:
-        cores = (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else (os.cpu_count() or 1)
-        )
+        cores = available_cores()
     return max(1, min(cores, n_chapters))
 
 
@@ -187,7 +190,6 @@ class Job:
     notebook: object  # nbformat.NotebookNode
     read_fmt: dict | None
     timeout: int | None
-    rows: list = field(default_factory=list)
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -333,8 +335,7 @@ class Prefill:
         }
         todo.sort(key=lambda j: order[j.docname])
         n_lanes = lanes(len(todo))
-        cores = lanes(10**6)
-        threads = max(1, cores // n_lanes) if n_lanes > 1 else None
+        threads = max(1, available_cores() // n_lanes) if n_lanes > 1 else None
         self.write(
             f"executing {len(todo)} chapter(s), {n_lanes} at a time, longest first"
             + (f", {threads} thread(s) each" if threads else "")

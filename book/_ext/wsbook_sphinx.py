@@ -203,7 +203,7 @@ def prefill(app: Sphinx, env, docnames: list[str]) -> None:
         return bar
 
     runner = wsbook_execute.Prefill(Path(env.mystnb_config.execution_cache_path), logger.info)
-    app._wsbook_rows, app._wsbook_runner = runner.rows, runner
+    app._wsbook_runner = runner
     start = time.monotonic()
     try:
         runner.run(jobs, progress)
@@ -212,10 +212,10 @@ def prefill(app: Sphinx, env, docnames: list[str]) -> None:
 
 
 def report(app: Sphinx, exception) -> None:
-    rows = getattr(app, "_wsbook_rows", None)
-    if not rows:
+    runner = getattr(app, "_wsbook_runner", None)
+    if runner is None or not runner.rows:
         return
-    lines = wsbook_execute.format_table(rows[name] for name in sorted(rows))
+    lines = wsbook_execute.format_table(runner.rows[name] for name in sorted(runner.rows))
     seconds = getattr(app, "_wsbook_prefill_seconds", 0.0)
     logger.info(
         "chapters (wall s of each chapter's own kernel; CPU s of that kernel and its "
@@ -223,8 +223,7 @@ def report(app: Sphinx, exception) -> None:
     )
     for line in lines:
         logger.info("  " + line)
-    runner = getattr(app, "_wsbook_runner", None)
-    if runner is not None and runner.cells:
+    if runner.cells:
         logger.info("the costliest cells (wall s, CPU s, first line of code):")
         for line in wsbook_execute.costliest_cells(runner.cells):
             logger.info("  " + line)
