@@ -40,3 +40,62 @@ def test_statements_labelled_figures_cited_bibliography(page):
     # a chapter that cites has its own bibliography
     if "{footcite" in text:
         assert "{footbibliography}" in text, f"{page.name}: footcite without footbibliography"
+
+
+MAX_LINES = 600  # a chapter longer than this is split at its own seams (issue 22)
+MAX_CODE_COLUMNS = 88  # code cells do not scroll sideways in the rendered page
+MAX_SHOWS_BULLETS = 6
+MAX_SHOWS_CHARS = 100  # about one line of the rendered page (the browser check measures it)
+
+
+def _shows_box(text: str) -> list[str] | None:
+    """The lines inside the chapter's "What this chapter shows" admonition, or None."""
+    pattern = r"^:::\{admonition\} What this chapter shows\n(.*?)^:::$"
+    m = re.search(pattern, text, flags=re.M | re.S)
+    if m is None:
+        return None
+    return [line for line in m.group(1).splitlines() if not line.startswith(":class:")]
+
+
+def _rendered(line: str) -> str:
+    """A bullet's text roughly as the page shows it: a role shows its title or its target,
+    ``$…$`` math about half its TeX."""
+    line = re.sub(r"\{[\w:]+\}`([^`<]*?)\s*<[^`>]*>`", r"\1", line)  # {ref}`title <label>`
+    line = re.sub(r"\{prf:ref\}`[^`]*`", "Theorem 10", line)  # sphinx-proof: "<Kind> <number>"
+    line = re.sub(r"\{[\w:]+\}`([^`]*)`", r"\1", line)
+    line = re.sub(r"\$([^$]*)\$", lambda m: "x" * ((len(m.group(1)) + 1) // 2), line)
+    return line.replace("**", "").replace("`", "").strip()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
+def test_chapter_reads_like_a_lecture(page):
+    """At most 600 lines; code lines at most 88 columns; a "shows" box (where the chapter has
+    one) of at most 6 one-line bullets, one claim each."""
+    text = page.read_text()
+    lines = text.splitlines()
+    assert len(lines) <= MAX_LINES, f"{page.name}: {len(lines)} lines (at most {MAX_LINES})"
+    in_code = False
+    for number, line in enumerate(lines, start=1):
+        if line.startswith("```"):
+            in_code = line.startswith("```{code-cell}") if not in_code else False
+            continue
+        if in_code:
+            assert len(line) <= MAX_CODE_COLUMNS, (
+                f"{page.name}:{number}: a code line of {len(line)} characters "
+                f"(at most {MAX_CODE_COLUMNS}): {line.strip()[:60]}…"
+            )
+    box = _shows_box(text)
+    if box is None:
+        return
+    bullets = [line for line in box if line.strip()]
+    assert all(b.startswith("- ") for b in bullets), (
+        f"{page.name}: the shows box has a line that is not a one-line bullet: "
+        f"{next(b for b in bullets if not b.startswith('- '))!r}"
+    )
+    assert 1 <= len(bullets) <= MAX_SHOWS_BULLETS, f"{page.name}: {len(bullets)} bullets"
+    for b in bullets:
+        shown = _rendered(b[2:])
+        assert len(shown) <= MAX_SHOWS_CHARS, (
+            f"{page.name}: a shows bullet of about {len(shown)} characters on the page "
+            f"(at most {MAX_SHOWS_CHARS}): {b[:60]}…"
+        )

@@ -16,6 +16,8 @@ own DOM:
   a MathJax error (``mjx-merror``, e.g. an undefined macro), or text outside code that still
   looks like TeX (a ``\\command``, ``$$``);
 - **cross-references**: ``??`` or ``[?]`` in the text, or an ``xref`` that is not a link;
+- **shows box**: more than 6 bullets in a chapter's "What this chapter shows" box, or
+  a bullet that wraps to a second line at the 1280-pixel-wide window;
 - **console errors**: what the browser console shows as an error while the page loads and
   is checked: an uncaught exception (e.g. a script's ``SyntaxError``), ``console.error``, a
   resource that failed to load (:func:`console_errors`).
@@ -131,6 +133,22 @@ CHECKS_JS = r"""
   // book (numpy, torch: no intersphinx offline) are unlinked on purpose
   for (const el of main.querySelectorAll('.xref:not(.py), .std-ref, .std-numref'))
     if (!el.closest('a')) problems.push(`unresolved reference: ${short(el.textContent)}${where(el)}`);
+  // the "What this chapter shows" box: at most 6 bullets, each one line on the page
+  for (const box of main.querySelectorAll('.admonition')) {
+    const title = box.querySelector('.admonition-title');
+    if (!title || title.textContent.trim() !== 'What this chapter shows') continue;
+    const items = box.querySelectorAll(':scope > ul > li');
+    if (items.length > 6) problems.push(`shows box: ${items.length} bullets (at most 6)`);
+    for (const li of items) {
+      const range = document.createRange();
+      range.selectNodeContents(li);
+      const tops = new Set();
+      for (const r of range.getClientRects()) if (r.height > 0) tops.add(Math.round(r.bottom / 8));
+      const lines = [...tops].sort((a, b) => a - b)
+        .filter((t, i, a) => i === 0 || t - a[i - 1] > 1).length;
+      if (lines > 1) problems.push(`shows box: a bullet on ${lines} lines: ${short(li.textContent)}`);
+    }
+  }
   return problems;
 })()
 """
