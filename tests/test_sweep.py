@@ -222,3 +222,30 @@ def test_imdb_sensitivity_point_searches_the_stated_rows():
         for r in (every, some):  # the reported sup is recomputed with the full map
             assert r["S_row_min"] <= r["S"] * (1 + 1e-9) and r["S_first"] <= r["S"] * (1 + 1e-9)
     assert sensitivity_point(map="RAF", rows=1, **kw)["n_rows"] == 1
+
+
+def test_process_pool_one_worker_is_this_process_and_bad_counts_are_refused():
+    from wsutils.run.sweep import process_pool
+
+    assert process_pool(1) is None
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="positive integer"):
+            process_pool(bad)
+    pool = process_pool(2)
+    try:
+        assert pool.submit(int, "7").result() == 7
+    finally:
+        pool.shutdown()
+
+
+def test_pick_takes_the_entry_of_the_scale(monkeypatch):
+    from wsutils.run import config
+
+    table = {"quick": 1, "paper": 2}
+    assert config.pick(table, "paper") == 2
+    monkeypatch.setenv("WSBOOK_SCALE", "quick")
+    assert config.pick(table) == 1
+    with pytest.raises(ValueError, match="scale must be"):
+        config.pick(table, "huge")
+    with pytest.raises(ValueError, match="no entry"):
+        config.pick({"quick": 1})

@@ -21,6 +21,7 @@ unset, that panel is not run.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -117,3 +118,23 @@ def settings() -> Settings:
 def by_scale(*, quick: T, paper: T) -> T:
     """Pick the value for the current ``WSBOOK_SCALE``."""
     return paper if scale() == "paper" else quick
+
+
+def pick(table: Mapping[str, T], name: str | None = None) -> T:
+    """The entry of ``table`` (one per scale, keys :data:`SCALES`) for scale ``name``
+    (``"quick"`` or ``"paper"``; ``None``: the current ``WSBOOK_SCALE``). An experiment
+    module's ``scale()`` is ``pick(SCALES, name)`` over its table of sizes.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not one of :data:`SCALES`, or ``table`` lacks an entry for a scale.
+    """
+    missing = [s for s in SCALES if s not in table]
+    if missing:
+        raise ValueError(f"the table of sizes has no entry for the scale(s) {missing}.")
+    if name is None:
+        name = scale()
+    if name not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {name!r}.")
+    return table[name]

@@ -67,7 +67,7 @@ import tempfile
 import time
 import types
 import warnings
-from concurrent.futures import Executor, as_completed
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -76,7 +76,7 @@ from tqdm.auto import tqdm
 
 from . import config
 
-__all__ = ["StoreWarning", "point_key", "run_grid"]
+__all__ = ["StoreWarning", "point_key", "process_pool", "run_grid"]
 
 Record = dict[str, Any]
 
@@ -616,3 +616,22 @@ def run_grid(
     finally:
         bar.close()
     return [results[i] for i in range(len(points))]
+
+
+def process_pool(workers: int) -> ProcessPoolExecutor | None:
+    """An executor for :func:`run_grid` with ``workers`` processes, each with one torch
+    thread (the grid points' matrices are small: one thread per process is fastest), or
+    ``None`` (run in this process) for ``workers == 1``.
+
+    Raises
+    ------
+    ValueError
+        ``workers`` is not a positive integer.
+    """
+    import torch
+
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive integer, got {workers!r}.")
+    if workers == 1:
+        return None
+    return ProcessPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,))
