@@ -61,7 +61,7 @@ def _rendered(line: str) -> str:
     """A bullet's text roughly as the page shows it: a role shows its title or its target,
     ``$…$`` math about half its TeX."""
     line = re.sub(r"\{[\w:]+\}`([^`<]*?)\s*<[^`>]*>`", r"\1", line)  # {ref}`title <label>`
-    line = re.sub(r"\{prf:ref\}`[^`]*`", "Theorem 10", line)  # sphinx-proof: "<Kind> <number>"
+    line = re.sub(r"\{prf:ref\}`[^`]*`", "Proposition 10", line)  # sphinx-proof: "Kind N"
     line = re.sub(r"\{[\w:]+\}`([^`]*)`", r"\1", line)
     line = re.sub(r"\$([^$]*)\$", lambda m: "x" * ((len(m.group(1)) + 1) // 2), line)
     return line.replace("**", "").replace("`", "").strip()
