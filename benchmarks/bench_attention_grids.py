@@ -166,8 +166,7 @@ def _cells(rf_ds: list[int], only: list[str]) -> None:
     g = attention_scale("paper")
     far_ns, phase_d, phase_n = g.n_far, g.phase_ds, g.phase_ns
     cells = {
-        f"grid {k}": [("grid", (k, d, n)) for d in g.ds for n in g.ns]
-        for k in ("raf", "relu")
+        f"grid {k}": [("grid", (k, d, n)) for d in g.ds for n in g.ns] for k in ("raf", "relu")
     }
     cells.update({f"far {k}": [("far", (k, 192, n)) for n in far_ns] for k in ("raf", "relu")})
     cells["phase"] = [("phase", (d, n)) for d in phase_d for n in phase_n]

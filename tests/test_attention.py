@@ -273,8 +273,10 @@ def test_both_chapters_softmax_grid_is_one_list_of_store_keys(monkeypatch, scale
     from wsutils.experiments.attention import (
         SEARCH_DTYPE,
         grid_points,
-        scale as attention_scale,
         sensitivity_point,
+    )
+    from wsutils.experiments.attention import (
+        scale as attention_scale,
     )
     from wsutils.run.sweep import point_key
 
