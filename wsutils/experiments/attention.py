@@ -50,7 +50,7 @@ class Scale:
 
     The grid of both chapters (at the paper's scale the grid of the authors' scripts):
     widths ``ds``, lengths ``ns``, ``seeds`` texts per point and the search of
-    :func:`sensitivity_point` (``rows``, ``starts``, ``steps``; :attr:`search`). Beyond it:
+    :func:`sensitivity_point` (``rows``, ``starts``, ``steps``; :attr:`Scale.search`). Beyond it:
     the far lengths ``n_far`` (at ``d = ds[0]``), the phase diagram's ``phase_ds`` ×
     ``phase_ns``, the authors' search at ``auth_points`` (``(d, n)``) with ``auth_seeds``
     texts each, the ReLU chapter's orthogonal take-over at ``takeover_points``, its RF
