@@ -18,6 +18,10 @@ before against what they run now, side by side in one process, one thread, on th
   (``starts=4, steps=60``), every step and the upper certificate (before) against
   ``upper=False`` and the stopping rule ``stop=[10, 1e-4]``; ``S`` may differ by what the
   steps after the stop would have added.
+- ``rf32``: :func:`~wsutils.experiments.attention.rf_point` as the ReLU chapter runs it
+  (``upper=False``, the stopping rule), the weights drawn in float64 (before) against
+  ``precision="float32"`` (after): a different draw of the same law, so ``S`` differs by
+  the spread between draws, not by rounding; both values are float64 relative changes.
 
 CPU seconds (``time.process_time``) per point; the order of the two runs alternates between
 repeats. ``python -m benchmarks bench_attention_grids`` (all parts, one repeat) or
@@ -101,6 +105,7 @@ PARTS = {
         read=("S", "certified"),
     ),
     "rf": dict(points=[(768, 250), (384, 250), (192, 250)], read=("S",)),
+    "rf32": dict(points=[(768, 250), (384, 150)], read=("S",)),
 }
 
 
@@ -143,6 +148,12 @@ def _calls(part: str, point):
         )
     d, n = point
     p = dict(d=d, n=n, seed=point_seed("attention", d, n, 0), **RF_SEARCH)
+    if part == "rf32":
+        return (
+            f"{d}x{n}",
+            lambda: rf_point(**p, **RF_NEW),
+            lambda: rf_point(**p, **RF_NEW, precision="float32"),
+        )
     return f"{d}x{n}", lambda: rf_point(**p), lambda: rf_point(**p, **RF_NEW)
 
 
@@ -150,18 +161,16 @@ def _cells(rf_ds: list[int], only: list[str]) -> None:
     import os
 
     os.environ["WSBOOK_SCALE"] = "paper"
-    from wsutils.experiments.attention import attention_grid
+    from wsutils.experiments.attention import scale as attention_scale
 
-    g = attention_grid()
-    far_ns, phase_d = (250, 500, 1000, 2000, 4000), (2, 4, 8, 16, 32, 64, 128, 256, 768)
-    phase_n = (10, 30, 100, 300, 1000, 3000)
+    g = attention_scale("paper")
+    far_ns, phase_d, phase_n = g.n_far, g.phase_ds, g.phase_ns
     cells = {
-        f"grid {k}": [("grid", (k, d, n)) for d in g["ds"] for n in g["ns"]]
-        for k in ("raf", "relu")
+        f"grid {k}": [("grid", (k, d, n)) for d in g.ds for n in g.ns] for k in ("raf", "relu")
     }
     cells.update({f"far {k}": [("far", (k, 192, n)) for n in far_ns] for k in ("raf", "relu")})
     cells["phase"] = [("phase", (d, n)) for d in phase_d for n in phase_n]
-    cells["rf"] = [("rf", (d, n)) for d in rf_ds for n in g["ns"]]
+    cells["rf"] = [("rf", (d, n)) for d in rf_ds for n in g.ns]
     print(f"{'cell':>10} {'points':>6} {'before s':>9} {'after s':>8}  (seed 0 timed × seeds)")
     for name, todo in cells.items():
         if only and name not in only:
@@ -171,9 +180,9 @@ def _cells(rf_ds: list[int], only: list[str]) -> None:
             _, before, after = _calls(part, point)
             tb += _timed(before)[1]
             ta += _timed(after)[1]
-        scale = g["seeds"]
+        scale = g.seeds
         if name == "rf":  # the widths not timed, in proportion to Σ n·d² over the grid
-            scale *= sum(d * d for d in g["ds"]) / sum(d * d for d in rf_ds)
+            scale *= sum(d * d for d in g.ds) / sum(d * d for d in rf_ds)
         print(f"{name:>10} {len(todo):>6} {tb * scale:>9.0f} {ta * scale:>8.0f}", flush=True)
 
 
@@ -211,9 +220,12 @@ def main(argv: list[str] | None = None) -> None:
                 (ob, tb_), (oa, ta_) = ((o1, t1), (o2, t2)) if r % 2 == 0 else ((o2, t2), (o1, t1))
                 tb, ta = tb + tb_, ta + ta_
             diff = {k: abs(oa[k] - ob[k]) / abs(ob[k]) for k in spec["read"]}
+            values = ", ".join(f"{k} {ob[k]:.4f} -> {oa[k]:.4f}" for k in spec["read"])
             print(
                 f"{part:>6} {label:>14} {tb / args.repeats:>9.2f} {ta / args.repeats:>8.2f} "
-                f"{tb / ta:>6.2f}  " + ", ".join(f"{k} {v:.1e}" for k, v in diff.items()),
+                f"{tb / ta:>6.2f}  "
+                + ", ".join(f"{k} {v:.1e}" for k, v in diff.items())
+                + f"  ({values})",
                 flush=True,
             )
 

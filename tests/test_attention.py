@@ -272,18 +272,21 @@ def test_both_chapters_softmax_grid_is_one_list_of_store_keys(monkeypatch, scale
     call (a store shared by the two chapters computes the softmax grid once)."""
     from wsutils.experiments.attention import (
         SEARCH_DTYPE,
-        attention_grid,
         grid_points,
         sensitivity_point,
+    )
+    from wsutils.experiments.attention import (
+        scale as attention_scale,
     )
     from wsutils.run.sweep import point_key
 
     monkeypatch.setenv("WSBOOK_SCALE", scale)
-    g = attention_grid()
+    g = attention_scale()
+    assert g == attention_scale(scale)
     if scale == "paper":
-        assert g["ds"] == (192, 384, 768) and g["ns"] == (10, 20, 50, 100, 150, 200, 250)
+        assert g.ds == (192, 384, 768) and g.ns == (10, 20, 50, 100, 150, 200, 250)
     raf, relu = grid_points("raf"), grid_points("relu")
-    assert len(raf) == len(g["ds"]) * len(g["ns"]) * g["seeds"]
+    assert len(raf) == len(g.ds) * len(g.ns) * g.seeds
     assert [dict(p, kind="relu", search_dtype=SEARCH_DTYPE["relu"]) for p in raf] == relu
     keys = [point_key(sensitivity_point, p) for p in raf]
     assert len(set(keys)) == len(keys)

@@ -63,6 +63,7 @@ EXPECTED_SECONDS = {
     "imdb": 717,
     "relu-attention": 442,
     "attention": 424,
+    "attention-far": 55,  # from attention (122 s whole): far grid, authors, phase
     "deep-random-features": 280,
     "random-features": 192,
     "trained-attention": 155,

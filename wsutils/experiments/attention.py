@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -26,8 +27,10 @@ from ..weights import sample_W, sample_X
 
 __all__ = [
     "SEARCH_DTYPE",
-    "attention_grid",
+    "SCALES",
+    "Scale",
     "grid_points",
+    "scale",
     "sensitivity_point",
     "takeover_point",
     "rf_point",
@@ -41,50 +44,106 @@ __all__ = [
 SEARCH_DTYPE = {"raf": "float32", "relu": None}
 
 
-def attention_grid(scale: str | None = None) -> dict:
-    """The grid of the softmax and the ReLU attention chapters at ``scale`` (``"quick"`` or
-    ``"paper"``; ``None``: the current ``WSBOOK_SCALE``, :mod:`wsutils.run.config`): widths
-    ``ds`` and lengths ``ns`` (at the paper's scale the grid of the authors' scripts,
-    ``d ∈ {192, 384, 768}``, ``n`` 10…250), ``seeds`` texts per point and the ``search`` of
-    :func:`sensitivity_point` (rows, starts, steps). Defined once here so that both chapters
-    search the same points the same way."""
-    if scale is not None and scale not in config.SCALES:
-        raise ValueError(f"scale must be one of {config.SCALES}, got {scale!r}.")
-    grids = dict(
-        quick=dict(
-            ds=(192, 384), ns=(10, 50, 100, 250), seeds=2, search=dict(rows=1, starts=2, steps=40)
-        ),
-        paper=dict(
-            ds=(192, 384, 768),
-            ns=(10, 20, 50, 100, 150, 200, 250),
-            seeds=5,
-            search=dict(rows=2, starts=4, steps=100),
-        ),
-    )
-    return grids[scale] if scale is not None else config.by_scale(**grids)
+@dataclass(frozen=True)
+class Scale:
+    """The sizes of the softmax and the ReLU attention chapters at one scale.
+
+    The grid of both chapters (at the paper's scale the grid of the authors' scripts):
+    widths ``ds``, lengths ``ns``, ``seeds`` texts per point and the search of
+    :func:`sensitivity_point` (``rows``, ``starts``, ``steps``; :attr:`Scale.search`). Beyond it:
+    the far lengths ``n_far`` (at ``d = ds[0]``), the phase diagram's ``phase_ds`` ×
+    ``phase_ns``, the authors' search at ``auth_points`` (``(d, n)``) with ``auth_seeds``
+    texts each, the ReLU chapter's orthogonal take-over at ``takeover_points``, its RF
+    search (``rf_starts``, ``rf_steps``), and the ``workers`` of the grids' process pool.
+    Defined once here so that both chapters search the same points the same way."""
+
+    ds: tuple[int, ...]
+    ns: tuple[int, ...]
+    seeds: int
+    rows: int
+    starts: int
+    steps: int
+    n_far: tuple[int, ...]
+    phase_ds: tuple[int, ...]
+    phase_ns: tuple[int, ...]
+    auth_points: tuple[tuple[int, int], ...]
+    auth_seeds: int
+    takeover_points: tuple[tuple[int, int], ...]
+    rf_starts: int
+    rf_steps: int
+    workers: int
+
+    @property
+    def search(self) -> dict:
+        """The search of :func:`sensitivity_point`: ``rows``, ``starts``, ``steps``."""
+        return dict(rows=self.rows, starts=self.starts, steps=self.steps)
+
+
+SCALES = {
+    "quick": Scale(
+        ds=(192, 384),
+        ns=(10, 50, 100, 250),
+        seeds=2,
+        rows=1,
+        starts=2,
+        steps=40,
+        n_far=(250, 500, 1000, 2000),
+        phase_ds=(2, 4, 8, 16, 32, 64, 128),
+        phase_ns=(10, 30, 100, 300, 1000),
+        auth_points=((32, 10), (64, 10)),
+        auth_seeds=2,
+        takeover_points=((192, 100), (384, 100)),
+        rf_starts=2,
+        rf_steps=30,
+        workers=1,
+    ),
+    "paper": Scale(
+        ds=(192, 384, 768),
+        ns=(10, 20, 50, 100, 150, 200, 250),
+        seeds=5,
+        rows=2,
+        starts=4,
+        steps=100,
+        n_far=(250, 500, 1000, 2000, 4000),
+        phase_ds=(2, 4, 8, 16, 32, 64, 128, 256, 768),
+        phase_ns=(10, 30, 100, 300, 1000, 3000),
+        auth_points=((192, 50), (384, 50), (768, 50)),
+        auth_seeds=4,
+        takeover_points=((384, 100), (768, 150), (768, 250)),
+        rf_starts=4,
+        rf_steps=60,
+        workers=2,
+    ),
+}
+
+
+def scale(name: str | None = None) -> Scale:
+    """The attention chapters' :class:`Scale` at ``name`` (``"quick"`` or ``"paper"``;
+    ``None``: the current ``WSBOOK_SCALE``, :mod:`wsutils.run.config`)."""
+    return config.pick(SCALES, name)
 
 
 def grid_points(kind: str) -> list[dict]:
-    """The points of :func:`attention_grid` for ``kind`` (``"raf"`` or ``"relu"``), as
+    """The points of the grid of :func:`scale` for ``kind`` (``"raf"`` or ``"relu"``), as
     :func:`sensitivity_point` takes them: every ``(d, n)`` and seed index ``s``, with the text
     and weights of ``point_seed("attention", d, n, s)``, searched in the precision
     :data:`SEARCH_DTYPE` gives ``kind``. The softmax chapter and the ReLU
     chapter both take their softmax grid from here: the same list of points, hence the same
     keys in a sweep store (:func:`wsutils.run.sweep.point_key`), so a store shared by the two
     computes it once."""
-    g = attention_grid()
+    g = scale()
     return [
         dict(
             kind=kind,
             d=d,
             n=n,
             seed=point_seed("attention", d, n, s),
-            **g["search"],
+            **g.search,
             search_dtype=SEARCH_DTYPE[kind],
         )
-        for d in g["ds"]
-        for n in g["ns"]
-        for s in range(g["seeds"])
+        for d in g.ds
+        for n in g.ns
+        for s in range(g.seeds)
     ]
 
 
@@ -182,12 +241,16 @@ def rf_point(
     steps: int = 30,
     upper: bool = True,
     stop: list | None = None,
+    precision: str = "float64",
 ) -> dict:
     """``S_RF`` at the same text as :func:`sensitivity_point` (``X`` from ``seed``), ``k = D``,
     with the exact estimator :func:`wsutils.estimators.rf.rf_word_sensitivity` (row 0);
     ``upper`` and ``stop`` (``[m, rtol]`` or ``None``) are passed to it: ``upper=False`` skips
     the upper certificate, which this function does not return, and ``stop`` ends the
-    search once it has converged (the estimator's docstring)."""
+    search once it has converged (the estimator's docstring). ``precision`` is the dtype of
+    the draw of the weights (``"float32"``: single-precision weights, a different draw of the
+    same law, about four times faster; the value is the float64 relative change either
+    way)."""
     torch.set_num_threads(1)
     X = sample_X(n, d, seed=seed)
     res = rf_word_sensitivity(
@@ -199,5 +262,6 @@ def rf_point(
         steps=steps,
         upper=upper,
         stop=None if stop is None else tuple(stop),
+        precision=precision,
     )
     return {"S": res.value}
