@@ -512,3 +512,33 @@ def test_float32_search_keeps_every_certificate_in_float64(name):
     assert r32["certified"] <= r32["S"] * (1 + 1e-9)
     assert abs(r32["S"] / r64["S"] - 1) < 1e-2  # a search, not one path: loose
     assert SEARCH_DTYPE["relu"] is None and SEARCH_DTYPE["hardmax"] is None
+
+
+def test_scale_is_the_chapters_sizes(monkeypatch):
+    """scale() picks SCALES by WSBOOK_SCALE; the paper grid, its seeds per point and the
+    prose that names them are those the chapter computed before its sizes moved here."""
+    from wsutils.experiments import normalisation as nm
+
+    monkeypatch.setenv("WSBOOK_SCALE", "paper")
+    paper = nm.scale()
+    assert paper is nm.SCALES["paper"] and nm.scale("quick") is nm.SCALES["quick"]
+    with pytest.raises(ValueError, match="scale"):
+        nm.scale("huge")
+    assert dict(paper.grid) == {
+        32: (16, 64, 256, 1024, 4096),
+        128: (16, 128, 1024),
+        768: (16, 128),
+    }
+    assert paper.d_fit == 32 and paper.search == dict(rows=1, starts=2, steps=30)
+    assert [paper.seeds(32, n) for n in (16, 1024, 4096)] == [3, 3, 2]
+    assert paper.seeds(128, 16) == 2 and paper.seeds(32, 4096, "entmax") == 1
+    assert paper.seeds(32, 1024, "entmax") == 3
+    assert paper.grid_text() == (
+        "d = 32: n = 16, 64, 256, 1024 (3 seeds), 4096 (2 seeds); "
+        "d = 128: n = 16, 128, 1024 (2 seeds); d = 768: n = 16, 128 (2 seeds); "
+        "1.5-entmax has one seed (the first) at (d, n) = (32, 4096)"
+    )
+    quick = nm.scale("quick")
+    assert quick.grid_text() == "d = 16: n = 16, 64, 256 (2 seeds)" and quick.workers == 1
+    for P in (quick, paper):  # the flip experiment lies beyond softmax's boundary
+        assert math.log(P.flip_n) > math.sqrt(2 * P.flip_d) + 1

@@ -18,6 +18,8 @@ for a take-over (:prf:ref:`prop-norm-margin`), and the per-point function of its
 - :func:`takeover_margin_model` and :func:`margin_interval` give the phase diagram's
   predicted boundaries (:prf:ref:`obs-norm-phase`): the margin the row take-over is predicted
   to reach at ``(d, n)``, and the margins a self-weight ``≥ a_min`` needs and suffices with.
+- :class:`Scale`, :data:`SCALES` and :func:`scale` hold the sizes of the two normalisation
+  chapters (``normalisation`` and ``normalisation-boundary``) at each ``WSBOOK_SCALE``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -50,6 +53,9 @@ __all__ = [
     "margin_interval",
     "MODEL_DRAWS",
     "SEARCH_DTYPE",
+    "Scale",
+    "SCALES",
+    "scale",
 ]
 
 #: The normalisations of the chapter, by the label its tables and figures use.
@@ -350,3 +356,134 @@ def margin_interval(name, n: int, a_min: float) -> tuple[float, float]:
         raise ValueError(f"a_min must be in (0, 1) for {norm.name}, got {a_min}.")
     c, logit = norm.scale(n), math.log(a_min / (1 - a_min))
     return logit / c, (math.log(n - 1) + logit) / c
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The sizes of the two normalisation chapters at one scale.
+
+    ``grid``
+        The grid of ``S`` against ``n``: ``((d, (n, ...)), ...)``, widths and their lengths;
+        the first width is :attr:`d_fit`, where the slopes are fitted.
+    ``seeds_fit``
+        Seeds per point at ``d = d_fit`` and ``n < 4096``; elsewhere at most 2, and 1 for
+        1.5-entmax at ``n ≥ 4096`` (:meth:`seeds`).
+    ``search_rows``, ``search_starts``, ``search_steps``
+        The search of :func:`normalisation_point` (its ``rows``, ``starts``, ``steps``).
+    ``phase_d``, ``phase_n``, ``phase_seeds``
+        The phase diagram's widths, lengths and seeds per cell (:func:`phase_point`).
+    ``flip_d``, ``flip_n``, ``flip_Ns``, ``flip_seeds``, ``flip_starts``, ``flip_steps``
+        The flip experiment (``wsutils.generalization.flip_point`` with ``map="attention"``):
+        width, length, training-set sizes, draws, search starts and steps.
+    ``workers``
+        Processes for the grids (``wsutils.run.sweep.process_pool``).
+    """
+
+    grid: tuple[tuple[int, tuple[int, ...]], ...]
+    seeds_fit: int
+    search_rows: int
+    search_starts: int
+    search_steps: int
+    phase_d: tuple[int, ...]
+    phase_n: tuple[int, ...]
+    phase_seeds: int
+    flip_d: int
+    flip_n: int
+    flip_Ns: tuple[int, ...]
+    flip_seeds: int
+    flip_starts: int
+    flip_steps: int
+    workers: int
+
+    @property
+    def d_fit(self) -> int:
+        """The width at which the slopes are fitted (the smallest of the grid)."""
+        return min(d for d, _ in self.grid)
+
+    @property
+    def search(self) -> dict:
+        """The search's keyword arguments of :func:`normalisation_point`."""
+        return dict(rows=self.search_rows, starts=self.search_starts, steps=self.search_steps)
+
+    def seeds(self, d: int, n: int, name: str | None = None) -> int:
+        """Seeds at grid point ``(d, n)`` for normalisation ``name``: :attr:`seeds_fit` at
+        ``d = d_fit`` and ``n < 4096``; at most 2 elsewhere (other widths: the figure only;
+        ``n = 4096``: the costliest points); 1 for 1.5-entmax at ``n ≥ 4096`` (about twice
+        the CPU time of the others there)."""
+        if name == "entmax" and n >= 4096:
+            return 1
+        return self.seeds_fit if d == self.d_fit and n < 4096 else min(self.seeds_fit, 2)
+
+    def grid_text(self) -> str:
+        """The grid with its seed counts, for the prose: ``"d = 32: n = 16, 64 (3 seeds),
+        4096 (2 seeds); ..."``, and the points where 1.5-entmax has fewer seeds."""
+        texts = []
+        for d, ns in self.grid:
+            counts = [self.seeds(d, n) for n in ns]
+            parts = [
+                ", ".join(str(n) for n, c in zip(ns, counts) if c == k) + f" ({k} seeds)"
+                for k in sorted(set(counts), reverse=True)
+            ]
+            texts.append(f"d = {d}: n = " + ", ".join(parts))
+        cut = [
+            f"(d, n) = ({d}, {n})"
+            for d, ns in self.grid
+            for n in ns
+            if self.seeds(d, n, "entmax") < self.seeds(d, n)
+        ]
+        if cut:
+            texts[-1] += "; 1.5-entmax has one seed (the first) at " + ", ".join(cut)
+        return "; ".join(texts)
+
+
+#: The sizes per scale: ``quick`` for the tests, ``paper`` for the published book.
+SCALES = {
+    "quick": Scale(
+        grid=((16, (16, 64, 256)),),
+        seeds_fit=2,
+        search_rows=1,
+        search_starts=2,
+        search_steps=30,
+        phase_d=(4, 16, 32, 64),
+        phase_n=(10, 100, 1000, 10**4),
+        phase_seeds=3,
+        flip_d=4,
+        flip_n=128,
+        flip_Ns=(50, 400),
+        flip_seeds=2,
+        flip_starts=2,
+        flip_steps=60,
+        workers=1,
+    ),
+    "paper": Scale(
+        grid=((32, (16, 64, 256, 1024, 4096)), (128, (16, 128, 1024)), (768, (16, 128))),
+        seeds_fit=3,
+        search_rows=1,
+        search_starts=2,
+        search_steps=30,
+        phase_d=(2, 4, 8, 16, 32, 64, 128),
+        phase_n=(10, 100, 1000, 10**4, 10**5),
+        phase_seeds=3,  # a median of three: one seed near its boundary cannot flip it
+        flip_d=4,
+        flip_n=256,
+        flip_Ns=(100, 800),
+        flip_seeds=3,
+        flip_starts=4,
+        flip_steps=40,
+        workers=2,
+    ),
+}
+
+
+def scale(name: str | None = None) -> Scale:
+    """The normalisation chapters' sizes at scale ``name`` (``"quick"`` or ``"paper"``;
+    ``None``: the current ``WSBOOK_SCALE``).
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not a scale.
+    """
+    from ..run import config
+
+    return config.pick(SCALES, name)
