@@ -111,12 +111,13 @@ def test_helpers_catch_what_they_should():
 
 
 def _scoped():
-    """``{chapter: symbols}`` for the sections of the page marked "(chapter {doc}`X`)"."""
+    """``{chapters: symbols}`` for the sections of the page marked "(chapter {doc}`X`)" or,
+    for a section that two chapters share, "(chapters {doc}`X` and {doc}`Y`)"."""
     out = defaultdict(set)
     for symbol, section, _ in notation_entries():
-        m = re.search(r"\(chapter \{doc\}`([\w-]+)`\)", section)
+        m = re.search(r"\(chapters? (\{doc\}`[\w-]+`(?:(?:,| and) \{doc\}`[\w-]+`)*)\)", section)
         if m:
-            out[m.group(1)].add(symbol)
+            out[tuple(re.findall(r"`([\w-]+)`", m.group(1)))].add(symbol)
     return out
 
 
@@ -130,9 +131,10 @@ KNOWN = {
 @pytest.mark.parametrize("page", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_scoped_symbols_stay_in_their_chapter(page):
     math = math_of(page.read_text(), proofs=False)
-    for chapter, symbols in _scoped().items():
-        if chapter == page.stem:
+    for chapters, symbols in _scoped().items():
+        if page.stem in chapters:
             continue
+        chapter = " and ".join(chapters)
         found = sorted(s for s in symbols if occurs(s, math) and (page.stem, s) not in KNOWN)
         assert not found, (
             f"{page.name} uses {found}, which notation.md reserves for the "

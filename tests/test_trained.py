@@ -581,3 +581,27 @@ def test_a_killed_pool_worker_keeps_the_finished_texts(enc, monkeypatch):
     for (r, ids, a), (r2, ids2, b) in zip(want, got):
         assert (r, ids, a.position) == (r2, ids2, b.position)
         np.testing.assert_array_equal(a.values, b.values)
+
+
+def test_experiment_sizes_and_rows(enc, monkeypatch):
+    """The trained chapters' sizes: one table per scale (``WSBOOK_SCALE`` picks it), the
+    figure-1 chapter's review pool and pair count shared with it; :func:`rows_of` spaces word
+    rows evenly without ``[CLS]`` and ``[SEP]``; :func:`long_reviews` keeps the first texts
+    that fill ``n`` tokens."""
+    from wsutils.experiments import figure1, trained
+
+    for name in ("quick", "paper"):
+        P, F = trained.scale(name), figure1.scale(name)
+        assert (P.reviews_pool, P.pairs) == (F.reviews, F.pairs)
+        assert P.used <= P.pairs and P.deep <= P.vocab_reviews * P.positions
+    monkeypatch.setenv("WSBOOK_SCALE", "paper")
+    assert trained.scale() == trained.SCALES["paper"]
+    with pytest.raises(ValueError):
+        trained.scale("huge")
+    assert trained.rows_of(32, 4) == [1, 11, 20, 30]
+    assert trained.rows_of(4, 8) == [1, 2]  # coinciding rows kept once
+    lengths = [len(enc.tokenizer.tokenize(t)) for t in TEXTS]
+    assert trained.long_reviews(TEXTS, enc.tokenizer, max(lengths) + 2, 2) == [
+        lengths.index(max(lengths))
+    ]
+    assert trained.long_reviews(TEXTS, enc.tokenizer, 2, 1) == [0]
