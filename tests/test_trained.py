@@ -134,7 +134,7 @@ def test_fast_head_estimator_and_generic_are_each_justified(enc, H):
     fast = tr.head_word_sensitivity(head, X, **kw)
     slow = tr.own_norm_word_sensitivity(tr.head_map(head), X, **kw)
     Z, _, scale = tr.own_norm_problem(tr.head_map(head), X)
-    obj = tr._HeadObjective(head, Z * scale, scale)
+    obj = tr.heads._HeadObjective(head, Z * scale, scale)
     for res in (fast, slow):
         for r in (1, 4):
             D = res.per_row_Delta[r]
@@ -230,7 +230,7 @@ def test_factored_equals_direct(enc, tokens, monkeypatch):
     np.testing.assert_array_equal(fac.tokens, dire.tokens)
     np.testing.assert_allclose(fac.values, dire.values, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(fac.dist, dire.dist, rtol=1e-10, atol=1e-13)
-    monkeypatch.setattr(tr, "_CANCEL_MAX", 0.0)
+    monkeypatch.setattr(tr.vocabulary, "_CANCEL_MAX", 0.0)
     forced = tr.vocabulary_changes(enc, ids, 2, tokens=tokens, batch=4)
     np.testing.assert_allclose(forced.values, fac.values, rtol=1e-10, atol=1e-13)
 
@@ -280,7 +280,7 @@ def test_factored_guard_and_cache(enc):
     # a formula that no longer matches the module is caught by the check, even when it is
     # off by far less than float32 rounding (relative 1e-9 in γ, or ε = 1e-5 for 1e-12)
     for field, value in (("gamma", lambda t: t.gamma * (1 + 1e-9)), ("eps", lambda t: 1e-5)):
-        tab = tr._tables(other, other.device)
+        tab = tr.vocabulary._tables(other, other.device)
         good = getattr(tab, field)
         setattr(tab, field, value(tab))
         with pytest.raises(ValueError, match="does not compute"):
@@ -564,14 +564,14 @@ def test_a_killed_pool_worker_keeps_the_finished_texts(enc, monkeypatch):
     ]
     want, _ = tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens)
     film = enc.tokenizer.convert_tokens_to_ids("film")
-    monkeypatch.setattr(tr, "vocabulary_changes", _exit_on(film, tr.vocabulary_changes))
+    monkeypatch.setattr(tr.vocabulary, "vocabulary_changes", _exit_on(film, tr.vocabulary_changes))
     with _spawn_or_fork("fork") as ex, pytest.raises(BrokenProcessPool, match="kept"):
         tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens, executor=ex)
     monkeypatch.undo()
     calls = []
     orig = tr.vocabulary_changes
     monkeypatch.setattr(
-        tr,
+        tr.vocabulary,
         "vocabulary_changes",
         lambda e, ids, i, **kw: calls.append(list(ids)) or orig(e, ids, i, **kw),
     )
