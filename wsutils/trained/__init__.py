@@ -1,5 +1,7 @@
 """Word sensitivity of a trained BERT-family model, head by head and layer by layer, and of real
-one-word substitutions (the book's chapter ``trained-attention``).
+one-word substitutions (the book's chapters ``trained-attention`` and ``trained-substitutions``).
+Every name below is defined in a module of this package by concern (``heads``, ``maps``,
+``own_norm``, ``vocabulary``, ``substitutions``) and used from here, ``wsutils.trained.X``.
 
 - :func:`head_weights`: the per-head weights ``(W_Q, W_K, W_V, W_O)`` and biases of one
   attention head, read from the model's own modules (``encoder.layer[l].attention.self.query``
