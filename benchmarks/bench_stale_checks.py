@@ -94,7 +94,11 @@ def main(argv=None) -> None:
             )
         )
     rows.append(
-        ("worker check (per text)", 0.0, _least(lambda: tr._encoder_digest(enc), args.repeat))
+        (
+            "worker check (per text)",
+            0.0,
+            _least(lambda: tr.vocabulary._encoder_digest(enc), args.repeat),
+        )
     )
     fn = next(
         getattr(ea, k)

@@ -1,5 +1,5 @@
-"""The vocabulary search of the chapter ``trained-attention``: the factored search against the
-direct one and the one the chapter ran before, side by side.
+"""The vocabulary search of the chapter ``trained-substitutions``: the factored search against
+the direct one and the one the chapter ran before, side by side.
 
 For every candidate token ``v`` at position ``i`` of one review, all three give the relative
 change of every head of the first layer (:func:`wsutils.trained.vocabulary_changes`); they

@@ -13,13 +13,41 @@ INTERNAL = {"checks"}  # input validation shared by the modules, not an API of i
 
 
 def _defines_names(name: str) -> bool:
-    """A subpackage whose ``__init__`` only groups modules (a docstring) has no API of its own."""
+    """A subpackage whose ``__init__`` only groups modules (a docstring) has no API of its own;
+    one whose ``__all__`` re-exports names from its own modules has (autodoc documents every
+    name of ``__all__`` on its page)."""
     module = importlib.import_module(f"wsutils.{name}")
     return any(
         getattr(v, "__module__", None) == module.__name__
         for n, v in vars(module).items()
         if not n.startswith("_")
-    )
+    ) or bool(_reexported(name))
+
+
+def _reexported(name: str) -> set[str]:
+    """The names of ``wsutils.<name>``'s ``__all__`` defined in its own submodules."""
+    module = importlib.import_module(f"wsutils.{name}")
+    inside = f"{module.__name__}."
+    return {
+        n
+        for n in getattr(module, "__all__", ())
+        if getattr(getattr(module, n), "__module__", "").startswith(inside)
+    }
+
+
+def _documented_by_parent(name: str) -> bool:
+    """A module whose public names all appear in its package's ``__all__`` is documented on
+    its package's page, not on its own."""
+    parent, _, _ = name.rpartition(".")
+    if not parent:
+        return False
+    module = importlib.import_module(f"wsutils.{name}")
+    own = {
+        n
+        for n, v in vars(module).items()
+        if not n.startswith("_") and getattr(v, "__module__", None) == module.__name__
+    }
+    return bool(own) and own <= _reexported(parent)
 
 
 def _public_modules() -> list[str]:
@@ -34,6 +62,7 @@ def _public_modules() -> list[str]:
         if not any(part.startswith("_") for part in n.split("."))
         and n not in INTERNAL
         and _defines_names(n)
+        and not _documented_by_parent(n)
     )
 
 

@@ -134,7 +134,7 @@ def test_fast_head_estimator_and_generic_are_each_justified(enc, H):
     fast = tr.head_word_sensitivity(head, X, **kw)
     slow = tr.own_norm_word_sensitivity(tr.head_map(head), X, **kw)
     Z, _, scale = tr.own_norm_problem(tr.head_map(head), X)
-    obj = tr._HeadObjective(head, Z * scale, scale)
+    obj = tr.heads._HeadObjective(head, Z * scale, scale)
     for res in (fast, slow):
         for r in (1, 4):
             D = res.per_row_Delta[r]
@@ -230,7 +230,7 @@ def test_factored_equals_direct(enc, tokens, monkeypatch):
     np.testing.assert_array_equal(fac.tokens, dire.tokens)
     np.testing.assert_allclose(fac.values, dire.values, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(fac.dist, dire.dist, rtol=1e-10, atol=1e-13)
-    monkeypatch.setattr(tr, "_CANCEL_MAX", 0.0)
+    monkeypatch.setattr(tr.vocabulary, "_CANCEL_MAX", 0.0)
     forced = tr.vocabulary_changes(enc, ids, 2, tokens=tokens, batch=4)
     np.testing.assert_allclose(forced.values, fac.values, rtol=1e-10, atol=1e-13)
 
@@ -280,7 +280,7 @@ def test_factored_guard_and_cache(enc):
     # a formula that no longer matches the module is caught by the check, even when it is
     # off by far less than float32 rounding (relative 1e-9 in γ, or ε = 1e-5 for 1e-12)
     for field, value in (("gamma", lambda t: t.gamma * (1 + 1e-9)), ("eps", lambda t: 1e-5)):
-        tab = tr._tables(other, other.device)
+        tab = tr.vocabulary._tables(other, other.device)
         good = getattr(tab, field)
         setattr(tab, field, value(tab))
         with pytest.raises(ValueError, match="does not compute"):
@@ -564,14 +564,14 @@ def test_a_killed_pool_worker_keeps_the_finished_texts(enc, monkeypatch):
     ]
     want, _ = tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens)
     film = enc.tokenizer.convert_tokens_to_ids("film")
-    monkeypatch.setattr(tr, "vocabulary_changes", _exit_on(film, tr.vocabulary_changes))
+    monkeypatch.setattr(tr.vocabulary, "vocabulary_changes", _exit_on(film, tr.vocabulary_changes))
     with _spawn_or_fork("fork") as ex, pytest.raises(BrokenProcessPool, match="kept"):
         tr.vocabulary_search(enc, texts, 6, [1, 3], tokens=tokens, executor=ex)
     monkeypatch.undo()
     calls = []
     orig = tr.vocabulary_changes
     monkeypatch.setattr(
-        tr,
+        tr.vocabulary,
         "vocabulary_changes",
         lambda e, ids, i, **kw: calls.append(list(ids)) or orig(e, ids, i, **kw),
     )
@@ -581,3 +581,27 @@ def test_a_killed_pool_worker_keeps_the_finished_texts(enc, monkeypatch):
     for (r, ids, a), (r2, ids2, b) in zip(want, got):
         assert (r, ids, a.position) == (r2, ids2, b.position)
         np.testing.assert_array_equal(a.values, b.values)
+
+
+def test_experiment_sizes_and_rows(enc, monkeypatch):
+    """The trained chapters' sizes: one table per scale (``WSBOOK_SCALE`` picks it), the
+    figure-1 chapter's review pool and pair count shared with it; :func:`rows_of` spaces word
+    rows evenly without ``[CLS]`` and ``[SEP]``; :func:`long_reviews` keeps the first texts
+    that fill ``n`` tokens."""
+    from wsutils.experiments import figure1, trained
+
+    for name in ("quick", "paper"):
+        P, F = trained.scale(name), figure1.scale(name)
+        assert (P.reviews_pool, P.pairs) == (F.reviews, F.pairs)
+        assert P.used <= P.pairs and P.deep <= P.vocab_reviews * P.positions
+    monkeypatch.setenv("WSBOOK_SCALE", "paper")
+    assert trained.scale() == trained.SCALES["paper"]
+    with pytest.raises(ValueError):
+        trained.scale("huge")
+    assert trained.rows_of(32, 4) == [1, 11, 20, 30]
+    assert trained.rows_of(4, 8) == [1, 2]  # coinciding rows kept once
+    lengths = [len(enc.tokenizer.tokenize(t)) for t in TEXTS]
+    assert trained.long_reviews(TEXTS, enc.tokenizer, max(lengths) + 2, 2) == [
+        lengths.index(max(lengths))
+    ]
+    assert trained.long_reviews(TEXTS, enc.tokenizer, 2, 1) == [0]

@@ -66,7 +66,8 @@ EXPECTED_SECONDS = {
     "attention-far": 55,  # from attention (122 s whole): far grid, authors, phase
     "deep-random-features": 280,
     "random-features": 192,
-    "trained-attention": 155,
+    "trained-substitutions": 140,
+    "trained-attention": 55,
     "word-sensitivity": 96,
     "normalisation": 70,
     "normalisation-boundary": 25,

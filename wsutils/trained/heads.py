@@ -1,0 +1,323 @@
+"""One attention head of a trained model: its weights, a random control, its map
+(eq. :eq:`eq-trained-head`) and the own-norm search with a rank-one update, one head or many
+(:mod:`wsutils.trained`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .._tensor import Array
+from ..checks import check_int, check_seed
+from ..sensitivity import SensitivityResult, _ascend, certify, check_lr, search_setup
+from ._common import Map, _encoder, _layer_index
+from .own_norm import _to_x, own_norm_problem
+
+
+@dataclass(frozen=True)
+class Head:
+    """One attention head: ``W_Q``, ``W_K``, ``W_V`` (``d × d_h``), their biases (``d_h``), and
+    its block ``W_O`` (``d_h × d``) of the output projection (whose bias the block adds once,
+    not per head). Float64 tensors on the CPU. ``layer`` counts from 1, ``head`` from 0."""
+
+    W_Q: torch.Tensor
+    W_K: torch.Tensor
+    W_V: torch.Tensor
+    b_Q: torch.Tensor
+    b_K: torch.Tensor
+    b_V: torch.Tensor
+    W_O: torch.Tensor
+    layer: int
+    head: int
+
+    @property
+    def d(self) -> int:
+        return int(self.W_Q.shape[0])
+
+    @property
+    def d_h(self) -> int:
+        return int(self.W_Q.shape[1])
+
+    def qk_norm(self) -> float:
+        """``‖W_Q W_Kᵀ‖_F``."""
+        return float(torch.linalg.matrix_norm(self.W_Q @ self.W_K.T))
+
+
+def head_weights(enc, layer: int, head: int) -> Head:
+    """The weights of head ``head`` (from 0) of layer ``layer`` (from 1), read from the model's
+    own ``nn.Linear`` modules: ``query``/``key``/``value`` compute ``x Wᵀ + b`` with ``W`` of
+    shape ``(heads·d_h, d)``, so ``W_Q`` is the transpose of the head's block of rows;
+    ``attention.output.dense`` gives ``W_O`` (the head's block of columns, transposed)."""
+    enc = _encoder(enc)
+    layer = _layer_index(enc, layer)
+    head = check_int("head", head, minimum=0)
+    if head >= enc.heads:
+        raise ValueError(f"head must be between 0 and {enc.heads - 1}, got {head}.")
+    att = enc.model.encoder.layer[layer - 1].attention
+    dh = enc.hidden // enc.heads
+    rows = slice(head * dh, (head + 1) * dh)
+
+    def take(lin):
+        W = lin.weight.detach()[rows].T.to("cpu", torch.float64).clone()
+        b = lin.bias.detach()[rows].to("cpu", torch.float64).clone()
+        return W, b
+
+    (WQ, bQ), (WK, bK), (WV, bV) = (take(att.self.query), take(att.self.key), take(att.self.value))
+    WO = att.output.dense.weight.detach()[:, rows].T.to("cpu", torch.float64).clone()
+    return Head(W_Q=WQ, W_K=WK, W_V=WV, b_Q=bQ, b_K=bK, b_V=bV, W_O=WO, layer=layer, head=head)
+
+
+def random_head(head: Head, *, seed: int) -> Head:
+    """A random head of the same shapes (the control of the chapter ``trained-attention``):
+    ``W_Q``, ``W_K``, ``W_V`` with i.i.d. normal entries, ``W_Q`` and ``W_K`` rescaled by one
+    common factor so that ``‖W_Q W_Kᵀ‖_F`` equals the trained head's, ``W_V`` rescaled to the
+    trained ``‖W_V‖_F``; no biases. Seeded."""
+    seed = check_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    d, dh = head.d, head.d_h
+    WQ, WK, WV = (torch.randn(d, dh, generator=g, dtype=torch.float64) for _ in range(3))
+    c = math.sqrt(head.qk_norm() / float(torch.linalg.matrix_norm(WQ @ WK.T)))
+    WV = WV * (float(torch.linalg.matrix_norm(head.W_V)) / float(torch.linalg.matrix_norm(WV)))
+    z = torch.zeros(dh, dtype=torch.float64)
+    return Head(
+        W_Q=c * WQ,
+        W_K=c * WK,
+        W_V=WV,
+        b_Q=z,
+        b_K=z.clone(),
+        b_V=z.clone(),
+        W_O=head.W_O.clone(),
+        layer=head.layer,
+        head=head.head,
+    )
+
+
+def _qkv(head: Head, X: torch.Tensor):
+    WQ, WK, WV, bQ, bK, bV = (
+        t.to(dtype=X.dtype, device=X.device)
+        for t in (head.W_Q, head.W_K, head.W_V, head.b_Q, head.b_K, head.b_V)
+    )
+    return X @ WQ + bQ, X @ WK + bK, X @ WV + bV
+
+
+def head_map(head: Head) -> Map:
+    """The trained head as a map (eq. :eq:`eq-trained-head`):
+    ``φ(X) = softmax((X W_Q + b_Q)(X W_K + b_K)ᵀ/√d_h)(X W_V + b_V)``, ``(…, n, d) → (…, n, d_h)``,
+    in the dtype of ``X``: the head's slice of ``attention.self``'s output."""
+    scale = 1 / math.sqrt(head.d_h)
+
+    def phi(X: torch.Tensor) -> torch.Tensor:
+        Q, K, V = _qkv(head, X)
+        return torch.softmax(Q @ K.transpose(-1, -2) * scale, dim=-1) @ V
+
+    return phi
+
+
+class _HeadObjective:
+    """Relative change of one head for a batch of (row, Δ') in the own-norm coordinates,
+    by a rank-one update: only ``q_i``, ``k_i``, ``v_i`` change."""
+
+    def __init__(self, head: Head, X: torch.Tensor, r: torch.Tensor):
+        self.X, self.r = X, r.to(X.dtype)[:, 0]
+        self.WQ, self.WK, self.WV = (t.to(X) for t in (head.W_Q, head.W_K, head.W_V))
+        self.scale = 1 / math.sqrt(head.d_h)
+        with torch.no_grad():
+            self.Q, self.K, self.V = _qkv(head, X)
+            self.base = torch.softmax(self.Q @ self.K.T * self.scale, -1) @ self.V
+            self.base_norm = float(torch.linalg.vector_norm(self.base))
+
+    def __call__(self, row_idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
+        n = self.X.shape[0]
+        D = Delta * self.r[row_idx][:, None]  # Δ in X's coordinates
+        one = torch.nn.functional.one_hot(row_idx, n).to(D.dtype)[:, :, None]
+        Q = self.Q + one * (D @ self.WQ)[:, None]
+        K = self.K + one * (D @ self.WK)[:, None]
+        V = self.V + one * (D @ self.WV)[:, None]
+        out = torch.softmax(Q @ K.transpose(-1, -2) * self.scale, -1) @ V
+        diff = (out - self.base).flatten(1)
+        return torch.linalg.vector_norm(diff, dim=1) / self.base_norm
+
+
+def head_word_sensitivity(
+    head: Head,
+    X: Array,
+    *,
+    rows=None,
+    starts: int = 4,
+    steps: int = 50,
+    seed: int = 0,
+    lr: float = 0.5,
+    dtype: torch.dtype = torch.float32,
+    max_batch_elements: int = 2**23,
+    device=None,
+) -> SensitivityResult:
+    """``S^own`` (:prf:ref:`def-own-norm-ws`) of one head (:func:`head_map`) at ``X``: the
+    search of :func:`wsutils.sensitivity.word_sensitivity` (same starts from ``seed``, same
+    steps, best iterate kept; so the same answer as :func:`own_norm_word_sensitivity` up to
+    rounding), with ``q_i, k_i, v_i`` updated in place of recomputing ``X W_Q`` … for every
+    start and step. Every reported value is recomputed with :func:`head_map` in float64;
+    ``Delta`` is in the coordinates of ``X``."""
+    Z, phi_Z, r = own_norm_problem(head_map(head), X, device=device)
+    Zs, row_list, _ = search_setup(
+        Z.to(dtype), rows=rows, starts=starts, steps=steps, check_norms=False, device=device
+    )
+    seed, lr = check_seed(seed), check_lr(lr)
+    obj = _HeadObjective(head, (Zs * r.to(Zs)), r.to(Zs))
+    if not obj.base_norm > 0:
+        raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and head.")
+    found = _ascend(
+        lambda chunk: obj,
+        Zs,
+        row_list,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        extra=None,
+        lr=lr,
+        max_batch_elements=max_batch_elements,
+        progress=False,
+    )
+    res = certify(
+        phi_Z,
+        Z.to(Zs.device),
+        found,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        max_batch_elements=max_batch_elements,
+    )  # at X itself, in float64
+    return _to_x(res, r)
+
+
+class _HeadsObjective:
+    """:class:`_HeadObjective` for several heads at once: search index ``k`` is head
+    ``k // n``, row ``k % n`` (one batch for all the heads of a layer)."""
+
+    def __init__(self, heads: Sequence[Head], X: torch.Tensor, r: torch.Tensor):
+        self.n = X.shape[0]
+        self.r = r.to(X.dtype)[:, 0]
+
+        def stack(name):
+            return torch.stack([getattr(h, name) for h in heads]).to(X)
+
+        self.WQ, self.WK, self.WV = stack("W_Q"), stack("W_K"), stack("W_V")  # (H, d, dh)
+        self.scale = 1 / math.sqrt(heads[0].d_h)
+        with torch.no_grad():
+            self.Q = X @ self.WQ + stack("b_Q")[:, None]  # (H, n, dh)
+            self.K = X @ self.WK + stack("b_K")[:, None]
+            self.V = X @ self.WV + stack("b_V")[:, None]
+            self.base = torch.softmax(self.Q @ self.K.transpose(-1, -2) * self.scale, -1) @ self.V
+            self.base_norm = torch.linalg.vector_norm(self.base.flatten(1), dim=1)  # (H,)
+
+    def __call__(self, idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
+        h, i = idx // self.n, idx % self.n
+        D = (Delta * self.r[i][:, None])[:, None]  # (B, 1, d)
+        one = torch.nn.functional.one_hot(i, self.n).to(Delta.dtype)[:, :, None]
+        Q = self.Q[h] + one * (D @ self.WQ[h])
+        K = self.K[h] + one * (D @ self.WK[h])
+        V = self.V[h] + one * (D @ self.WV[h])
+        out = torch.softmax(Q @ K.transpose(-1, -2) * self.scale, -1) @ V
+        diff = (out - self.base[h]).flatten(1)
+        return torch.linalg.vector_norm(diff, dim=1) / self.base_norm[h]
+
+
+def heads_word_sensitivity(
+    heads: Sequence[Head],
+    X: Array,
+    *,
+    rows=None,
+    starts: int = 2,
+    steps: int = 20,
+    seed: int = 0,
+    lr: float = 0.5,
+    dtype: torch.dtype = torch.float32,
+    max_batch_elements: int = 2**23,
+    device=None,
+) -> np.ndarray:
+    """``S^own`` (:prf:ref:`def-own-norm-ws`) of several heads at the same ``X``, one value
+    per head: the search of :func:`head_word_sensitivity` (same starts, steps and step sizes)
+    for all the heads in one batch (so its random starts differ from separate calls), every
+    value recomputed with :func:`head_map` in float64 at the best ``Δ`` of each head."""
+    heads = list(heads)
+    if not heads:
+        raise ValueError("heads is empty: pass at least one Head.")
+    Z, _, r = own_norm_problem(head_map(heads[0]), X, device=device)
+    n = Z.shape[0]
+    Zs, row_list, _ = search_setup(
+        Z.to(dtype), rows=rows, starts=starts, steps=steps, check_norms=False, device=device
+    )
+    seed, lr = check_seed(seed), check_lr(lr)
+    obj = _HeadsObjective(heads, Zs * r.to(Zs), r.to(Zs))
+    dummy = Zs.expand(len(heads), -1, -1).reshape(len(heads) * n, -1)  # index h·n + i
+    idx = [h * n + i for h in range(len(heads)) for i in row_list]
+    found = _ascend(
+        lambda chunk: obj,
+        dummy,
+        idx,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        extra=None,
+        lr=lr,
+        max_batch_elements=max_batch_elements,
+        progress=False,
+    )
+    out = np.empty(len(heads))
+    for h, head in enumerate(heads):
+        _, phi_Z, _ = own_norm_problem(head_map(head), X, device=device)
+        res = certify(
+            phi_Z,
+            Z.to(Zs.device),
+            {i: found[h * n + i] for i in row_list},
+            starts=starts,
+            steps=steps,
+            seed=seed,
+            max_batch_elements=max_batch_elements,
+        )
+        out[h] = res.value
+    return out
+
+
+def head_grid(
+    enc,
+    inputs,
+    rows,
+    *,
+    control: bool = False,
+    starts: int = 2,
+    steps: int = 20,
+    seed: int = 0,
+    device=None,
+) -> np.ndarray:
+    """``S^own`` (:prf:ref:`def-own-norm-ws`) of every head of every layer, ``(L, heads)``:
+    ``inputs`` is ``(L + 1, n, d)`` (one text, :func:`layer_inputs`); the heads of layer
+    ``ℓ`` are searched at ``inputs[ℓ − 1]`` over ``rows`` by :func:`heads_word_sensitivity`
+    (seed :func:`wsutils.run.seeds.point_seed` ``(seed, ℓ)``). ``control=True`` searches
+    :func:`random_head` of each head instead (seed ``point_seed("random head", seed, ℓ, h)``)."""
+    from ..run.seeds import point_seed
+
+    enc = _encoder(enc)
+    out = np.empty((enc.layers, enc.heads))
+    for layer in range(1, enc.layers + 1):
+        X = np.asarray(inputs[layer - 1], dtype=np.float64)
+        heads = [head_weights(enc, layer, h) for h in range(enc.heads)]
+        if control:
+            heads = [
+                random_head(hd, seed=point_seed("random head", seed, layer, hd.head))
+                for hd in heads
+            ]
+        out[layer - 1] = heads_word_sensitivity(
+            heads,
+            X,
+            rows=rows,
+            starts=starts,
+            steps=steps,
+            seed=point_seed("heads", seed, layer),
+            device=device,
+        )
+    return out

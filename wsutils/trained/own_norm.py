@@ -1,0 +1,99 @@
+"""The word sensitivity with the word's own norm (:prf:ref:`def-own-norm-ws`): the rescaling
+to the book's definition and the search on it (:mod:`wsutils.trained`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._tensor import Array, as_tensor
+from ..checks import check_int, check_seed
+from ..sensitivity import SensitivityResult, certify, check_lr, search_rows, search_setup
+from ._common import Map
+
+
+def own_norm_problem(phi: Map, X: Array, *, device=None):
+    """The rescaling behind :prf:ref:`def-own-norm-ws`: returns ``(Z, phi_Z, r)`` with
+    ``r_j = ‖x_j‖/√d``, ``Z = diag(r)⁻¹ X`` (every row of norm ``√d``) and
+    ``phi_Z(Z') = φ(diag(r) Z')``. Moving row ``i`` of ``Z`` by ``Δ'`` with ``‖Δ'‖ ≤ √d`` moves
+    row ``i`` of ``X`` by ``Δ = r_i Δ'``, ``‖Δ‖ ≤ ‖x_i‖``, and ``phi_Z(Z) = φ(X)``, so
+    ``S_{phi_Z}(Z)`` in the book's definition (radius ``√d``) is the own-norm sensitivity of
+    ``φ`` at ``X``. ``Z`` and ``r`` are float64 tensors."""
+    Xt = as_tensor(X, dtype=torch.float64, device=device, name="X")
+    if Xt.ndim != 2:
+        raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
+    if not bool(torch.isfinite(Xt).all()):
+        raise ValueError("X has non-finite entries (NaN or inf).")
+    d = Xt.shape[1]
+    r = torch.linalg.vector_norm(Xt, dim=1, keepdim=True) / math.sqrt(d)
+    if not bool((r > 0).all()):
+        raise ValueError("a row of X is zero: its own-norm ball is a point; drop that row.")
+    Z = Xt / r
+
+    def phi_Z(Zb: torch.Tensor) -> torch.Tensor:
+        return phi(Zb * r.to(Zb.dtype))
+
+    return Z, phi_Z, r
+
+
+def _to_x(res: SensitivityResult, r: torch.Tensor) -> SensitivityResult:
+    scale = r[:, 0].cpu().numpy()
+    res.per_row_Delta = {i: D * scale[i] for i, D in res.per_row_Delta.items()}
+    res.Delta = res.per_row_Delta[res.row]
+    return res
+
+
+def own_norm_word_sensitivity(
+    phi: Map,
+    X: Array,
+    *,
+    rows=None,
+    starts: int = 4,
+    steps: int = 50,
+    seed: int = 0,
+    lr: float = 0.5,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+    max_batch_elements: int = 2**23,
+) -> SensitivityResult:
+    """``Ŝ^own_φ(X)``, a certified lower bound on ``S^own_φ(X)`` (:prf:ref:`def-own-norm-ws`):
+    the search of :func:`wsutils.sensitivity.word_sensitivity` (same starts from ``seed``,
+    same steps and step sizes) on :func:`own_norm_problem`, run in ``dtype``; the best iterate
+    of every row is then projected onto the exact ball in float64 and its relative change
+    recomputed in float64 at ``X`` itself (:func:`wsutils.sensitivity.certify` on ``Z`` in
+    float64, not on ``Z`` rounded to ``dtype``), so every reported value is attained by the
+    returned ``Δ`` at the given ``X``, up to float64 rounding. ``Delta``/``per_row_Delta``
+    are returned in the coordinates of ``X`` (``‖Δ‖ ≤ ‖x_i‖`` up to the rounding of one
+    multiplication)."""
+    Z, phi_Z, r = own_norm_problem(phi, X, device=device)
+    Zs, row_list, _ = search_setup(
+        Z.to(dtype), rows=rows, starts=starts, steps=steps, check_norms=False, device=device
+    )
+    seed, lr = check_seed(seed), check_lr(lr)
+    max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
+    with torch.no_grad():
+        base = phi_Z(Zs[None])[0]
+    found = search_rows(
+        phi_Z,
+        Zs,
+        base,
+        row_list,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        extra=None,
+        lr=lr,
+        max_batch_elements=max_batch_elements,
+    )
+    res = certify(
+        phi_Z,
+        Z.to(Zs.device),
+        found,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        max_batch_elements=max_batch_elements,
+    )  # at X itself, in float64
+    return _to_x(res, r)
