@@ -21,6 +21,12 @@ float64 either way), side by side in one process, one thread, alternately: CPU s
 the relative differences of ``S``, ``S_first`` and the smallest per-row value.
 
 ``python -m benchmarks.bench_imdb --attention --maps RAF --points 100x96,200x192,200x384``
+
+``--upper`` instead: the RF point (``mode="rows"``) with and without the upper certificate
+(``upper=False``), which the chapter never reads: CPU seconds, and whether ``S``, every
+per-row value and the lower bound agree exactly.
+
+``python -m benchmarks.bench_imdb --upper --points 100x192,200x384``
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ RF_ROWS, STEPS, STARTS = 16, 20, 2  # the chapter's paper-scale RF search
 ATT_STEPS, ATT_STARTS = 100, 4  # the chapter's paper-scale attention search
 
 
-def one(n: int, d: int, mode: str, seed: int = 0) -> tuple[float, float, object]:
+def one(
+    n: int, d: int, mode: str, seed: int = 0, upper: bool = True
+) -> tuple[float, float, object]:
     X = sample_X(n, d, seed=seed)
     t0, c0 = time.perf_counter(), time.process_time()
     r = rf_word_sensitivity(
@@ -49,8 +57,36 @@ def one(n: int, d: int, mode: str, seed: int = 0) -> tuple[float, float, object]
         starts=STARTS,
         steps=STEPS,
         mode=mode,
+        upper=upper,
     )
     return time.perf_counter() - t0, time.process_time() - c0, r
+
+
+def rf_upper(points: list[tuple[int, int]], repeats: int) -> None:
+    """The sweep's RF point (``mode="rows"``) with and without the upper certificate, which
+    the chapter never reads: CPU seconds and whether ``S`` and every per-row value agree."""
+    print(
+        f"torch {torch.__version__}, 1 thread; RF sweep point, {RF_ROWS} rows, {STARTS} "
+        f"starts, {STEPS} steps, k = n·d, mode='rows'; upper=True vs upper=False"
+    )
+    print(f"{'n':>5}{'d':>5}  {'upper CPU s':>12}{'no upper':>10}{'ratio':>7}  {'S':>9}  same")
+    total = [0.0, 0.0]
+    for n, d in points:
+        best = {}
+        for _ in range(repeats):
+            for up in (True, False):
+                _, cpu, r = one(n, d, "rows", upper=up)
+                if up not in best or cpu < best[up][0]:
+                    best[up] = (cpu, r)
+        (cu, ru), (cn, rn) = best[True], best[False]
+        total[0] += cu
+        total[1] += cn
+        same = ru.value == rn.value and ru.per_row == rn.per_row and ru.lower == rn.lower
+        print(
+            f"{n:>5}{d:>5}  {cu:>12.1f}{cn:>10.1f}{cu / cn:>6.2f}×  {ru.value:>9.4f}  {same}",
+            flush=True,
+        )
+    print(f"total: {total[0]:.1f} → {total[1]:.1f} CPU s ({total[0] / total[1]:.2f}×)")
 
 
 def _units(n: int, d: int, mode: str) -> tuple[float, float]:
@@ -137,8 +173,13 @@ def main(argv=None) -> None:
     ap.add_argument("--attention", action="store_true", help="float64 vs float32 search")
     ap.add_argument("--maps", default="RAF", help="attention maps, comma separated")
     ap.add_argument("--texts", type=int, default=1, help="reviews per attention point")
+    ap.add_argument("--upper", action="store_true", help="RF: with vs without upper bound")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    if args.upper:
+        pts = [tuple(int(v) for v in spec.split("x")) for spec in args.points.split(",")]
+        rf_upper(pts, args.repeats)
+        return
     if args.attention:
         pts = [tuple(int(v) for v in spec.split("x")) for spec in args.points.split(",")]
         attention(pts, args.maps.split(","), args.repeats, args.texts)

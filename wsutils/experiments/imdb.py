@@ -256,7 +256,8 @@ def sensitivity_point(
     ``rf_mode`` (RF only): ``"rows"`` draws ``V flat(X)`` jointly with the searched column
     blocks only (:func:`wsutils.estimators.rf.rf_rows_law`, :prf:ref:`prop-rf-rows-law`: a
     draw of the same law as ``"blocks"``, which draws all ``n`` blocks to form
-    ``V flat(X)``); with every row searched the two are the same draw.
+    ``V flat(X)``); with every row searched the two are the same draw. The RF upper
+    certificate is not computed (``upper=False``; nothing here returns it).
 
     ``search_dtype`` (attention only; ``None``: float64, or ``"float32"``) is the precision
     of the search alone (:func:`wsutils.estimators.attention.attention_word_sensitivity`):
@@ -293,6 +294,7 @@ def sensitivity_point(
             starts=starts,
             steps=steps,
             mode="blocks" if picked is None else rf_mode,
+            upper=False,  # never returned: S, the lower bound and the search are unchanged
         )
     else:
         # the search of wsutils.sensitivity.word_sensitivity, in O(n·d) per start and step
