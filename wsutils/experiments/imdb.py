@@ -8,6 +8,8 @@ review is named by its ``review`` id in the loaded dataset), and the model, the 
 embeddings are loaded once per process (the embeddings through the on-disk cache).
 :func:`flip_point_imdb` is the grid-point function of the generalization experiment
 (:func:`wsutils.generalization.flip_runs`) on labelled reviews (:func:`flip_texts`).
+:func:`scale` gives the sizes of the two chapters (``imdb``, ``imdb-generalization``) at one
+scale, and :func:`sweep_point` one sweep point's parameters at those sizes.
 """
 
 from __future__ import annotations
