@@ -13,6 +13,20 @@ The per-point CPU seconds are multiplied out over the chapter's paper grid (``n`
 ``--grid`` mode, from a fit ``t(n, d) = a·(draws)·k·d + b·rows·k·d`` per mode.
 
 ``python -m benchmarks.bench_imdb --points 100x384,150x768``
+
+``--attention`` instead: the sweep's attention points (every row searched, the chapter's
+paper-scale starts and steps) on real reviews (the first of the chapter's paper selection),
+the float64 search against the float32 one (``search_dtype``; every value recomputed in
+float64 either way), side by side in one process, one thread, alternately: CPU seconds and
+the relative differences of ``S``, ``S_first`` and the smallest per-row value.
+
+``python -m benchmarks.bench_imdb --attention --maps RAF --points 100x96,200x192,200x384``
+
+``--upper`` instead: the RF point (``mode="rows"``) with and without the upper certificate
+(``upper=False``), which the chapter never reads: CPU seconds, and whether ``S``, every
+per-row value and the lower bound agree exactly.
+
+``python -m benchmarks.bench_imdb --upper --points 100x192,200x384``
 """
 
 from __future__ import annotations
@@ -27,9 +41,12 @@ from wsutils.experiments.imdb import searched_rows
 from wsutils.weights import sample_X
 
 RF_ROWS, STEPS, STARTS = 16, 20, 2  # the chapter's paper-scale RF search
+ATT_STEPS, ATT_STARTS = 100, 4  # the chapter's paper-scale attention search
 
 
-def one(n: int, d: int, mode: str, seed: int = 0) -> tuple[float, float, object]:
+def one(
+    n: int, d: int, mode: str, seed: int = 0, upper: bool = True
+) -> tuple[float, float, object]:
     X = sample_X(n, d, seed=seed)
     t0, c0 = time.perf_counter(), time.process_time()
     r = rf_word_sensitivity(
@@ -40,8 +57,36 @@ def one(n: int, d: int, mode: str, seed: int = 0) -> tuple[float, float, object]
         starts=STARTS,
         steps=STEPS,
         mode=mode,
+        upper=upper,
     )
     return time.perf_counter() - t0, time.process_time() - c0, r
+
+
+def rf_upper(points: list[tuple[int, int]], repeats: int) -> None:
+    """The sweep's RF point (``mode="rows"``) with and without the upper certificate, which
+    the chapter never reads: CPU seconds and whether ``S`` and every per-row value agree."""
+    print(
+        f"torch {torch.__version__}, 1 thread; RF sweep point, {RF_ROWS} rows, {STARTS} "
+        f"starts, {STEPS} steps, k = n·d, mode='rows'; upper=True vs upper=False"
+    )
+    print(f"{'n':>5}{'d':>5}  {'upper CPU s':>12}{'no upper':>10}{'ratio':>7}  {'S':>9}  same")
+    total = [0.0, 0.0]
+    for n, d in points:
+        best = {}
+        for _ in range(repeats):
+            for up in (True, False):
+                _, cpu, r = one(n, d, "rows", upper=up)
+                if up not in best or cpu < best[up][0]:
+                    best[up] = (cpu, r)
+        (cu, ru), (cn, rn) = best[True], best[False]
+        total[0] += cu
+        total[1] += cn
+        same = ru.value == rn.value and ru.per_row == rn.per_row and ru.lower == rn.lower
+        print(
+            f"{n:>5}{d:>5}  {cu:>12.1f}{cn:>10.1f}{cu / cn:>6.2f}×  {ru.value:>9.4f}  {same}",
+            flush=True,
+        )
+    print(f"total: {total[0]:.1f} → {total[1]:.1f} CPU s ({total[0] / total[1]:.2f}×)")
 
 
 def _units(n: int, d: int, mode: str) -> tuple[float, float]:
@@ -68,12 +113,77 @@ def grid_estimate(measured: dict, h: int = 384, texts: int = 3) -> dict:
     } | {"a": a, "b": b}
 
 
+def attention(points: list[tuple[int, int]], maps: list[str], repeats: int, texts: int) -> None:
+    """float64 against float32 search on the sweep's attention points (real reviews)."""
+    from wsutils.experiments.imdb import sensitivity_point
+    from wsutils.run import config
+    from wsutils.run.seeds import point_seed
+    from wsutils.text import data
+    from wsutils.text import embeddings as em
+
+    model = config.model()
+    imdb = None if config.imdb() is None else str(config.imdb())
+    enc = em.load_model(model)
+    sel = data.select_reviews(data.load_imdb(imdb), 100, tokenizer=enc.tokenizer, seed=0)
+    print(
+        f"torch {torch.__version__}, 1 thread; attention sweep point ({model}), every row, "
+        f"{ATT_STARTS} starts, {ATT_STEPS} steps; float64 vs float32 search"
+    )
+    print(
+        f"{'map':>15}{'n':>5}{'d':>5}{'rev':>6}  {'f64 CPU s':>10}{'f32 CPU s':>10}"
+        f"{'ratio':>7}  {'S f64':>9}{'|ΔS|/S':>9}{'|ΔS_first|':>11}{'|Δmin|':>9}"
+    )
+    total = {None: 0.0, "float32": 0.0}
+    worst = 0.0
+    for m in maps:
+        for n, d in points:
+            for r in sel.review[:texts]:
+                p = dict(map=m, n=n, d=d, source="imdb", review=int(r), keep="all")
+                p |= dict(seed=point_seed(m, "imdb", d, n, int(r)), model=model, imdb=imdb)
+                p |= dict(steps=ATT_STEPS, starts=ATT_STARTS, rows=None)
+                best = {}
+                for _ in range(repeats):
+                    for dt in (None, "float32"):
+                        c0 = time.process_time()
+                        out = sensitivity_point(**p, search_dtype=dt)
+                        cpu = time.process_time() - c0
+                        if dt not in best or cpu < best[dt][0]:
+                            best[dt] = (cpu, out)
+                (c64, a), (c32, b) = best[None], best["float32"]
+                total[None] += c64
+                total["float32"] += c32
+                rel = {k: abs(b[k] - a[k]) / a[k] for k in ("S", "S_first", "S_row_min")}
+                worst = max(worst, *rel.values())
+                print(
+                    f"{m:>15}{n:>5}{d:>5}{int(r):>6}  {c64:>10.1f}{c32:>10.1f}"
+                    f"{c64 / c32:>6.2f}×  {a['S']:>9.4f}{rel['S']:>9.1e}"
+                    f"{rel['S_first']:>11.1e}{rel['S_row_min']:>9.1e}",
+                    flush=True,
+                )
+    print(
+        f"total: float64 {total[None]:.1f} CPU s, float32 {total['float32']:.1f} CPU s "
+        f"({total[None] / total['float32']:.2f}×); largest relative difference {worst:.1e}"
+    )
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", default="100x384,150x768", help="n x d, comma separated")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--attention", action="store_true", help="float64 vs float32 search")
+    ap.add_argument("--maps", default="RAF", help="attention maps, comma separated")
+    ap.add_argument("--texts", type=int, default=1, help="reviews per attention point")
+    ap.add_argument("--upper", action="store_true", help="RF: with vs without upper bound")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    if args.upper:
+        pts = [tuple(int(v) for v in spec.split("x")) for spec in args.points.split(",")]
+        rf_upper(pts, args.repeats)
+        return
+    if args.attention:
+        pts = [tuple(int(v) for v in spec.split("x")) for spec in args.points.split(",")]
+        attention(pts, args.maps.split(","), args.repeats, args.texts)
+        return
     print(
         f"torch {torch.__version__}, 1 thread; RF sweep point, {RF_ROWS} rows, "
         f"{STARTS} starts, {STEPS} steps, k = n·d"

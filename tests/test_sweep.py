@@ -249,3 +249,39 @@ def test_pick_takes_the_entry_of_the_scale(monkeypatch):
         config.pick(table, "huge")
     with pytest.raises(ValueError, match="no entry"):
         config.pick({"quick": 1})
+
+
+def test_imdb_scale_sweep_points_and_search_precision():
+    from wsutils.experiments import imdb
+    from wsutils.experiments.imdb import sensitivity_point, sweep_point
+
+    q, p = imdb.scale("quick"), imdb.scale("paper")
+    assert (q.ds(384), q.ns, q.texts, q.steps, q.starts) == ((96,), (10, 20, 40), 2, 25, 2)
+    assert (p.ds(384), p.ns, p.texts, p.steps, p.starts) == (
+        (96, 192, 384),
+        (10, 20, 50, 100, 150, 200),
+        3,
+        100,
+        4,
+    )
+    assert (p.gen_d(384), p.gen_Ns, q.gen_d(384), q.gen_Ns) == (
+        384,
+        (1100, 1200, 1300),
+        96,
+        (250, 300),
+    )
+    assert (p.rf_steps, p.rf_starts, p.rf_rows, p.workers, p.reviews) == (20, 2, 16, 2, 100)
+    where = dict(model="m", imdb=None)
+    raf, relu, rf = (
+        sweep_point(p, m, 50, 96, "imdb", 7, **where) for m in imdb.SEARCH_DTYPE | {"RF": 0}
+    )
+    assert raf["search_dtype"] == "float32" and relu["search_dtype"] is None
+    assert "search_dtype" not in rf and rf["rows"] == 16 and raf["rows"] is None
+    kw = dict(n=12, d=8, source="gaussian", review=3, keep="all", seed=5, steps=10, starts=2)
+    kw |= dict(model=None, imdb=None)
+    r64 = sensitivity_point(map="RAF", **kw)
+    r32 = sensitivity_point(map="RAF", search_dtype="float32", **kw)
+    assert r32["n_rows"] == 12 and r32["S_first"] <= r32["S"] * (1 + 1e-9)
+    assert abs(r32["S"] - r64["S"]) <= 1e-4 * r64["S"]  # values certified in float64 either way
+    with pytest.raises(ValueError, match="search_dtype"):
+        sensitivity_point(map="RF", search_dtype="float32", **kw)

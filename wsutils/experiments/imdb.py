@@ -8,12 +8,15 @@ review is named by its ``review`` id in the loaded dataset), and the model, the 
 embeddings are loaded once per process (the embeddings through the on-disk cache).
 :func:`flip_point_imdb` is the grid-point function of the generalization experiment
 (:func:`wsutils.generalization.flip_runs`) on labelled reviews (:func:`flip_texts`).
+:func:`scale` gives the sizes of the two chapters (``imdb``, ``imdb-generalization``) at one
+scale, and :func:`sweep_point` one sweep point's parameters at those sizes.
 """
 
 from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -23,11 +26,18 @@ from ..estimators.attention import attention_word_sensitivity
 from ..generalization import LOSSES, TRAININGS, check_Ns, flip_runs
 from ..maps import raf, relu_attention
 from ..run import config
+from ..run.seeds import point_seed
 from ..text.data import load_imdb, select_reviews
 from ..text.embeddings import embed, load_model, sample_matrix, word_rows
 from ..weights import sample_W, sample_X
+from .attention import SEARCH_DTYPE as _ATTENTION_DTYPE
 
 __all__ = [
+    "Scale",
+    "SCALES",
+    "scale",
+    "SEARCH_DTYPE",
+    "sweep_point",
     "MAPS",
     "review_matrix",
     "searched_rows",
@@ -39,6 +49,127 @@ __all__ = [
 MAPS = {"RAF": raf, "ReLU attention": relu_attention}
 _KINDS = {"RAF": "raf", "ReLU attention": "relu"}
 KEEP = ("all", "words")
+
+#: The precision of each attention map's search in the sweep, that of the softmax and ReLU
+#: chapters' grids (:data:`wsutils.experiments.attention.SEARCH_DTYPE`, where the reasons
+#: are): float32 for softmax attention, float64 (``None``) for ReLU attention. Every value
+#: is recomputed with the full map in float64 on the float64 text either way.
+SEARCH_DTYPE = {m: _ATTENTION_DTYPE[k] for m, k in _KINDS.items()}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The imdb chapters' sizes at one scale.
+
+    ``reviews``: reviews selected (half of each label); ``d_divisors``: the sweep's widths
+    ``d = h // f`` for the model's width ``h`` (:meth:`ds`); ``ns``: its lengths; ``texts``:
+    reviews (and Gaussian texts) per grid point; ``steps``, ``starts``: the attention search
+    (every row); ``rf_steps``, ``rf_starts``, ``rf_rows``: the random-features search, over
+    ``rf_rows`` rows (:func:`searched_rows`); ``workers``: the sweep's processes. ``gen_*``:
+    the generalization experiment (width ``h // gen_d_divisor``, training sizes ``gen_Ns``,
+    ``gen_draws`` new texts, the search's ``gen_starts`` and ``gen_steps``)."""
+
+    reviews: int
+    d_divisors: tuple[int, ...]
+    ns: tuple[int, ...]
+    texts: int
+    steps: int
+    starts: int
+    rf_steps: int
+    rf_starts: int
+    rf_rows: int
+    workers: int
+    gen_d_divisor: int
+    gen_Ns: tuple[int, ...]
+    gen_draws: int
+    gen_starts: int
+    gen_steps: int
+
+    def ds(self, h: int) -> tuple[int, ...]:
+        """The sweep's widths for a model of width ``h``."""
+        return tuple(h // f for f in self.d_divisors)
+
+    def gen_d(self, h: int) -> int:
+        """The generalization experiment's width for a model of width ``h``."""
+        return h // self.gen_d_divisor
+
+
+SCALES = {
+    "quick": Scale(
+        reviews=8,
+        d_divisors=(4,),
+        ns=(10, 20, 40),
+        texts=2,
+        steps=25,
+        starts=2,
+        rf_steps=25,
+        rf_starts=2,
+        rf_rows=16,
+        workers=1,
+        gen_d_divisor=4,
+        gen_Ns=(250, 300),
+        gen_draws=1,
+        gen_starts=3,
+        gen_steps=120,
+    ),
+    "paper": Scale(  # the attention search as the attention chapter's paper grid
+        reviews=100,
+        d_divisors=(4, 2, 1),
+        ns=(10, 20, 50, 100, 150, 200),
+        texts=3,
+        steps=100,
+        starts=4,
+        rf_steps=20,  # RF: every row costs O(k·d) per step
+        rf_starts=2,
+        rf_rows=16,
+        workers=2,
+        gen_d_divisor=1,
+        gen_Ns=(1100, 1200, 1300),
+        gen_draws=2,
+        gen_starts=4,
+        gen_steps=300,
+    ),
+}
+
+
+def scale(name: str | None = None) -> Scale:
+    """The imdb chapters' sizes at scale ``name`` (``None``: the current ``WSBOOK_SCALE``)."""
+    return config.pick(SCALES, name)
+
+
+def sweep_point(
+    P: Scale,
+    map: str,
+    n: int,
+    d: int,
+    source: str,
+    review: int,
+    *,
+    model: str,
+    imdb: str | None,
+    keep: str = "all",
+) -> dict:
+    """The parameters of one sweep point for :func:`sensitivity_point` at sizes ``P``: its own
+    weights (seed ``point_seed(map, source, d, n, review)``), the search of ``map`` (random
+    features: ``P.rf_*`` over ``P.rf_rows`` rows; attention: ``P.steps`` and ``P.starts`` over
+    every row, in the precision :data:`SEARCH_DTYPE` gives ``map``)."""
+    if map == "RF":
+        search = dict(steps=P.rf_steps, starts=P.rf_starts, rows=P.rf_rows)
+    else:
+        search = dict(steps=P.steps, starts=P.starts, rows=None)
+        search["search_dtype"] = SEARCH_DTYPE[map]
+    return dict(
+        map=map,
+        n=int(n),
+        d=int(d),
+        source=source,
+        review=int(review),
+        seed=point_seed(map, source, int(d), int(n), int(review)),
+        keep=keep,
+        model=model,
+        imdb=imdb,
+        **search,
+    )
 
 
 def _dataset(imdb: str | None):
@@ -115,6 +246,7 @@ def sensitivity_point(
     imdb: str | None,
     rows: int | None = None,
     rf_mode: str = "rows",
+    search_dtype: str | None = None,
 ) -> dict:
     """One point of the sweep: the word sensitivity (:prf:ref:`def-word-sensitivity`) of
     ``map`` — ``"RF"`` (``k = D = n·d``, the exact estimator
@@ -126,7 +258,12 @@ def sensitivity_point(
     ``rf_mode`` (RF only): ``"rows"`` draws ``V flat(X)`` jointly with the searched column
     blocks only (:func:`wsutils.estimators.rf.rf_rows_law`, :prf:ref:`prop-rf-rows-law`: a
     draw of the same law as ``"blocks"``, which draws all ``n`` blocks to form
-    ``V flat(X)``); with every row searched the two are the same draw.
+    ``V flat(X)``); with every row searched the two are the same draw. The RF upper
+    certificate is not computed (``upper=False``; nothing here returns it).
+
+    ``search_dtype`` (attention only; ``None``: float64, or ``"float32"``) is the precision
+    of the search alone (:func:`wsutils.estimators.attention.attention_word_sensitivity`):
+    every returned value is recomputed with the full map in float64 on the float64 text.
 
     ``source="imdb"``: the text of review ``review`` (:func:`review_matrix`, rows ``keep``);
     ``source="gaussian"``: i.i.d. rows of norm ``√d`` drawn with seed ``review`` (the synthetic
@@ -138,6 +275,8 @@ def sensitivity_point(
 
     if map not in (*MAPS, "RF"):
         raise ValueError(f"map must be one of {sorted(MAPS) + ['RF']}, got {map!r}.")
+    if map == "RF" and search_dtype is not None:
+        raise ValueError("search_dtype is for attention; random features take none.")
     if rf_mode not in ("rows", "blocks"):
         raise ValueError(f"rf_mode must be 'rows' or 'blocks', got {rf_mode!r}.")
     if source == "imdb":
@@ -157,6 +296,7 @@ def sensitivity_point(
             starts=starts,
             steps=steps,
             mode="blocks" if picked is None else rf_mode,
+            upper=False,  # never returned: S, the lower bound and the search are unchanged
         )
     else:
         # the search of wsutils.sensitivity.word_sensitivity, in O(n·d) per start and step
@@ -168,6 +308,7 @@ def sensitivity_point(
             starts=starts,
             steps=steps,
             seed=seed,
+            search_dtype=search_dtype,
         )
     return {
         "S": r.value,
