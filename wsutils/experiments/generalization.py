@@ -1,0 +1,78 @@
+"""The sizes of the generalization chapters at each scale (``book/generalization.md``, the
+flip grid, and ``book/generalization-n.md``, the sweep in ``N`` and the authors' last
+iterate).
+
+- :class:`Scale` holds the flip grid (at the paper scale the grid of the authors' ``gen.py``:
+  ``d = 768``, ``N ∈ {1100, 1200, 1300}``), its search's starts and steps, and the sweep of
+  ``y·t_1^Δ`` against ``N`` on ``gen.py``'s data; :data:`SCALES` gives one per scale and
+  :func:`scale` picks the current one.
+- :data:`SEED` is the first seed of the chapters' draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..run import config
+
+__all__ = ["Scale", "SCALES", "scale", "SEED"]
+
+#: The first seed of the chapters' draws.
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The generalization chapters' sizes at one scale.
+
+    Attributes
+    ----------
+    d, Ns, seeds
+        Word width, numbers of training texts (nested) and seeds of the flip grid.
+    starts, steps
+        Starts and steps of our search (:func:`wsutils.generalization.search_flip`), in the
+        flip grid and the sweep.
+    sweep_d, sweep_n, sweep_Ns, sweep_seeds
+        Word width, words, numbers of training texts and seeds of the sweep in ``N``.
+    """
+
+    d: int
+    Ns: tuple[int, ...]
+    seeds: tuple[int, ...]
+    starts: int
+    steps: int
+    sweep_d: int
+    sweep_n: int
+    sweep_Ns: tuple[int, ...]
+    sweep_seeds: tuple[int, ...]
+
+
+SCALES = {
+    "quick": Scale(
+        d=128,
+        Ns=(250, 300),
+        seeds=(SEED,),
+        starts=3,
+        steps=120,
+        sweep_d=32,
+        sweep_n=40,
+        sweep_Ns=(25, 100, 400),
+        sweep_seeds=(SEED,),
+    ),
+    "paper": Scale(  # the grid of the authors' gen.py
+        d=768,
+        Ns=(1100, 1200, 1300),
+        seeds=(SEED, SEED + 1),
+        starts=4,
+        steps=300,
+        sweep_d=768,
+        sweep_n=40,
+        sweep_Ns=(25, 100, 400, 1300),
+        sweep_seeds=(SEED,),
+    ),
+}
+
+
+def scale(name: str | None = None) -> Scale:
+    """The chapters' sizes at scale ``name`` (``None``: the current ``WSBOOK_SCALE``)."""
+    return config.pick(SCALES, name)

@@ -1,0 +1,183 @@
+"""The generalization experiment's data and features (re-exported by
+:mod:`wsutils.generalization`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+from tqdm.auto import tqdm
+
+from .._tensor import Array, as_tensor
+from ..checks import check_finite, check_int, check_seed
+from ..estimators.rf import rf_block_seed
+from ..maps import Normalisation, attention, flat, raf, relu_attention
+from ..weights import gaussian, sample_X
+from . import GENERAL, flip_normalisation
+
+# ---------------------------------------------------------------------------------------------
+# Data and features
+# ---------------------------------------------------------------------------------------------
+
+
+def planted_data(N: int, n: int, d: int, *, seed: int, dtype=torch.float64):
+    """Synthetic labelled texts with rows rescaled (the book's variant of ``gen.py``'s data):
+    ``N + 1`` texts of i.i.d. rows of norm ``√d`` (:func:`wsutils.weights.sample_X`), a planted
+    direction ``w_⋆ ∈ R^D`` with i.i.d. ``N(0, 1/D)`` entries and labels
+    ``y = sign⟨flat(X), w_⋆⟩`` (``gen.py``'s labels). The new text is drawn like the others.
+
+    Returns ``(Xs, Y, X, y)``: ``N`` training texts ``(N, n, d)``, their labels, and the new
+    text ``(n, d)`` with its label.
+    """
+    N = check_int("N", N, minimum=1)
+    seed = check_seed(seed)
+    D = n * d
+    allX = sample_X((N + 1) * n, d, seed=seed, dtype=dtype).reshape(N + 1, n, d)
+    w = gaussian((D,), 1 / math.sqrt(D), seed=seed + 1, dtype=dtype)
+    labels = torch.sign(flat(allX) @ w)
+    labels[labels == 0] = 1.0
+    return allX[:N], labels[:N], allX[N], float(labels[N])
+
+
+def authors_data(N: int, n: int, d: int, *, seed: int, dtype=torch.float64):
+    """``gen.py``'s synthetic data (``--dataset synthetic``): ``N`` training texts with i.i.d.
+    ``N(0, 1)`` entries, **not** rescaled; ``w_⋆ ∈ R^D`` with i.i.d. ``N(0, 1/D)`` entries;
+    labels ``Y = sign⟨flat(X), w_⋆⟩``; the new text ``x = w_⋆ + (I − w_⋆w_⋆ᵀ)g``, ``g`` standard
+    normal (``gen.py`` uses the matrix ``I − w_⋆w_⋆ᵀ``, not a projector: ``‖w_⋆‖ ≠ 1``), with
+    label ``y = sign⟨x, w_⋆⟩`` (``+1`` but with probability about ``e^{−D}``).
+
+    Returns ``(Xs, Y, X, y)`` as :func:`planted_data`. The ``D × D`` matrix is never formed.
+    """
+    N = check_int("N", N, minimum=1)
+    seed = check_seed(seed)
+    D = n * d
+    Xs = gaussian((N, n, d), 1.0, seed=seed, dtype=dtype)
+    w = gaussian((D,), 1 / math.sqrt(D), seed=seed + 1, dtype=dtype)
+    g = gaussian((D,), 1.0, seed=seed + 2, dtype=dtype)
+    x = w + g - w * (w @ g)
+    Y = torch.sign(flat(Xs) @ w)
+    Y[Y == 0] = 1.0
+    y = 1.0 if float(x @ w) >= 0 else -1.0
+    return Xs, Y, x.reshape(n, d), y
+
+
+def rf_blocks(
+    k: int,
+    n: int,
+    d: int,
+    *,
+    seed: int,
+    block_rows: int = 2048,
+    dtype: torch.dtype = torch.float32,
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """Yield ``(start, V_b)``: the row blocks of the RF weights ``V ∈ R^{k×D}``, entries
+    ``N(0, 1/D)`` (eq. :eq:`eq-rf`), block ``b`` drawn from :func:`rf_block_seed`.
+    Only one block is alive at a time. The normals are float32 whatever ``dtype`` (for
+    speed; :func:`wsutils.weights.gaussian` with ``draw=torch.float32``), so ``V`` is a
+    function of the seed alone."""
+    if k < 1 or block_rows < 1:
+        raise ValueError(f"need k ≥ 1 and block_rows ≥ 1, got k={k}, block_rows={block_rows}.")
+    D = n * d
+    for b, start in enumerate(range(0, k, block_rows)):
+        rows = min(block_rows, k - start)
+        yield (
+            start,
+            gaussian(
+                (rows, D),
+                1 / math.sqrt(D),
+                seed=rf_block_seed(seed, b),
+                dtype=dtype,
+                draw=torch.float32,
+            ),
+        )
+
+
+def sample_V_blocked(
+    k: int,
+    n: int,
+    d: int,
+    *,
+    seed: int,
+    block_rows: int = 2048,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """The whole ``V`` that :func:`rf_blocks` streams (for small sizes and tests)."""
+    return torch.cat(
+        [V for _, V in rf_blocks(k, n, d, seed=seed, block_rows=block_rows, dtype=dtype)]
+    )
+
+
+def rf_preactivations(
+    Xs: Array,
+    k: int,
+    *,
+    seed: int,
+    row: int = 0,
+    block_rows: int = 2048,
+    dtype: torch.dtype = torch.float32,
+    progress: bool = False,
+):
+    """``H = V flat(X)`` for a batch of texts ``Xs`` (``B × n × d``) and the column block
+    ``V_i`` (``k × d``) of word ``i = row``, with ``V`` streamed by :func:`rf_blocks`.
+
+    Returns ``(H, V_i)`` in float64: ``φ_RF = ReLU(H)`` and ``φ_RF(X_i(Δ)) = ReLU(h + V_i Δ)``
+    exactly. The product runs in ``dtype`` (float32 by default: half the memory, twice the
+    matmul speed and five times the sampling speed of float64 on CPU; the map is then the RF map
+    of the float32 weights, every later step is float64). Peak memory is one block
+    (``block_rows × D``) plus ``H``.
+    """
+    X = as_tensor(Xs)
+    if X.ndim != 3:
+        raise ValueError(f"Xs must be a batch of texts (B, n, d), got shape {tuple(X.shape)}.")
+    B, n, d = X.shape
+    if not 0 <= row < n:
+        raise ValueError(f"row {row} is out of range for texts of n = {n} words.")
+    check_finite("Xs", X)
+    Xf = flat(X).to(dtype)
+    H = torch.empty(B, k, dtype=torch.float64)
+    Vi = torch.empty(k, d, dtype=torch.float64)
+    nblocks = -(-k // block_rows)
+    for start, V in tqdm(
+        rf_blocks(k, n, d, seed=seed, block_rows=block_rows, dtype=dtype),
+        total=nblocks,
+        desc="RF features",
+        disable=not progress,
+        leave=False,
+    ):
+        stop = start + V.shape[0]
+        H[:, start:stop] = Xf @ V.T
+        Vi[start:stop] = V[:, row * d : (row + 1) * d]
+        del V
+    return H, Vi
+
+
+def _attention_kind(kind: str, normalisation=None):
+    """The map ``φ(X, W)`` and the :class:`~wsutils.maps.Normalisation` of its weights for an
+    attention ``kind``: ``"raf"`` (:func:`~wsutils.maps.raf`, softmax), ``"relu"``
+    (:func:`~wsutils.maps.relu_attention`, rownorm of ReLU) or :data:`GENERAL` with
+    ``normalisation`` (:func:`~wsutils.maps.attention`; :func:`flip_normalisation`)."""
+    if kind == GENERAL:
+        norm = flip_normalisation(kind, normalisation)
+        return (lambda Z, Wt: attention(Z, Wt, normalisation=norm)), norm
+    if normalisation is not None:
+        flip_normalisation(kind, normalisation)  # refuses it, saying why
+    fn = {"raf": raf, "relu": relu_attention}.get(kind)
+    if fn is None:
+        raise ValueError(f"kind must be 'raf', 'relu' or {GENERAL!r}, got {kind!r}.")
+    return fn, Normalisation("softmax" if kind == "raf" else "relu")
+
+
+def attention_features(
+    Xs: Array, W: Array, kind: str, *, chunk: int = 64, normalisation=None
+) -> torch.Tensor:
+    """Flattened features ``flat(φ(X))`` of a batch of texts for ``kind`` ``"raf"``
+    (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`), or ``"attention"`` with
+    ``normalisation`` (eq. :eq:`eq-general-attention`, :func:`wsutils.maps.attention`), in
+    chunks of texts."""
+    fn, _ = _attention_kind(kind, normalisation)
+    X = as_tensor(Xs)
+    Wt = as_tensor(W, dtype=X.dtype)
+    with torch.no_grad():
+        return torch.cat([flat(fn(X[j : j + chunk], Wt)) for j in range(0, X.shape[0], chunk)])

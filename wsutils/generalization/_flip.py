@@ -1,0 +1,473 @@
+"""One point of the generalization experiment's grid (re-exported by
+:mod:`wsutils.generalization`).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .._tensor import Array, as_tensor
+from ..checks import check_finite, check_shape, check_unit_rows
+from ..maps import Normalisation
+from ..weights import sample_W
+from . import DATA, LOSSES, SEARCHES, TRAININGS, check_Ns, flip_normalisation
+from ._features import attention_features, authors_data, planted_data, rf_preactivations
+from ._linalg import _gram_solve, fine_tune, gram_cholesky
+from ._search import (
+    FlipModel,
+    FlipResult,
+    _flip_dtype,
+    attention_flip_model,
+    authors_lr_steps,
+    authors_search,
+    authors_searches,
+    flip_target,
+    rf_flip_model,
+    search_flip,
+    search_flips,
+)
+
+# ---------------------------------------------------------------------------------------------
+# One point of the experiment grid
+# ---------------------------------------------------------------------------------------------
+
+
+def _features(
+    map: str,
+    Xs: torch.Tensor,
+    X: torch.Tensor,
+    *,
+    seed: int,
+    row: int,
+    block_rows: int,
+    progress: bool,
+    normalisation: Normalisation | None = None,
+):
+    """Features of the training texts and of the new text, and the :class:`FlipModel`."""
+    n, d = X.shape
+    allX = torch.cat([Xs, X[None]])
+    if map == "rf":
+        H, Vi = rf_preactivations(
+            allX, n * d, seed=seed, row=row, block_rows=block_rows, progress=progress
+        )
+        return torch.relu(H[:-1]), torch.relu(H[-1]), rf_flip_model(H[-1], Vi)
+    W = sample_W(d, seed=seed)
+    F = attention_features(allX, W, map, normalisation=normalisation)
+    return F[:-1], F[-1], attention_flip_model(X, W, map, row, normalisation=normalisation)
+
+
+def _check_flip_data(
+    Xs: torch.Tensor,
+    Y: torch.Tensor,
+    X: torch.Tensor,
+    y: float,
+    Ns: list[int],
+    row: int,
+    unit_rows: bool,
+) -> None:
+    """Input checks of :func:`flip_runs` (shapes, labels ``±1``, ``N ≤ len(Xs)``, rows of
+    norm ``√d`` unless ``unit_rows`` is false)."""
+    if Xs.ndim != 3:
+        raise ValueError(
+            f"Xs must be the training texts as an array (N, n, d), got shape {tuple(Xs.shape)}."
+        )
+    Nmax, n, d = Xs.shape
+    check_finite("Xs", Xs)
+    check_shape("X", X, (n, d), "the new text, with the n words of d coordinates of Xs")
+    check_shape("Y", Y, (Nmax,), "one label per training text")
+    bad = sorted(set(Y.tolist()) - {-1.0, 1.0})
+    if bad or float(y) not in (-1.0, 1.0):
+        raise ValueError(
+            f"labels must be ±1 (Y has {bad[:5] or 'only ±1'}, y = {y}); map "
+            "0/1 labels with 2·label − 1."
+        )
+    if unit_rows:
+        check_unit_rows(Xs)
+        check_unit_rows(X)
+    if max(Ns) > Nmax:
+        raise ValueError(f"every N in Ns must be between 1 and len(Xs) = {Nmax}, got {Ns}.")
+    if max(Ns) >= n * d:
+        raise ValueError(f"N = {max(Ns)} must be below p = n·d = {n * d} for interpolation.")
+    if not 0 <= row < n:
+        raise ValueError(f"row {row} is out of range for texts of n = {n} words.")
+
+
+def _run_search(
+    search: str, model: FlipModel, w: torch.Tensor, tau: float, d: int, opts: dict
+) -> FlipResult:
+    """One search, on one thread: its tensors are small (``B × n × n`` scores), and on a
+    loaded machine the synchronisation of several threads per step costs more than the
+    arithmetic (measured: 20× slower at ``n = 40, d = 32`` with two threads under load)."""
+
+    def readout(D):
+        return model.readout(D, w)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        if search == "authors":
+            return authors_search(readout, d, tau, lr=opts["lr"], steps=opts["steps"])
+        return search_flip(readout, d, tau, **opts)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _search_key(loss: str, N: int, training: str) -> tuple:
+    """The searches a point needs: the output loss depends on ``(N, training)``, align_rt on
+    ``N``, align_ft on neither."""
+    return {"output": (loss, N, training), "align_rt": (loss, N), "align_ft": (loss,)}[loss]
+
+
+def _run_batched(
+    search: str,
+    model: FlipModel,
+    Ws: torch.Tensor,
+    taus: list[float],
+    d: int,
+    opts: dict,
+    search_dtype,
+) -> list[FlipResult]:
+    """Every search of a point in one batch (:func:`search_flips`, :func:`authors_searches`),
+    on one thread (as :func:`_run_search`)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        if search == "authors":
+            return authors_searches(model, Ws, taus, d, **opts)
+        return search_flips(model, Ws, taus, d, search_dtype=search_dtype, **opts)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _min_norm(P: torch.Tensor, Y: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
+    """:func:`min_norm_interpolator` for checked inputs (no check here)."""
+    return P.T @ _gram_solve(L, Y)
+
+
+def _project(P: torch.Tensor, f: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
+    """:func:`project_out` for checked inputs (no check here)."""
+    return f - P.T @ _gram_solve(L, P @ f)
+
+
+def _retrain(
+    f: torch.Tensor, y: float, theta0: torch.Tensor, Pf: torch.Tensor, rtol: float = 1e-10
+) -> torch.Tensor:
+    """:func:`retrain` from ``θ₀`` and ``Pφ`` already computed (checked inputs): the same
+    formula, the same refusal."""
+    nrm2 = float(Pf @ Pf)
+    if not nrm2 > (rtol * float(torch.linalg.vector_norm(f))) ** 2:
+        raise ValueError(
+            "φ(X) lies in the span of the training features (‖Pφ‖ ≈ 0): the new "
+            "text is a combination of the old ones and cannot get its own label."
+        )
+    return theta0 + Pf * (float(y) - float(f @ theta0)) / nrm2
+
+
+def flip_runs(
+    map: str,
+    Xs: Array,
+    Y: Array,
+    X: Array,
+    y: float,
+    *,
+    Ns: Sequence[int],
+    seed: int,
+    losses: Sequence[str] = LOSSES,
+    trainings: Sequence[str] = TRAININGS,
+    search: str = "ours",
+    starts: int = 4,
+    steps: int | None = None,
+    lr: float | None = None,
+    row: int = 0,
+    unit_rows: bool = True,
+    block_rows: int = 2048,
+    progress: bool = False,
+    normalisation=None,
+    batch_searches: bool = True,
+    search_dtype: torch.dtype | str = "float64",
+) -> dict:
+    """The generalization experiment on given data (:prf:ref:`def-flip-problem`): training
+    texts ``Xs`` (``N × n × d``, rows of norm ``√d`` unless ``unit_rows=False``, as in
+    ``gen.py``'s synthetic data), their labels ``Y`` (``±1``), the new text ``X``
+    (``n × d``) and its label ``y``. Weights of ``map`` are drawn with ``seed`` and the flip
+    search with ``seed + 1``. For every ``N`` in ``Ns`` (the first ``N`` texts) every
+    training and every loss: ``θ₀``, ``θ₁``, the flip search on word ``row``, and
+    ``t0, t1, D0, D1`` (the outputs ``t_0, t_1`` on ``X`` and ``t_0^Δ, t_1^Δ`` on ``X_Δ``,
+    with ``θ₀`` and ``θ₁``; ``gen.py`` records the same four).
+
+    ``search="ours"``: :func:`search_flip` (``starts`` starts, ``steps`` steps, default 300,
+    step size ``lr``, default 0.3, best iterate); ``search="authors"``: :func:`authors_search`
+    with ``gen.py``'s ``lr`` and ``steps`` (:func:`authors_lr_steps`) unless given.
+    ``search=["ours", "authors"]`` (a list of distinct searches) runs each on the same
+    features, built once; ``starts``, ``steps`` and ``lr`` are then our search's, and the
+    authors' search takes ``gen.py``'s.
+
+    Returns ``{"runs": [...]}``, one dict per ``(search, N, training, loss)``, with the invariants
+    (``max |Φθ₀ − Y|``, ``‖Δ‖``), the quantities of :prf:ref:`prop-flip-bound` and the two
+    terms of eq. :eq:`eq-flip-identity`: ``base_term = t_0^Δ − t_0`` (bounded by
+    ``rel_change·norm_phi_theta0``, ``norm_phi_theta0 = ‖φ‖·‖θ₀‖``) and
+    ``sens_term = (c − 1)(y − t_0)``; ``loss``/``min_loss`` are the search's final and
+    smallest loss. The align_ft search does not depend on ``N`` or the training, align_rt
+    not on the training: each is run once and read out under every model it applies to.
+
+    ``map="attention"`` (:data:`GENERAL`) runs the same experiment with the general attention
+    map and ``normalisation`` (:func:`flip_normalisation`); the records are those of the
+    other maps (with ``"softmax"`` and ``"relu"`` equal to those of ``"raf"`` and ``"relu"``).
+
+    ``batch_searches``: the point's searches (up to 10: six output, three align_rt, one
+    align_ft) run as one batch, ours by :func:`search_flips` with iterations in
+    ``search_dtype`` (float64 by default; ``"float32"`` halves the bytes of every step, and
+    every recorded number stays float64, computed at the returned ``Δ``), the authors' by
+    :func:`authors_searches` (float64, as theirs); ``batch_searches=False`` runs them one after
+    another in float64 (:func:`search_flip`, :func:`authors_search`), as before. Batched or
+    not, each search follows the same path in exact arithmetic; float32 iterations follow it to
+    single-precision rounding.
+    """
+    norm = flip_normalisation(map, normalisation)
+    search_dtype = _flip_dtype(search_dtype)
+    bad = [x for x in losses if x not in LOSSES] + [x for x in trainings if x not in TRAININGS]
+    if bad:
+        raise ValueError(f"unknown losses/trainings {bad}; use {LOSSES} and {TRAININGS}.")
+    searches = [search] if isinstance(search, str) else list(search)
+    if (
+        not searches
+        or any(not isinstance(s, str) or s not in SEARCHES for s in searches)
+        or len(set(searches)) != len(searches)
+    ):
+        raise ValueError(
+            f"search must be one of {SEARCHES} or a list of distinct ones, got {search!r}."
+        )
+    Ns = check_Ns(Ns)
+    Xs, X = as_tensor(Xs, dtype=torch.float64), as_tensor(X, dtype=torch.float64)
+    Y = as_tensor(Y, dtype=torch.float64).reshape(-1)
+    _check_flip_data(Xs, Y, X, y, Ns, row, unit_rows)
+    y = float(y)
+    Nmax = max(Ns)
+    n, d = X.shape
+    Phi_all, phi, model = _features(
+        map,
+        Xs[:Nmax],
+        X,
+        seed=seed,
+        row=row,
+        block_rows=block_rows,
+        progress=progress,
+        normalisation=norm,
+    )
+    several = len(searches) > 1
+    all_opts = {}
+    for s_name in searches:
+        if s_name == "authors":
+            lr0, steps0 = authors_lr_steps(map, n)
+            all_opts[s_name] = dict(
+                lr=lr0 if lr is None or several else lr,
+                steps=steps0 if steps is None or several else steps,
+            )
+        else:
+            all_opts[s_name] = dict(
+                starts=starts,
+                steps=300 if steps is None else steps,
+                lr=0.3 if lr is None else lr,
+                seed=seed + 1,
+            )
+    check_finite("phi", phi)  # the door: Phi_all is checked by gram_cholesky
+    norm_phi = float(torch.linalg.vector_norm(phi))
+    runs: list[dict] = []
+    # The Cholesky factor of a leading block of K is the leading block of K's factor.
+    L_all = gram_cholesky(Phi_all)
+    fits = {}
+    targets: dict = {}  # search key -> (w, τ), in the order first met
+    for N in sorted(set(Ns)):
+        Phi, YN = Phi_all[:N], Y[:N]
+        L = L_all[:N, :N]
+        # Phi_all, Y and phi were checked at the door (_check_flip_data, _features): the
+        # helpers below trust them (no check_finite pass over the N × p matrix per call)
+        theta0 = _min_norm(Phi, YN, L)
+        Pphi = _project(Phi, phi, L)
+        interp_err = float((Phi @ theta0 - YN).abs().max())
+        for training in trainings:
+            theta1 = (
+                fine_tune(theta0, phi, y)
+                if training == "fine_tune"
+                else _retrain(phi, y, theta0, Pphi)
+            )
+            fits[N, training] = (theta0, Pphi, interp_err, theta1)
+            for loss in losses:
+                key = _search_key(loss, N, training)
+                if key not in targets:
+                    targets[key] = flip_target(loss, theta1=theta1, phi=phi, y=y, Pphi=Pphi)
+    for search in searches:
+        opts = all_opts[search]
+        cache = {}
+        if batch_searches:
+            keys = list(targets)
+            found = _run_batched(
+                search,
+                model,
+                torch.stack([targets[k][0] for k in keys]),
+                [targets[k][1] for k in keys],
+                d,
+                opts,
+                search_dtype,
+            )
+            cache = dict(zip(keys, found))
+        runs += _flip_records(
+            search, model, cache, targets, fits, Ns, trainings, losses, phi, y, d, opts, norm_phi
+        )
+    return {"runs": runs}
+
+
+def _flip_records(
+    search, model, cache, targets, fits, Ns, trainings, losses, phi, y, d, opts, norm_phi
+) -> list[dict]:
+    """The records of :func:`flip_runs` for one search (``cache``: the searches already run,
+    by key; the others run here one by one)."""
+    runs = []
+    for N in sorted(set(Ns)):
+        for training in trainings:
+            theta0, Pphi, interp_err, theta1 = fits[N, training]
+            t0 = float(phi @ theta0)
+            for loss in losses:
+                key = _search_key(loss, N, training)
+                if key not in cache:
+                    w, tau = targets[key]
+                    cache[key] = _run_search(search, model, w, tau, d, opts)
+                res = cache[key]
+                with torch.no_grad():
+                    phiD = model.phi_row(res.Delta[None])[0]
+                v = phi / (phi @ phi) if training == "fine_tune" else Pphi / (Pphi @ Pphi)
+                D0, c = float(phiD @ theta0), float(phiD @ v)
+                runs.append(
+                    dict(
+                        N=N,
+                        training=training,
+                        loss=loss,
+                        search=search,
+                        y=y,
+                        t0=t0,
+                        t1=float(phi @ theta1),
+                        D0=D0,
+                        D1=float(phiD @ theta1),
+                        norm_Delta=float(torch.linalg.vector_norm(res.Delta)),
+                        interp_err=interp_err,
+                        c=c,
+                        rel_change=float(torch.linalg.vector_norm(phiD - phi)) / norm_phi,
+                        S_bound=model.change_bound / norm_phi,
+                        rho=norm_phi * float(torch.linalg.vector_norm(v)),
+                        norm_phi_theta0=norm_phi * float(torch.linalg.vector_norm(theta0)),
+                        base_term=D0 - t0,
+                        sens_term=(c - 1) * (y - t0),
+                        search_loss=res.loss,
+                        min_loss=res.min_loss,
+                        start=res.start,
+                    )
+                )
+    return runs
+
+
+def flip_point(
+    *,
+    map: str,
+    n: int,
+    d: int,
+    Ns: Sequence[int],
+    seed: int,
+    losses: Sequence[str] = LOSSES,
+    trainings: Sequence[str] = TRAININGS,
+    search: str = "ours",
+    data: str = "planted",
+    starts: int = 4,
+    steps: int | None = None,
+    lr: float | None = None,
+    row: int = 0,
+    block_rows: int = 2048,
+    progress: bool = False,
+    normalisation=None,
+    batch_searches: bool = True,
+    search_dtype: str = "float64",
+) -> dict:
+    """One grid point for :func:`wsutils.run.sweep.run_grid` on synthetic data: ``max(Ns) + 1``
+    texts from :func:`planted_data` (``data="planted"``, rows of norm ``√d``) or
+    :func:`authors_data` (``data="authors"``, ``gen.py``'s), drawn with seed ``seed``, then
+    :func:`flip_runs` with weights seed ``seed + 3`` (search seed ``seed + 4``) and
+    ``search`` (one search, or a list such as ``["ours", "authors"]``: both on features built
+    once). The same ``seed`` gives the same texts for every map and both searches.
+    ``map="attention"`` takes a ``normalisation`` (a name or a dict of
+    :class:`~wsutils.maps.Normalisation`'s fields, so that the point stays plain JSON for
+    :func:`wsutils.run.sweep.run_grid`; :func:`flip_normalisation`). ``batch_searches`` and
+    ``search_dtype`` (``"float32"`` or ``"float64"``) as in :func:`flip_runs`."""
+    flip_normalisation(map, normalisation)
+    if data not in DATA:
+        raise ValueError(f"data must be one of {DATA}, got {data!r}.")
+    Ns = check_Ns(Ns)
+    Nmax = max(Ns)
+    if Nmax >= n * d:
+        raise ValueError(f"N = {Nmax} must be below p = n·d = {n * d} for interpolation.")
+    make = planted_data if data == "planted" else authors_data
+    Xs, Y, X, y = make(Nmax, n, d, seed=seed)
+    return flip_runs(
+        map,
+        Xs,
+        Y,
+        X,
+        y,
+        Ns=Ns,
+        seed=seed + 3,
+        losses=losses,
+        trainings=trainings,
+        search=search,
+        starts=starts,
+        steps=steps,
+        lr=lr,
+        row=row,
+        unit_rows=data == "planted",
+        block_rows=block_rows,
+        progress=progress,
+        normalisation=normalisation,
+        batch_searches=batch_searches,
+        search_dtype=search_dtype,
+    )
+
+
+def flip_grid(
+    *,
+    d: int,
+    Ns: Sequence[int],
+    seeds: Sequence[int],
+    configs: Sequence[tuple[str, int]] = (("rf", 40), ("raf", 40), ("raf", 120), ("relu", 120)),
+    **search,
+) -> list[dict]:
+    """The points of the generalization experiment: one per ``(map, n, seed)``; the grid of
+    the authors' ``gen.py`` is ``d = 768``, ``Ns = (1100, 1200, 1300)`` and the default
+    ``configs``. ``search`` passes ``search``, ``data``, ``starts``, ``steps``, ``lr``,
+    ``losses``, ``trainings`` to :func:`flip_point`."""
+    Ns = check_Ns(Ns)
+    return [
+        dict(map=m, n=n, d=d, Ns=list(Ns), seed=s, **search) for (m, n) in configs for s in seeds
+    ]
+
+
+def flip_table(records: Sequence[dict]) -> list[dict]:
+    """Flatten :func:`wsutils.run.sweep.run_grid` records of :func:`flip_point` into one row per
+    run, with ``map``, ``n``, ``d``, ``seed``, ``data`` and the run's own fields (and
+    ``normalisation``, as the point gave it, for points that have one: ``map="attention"``)."""
+    rows = []
+    for rec in records:
+        extra = (
+            {"normalisation": rec["normalisation"]} if rec.get("normalisation") is not None else {}
+        )
+        for run in rec["runs"]:
+            rows.append(
+                {
+                    "map": rec["map"],
+                    "n": rec["n"],
+                    "d": rec["d"],
+                    "seed": rec["seed"],
+                    "data": rec.get("data", "planted"),
+                    **extra,
+                    **run,
+                }
+            )
+    return rows

@@ -1,0 +1,128 @@
+"""Min-norm interpolation, fine-tuning and re-training through the ``N × N`` Gram matrix
+(re-exported by :mod:`wsutils.generalization`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._tensor import Array, as_tensor, like
+from ..checks import check_finite
+
+# ---------------------------------------------------------------------------------------------
+# Min-norm interpolation, fine-tuning, re-training (all through the N × N Gram matrix)
+# ---------------------------------------------------------------------------------------------
+
+
+def _matrix(name: str, Phi: Array) -> torch.Tensor:
+    P = as_tensor(Phi)
+    if P.ndim != 2:
+        raise ValueError(
+            f"{name} must be a matrix (N, p) with one feature row per text, got "
+            f"shape {tuple(P.shape)}."
+        )
+    check_finite(name, P)
+    return P
+
+
+def _vector(name: str, v: Array, length: int, ref: torch.Tensor, hint: str) -> torch.Tensor:
+    t = as_tensor(v, dtype=ref.dtype, device=ref.device).reshape(-1)
+    if t.shape[0] != length:
+        raise ValueError(f"{name} must have length {length} ({hint}), got {t.shape[0]}.")
+    check_finite(name, t)
+    return t
+
+
+def gram_cholesky(Phi: Array, *, rcond: float | None = None) -> torch.Tensor:
+    """Lower Cholesky factor ``L`` of the Gram matrix ``K = ΦΦᵀ`` (``N × N``).
+
+    Raises a ValueError when ``K`` is singular or numerically so (``N > p``, a repeated text,
+    features that are linearly dependent): then no interpolator of arbitrary labels exists.
+    The test is on the pivots, ``min L_jj² < rcond · max K_jj`` with ``rcond = N·eps``
+    by default (a pivot of ``K`` is never below its smallest eigenvalue).
+    """
+    P = _matrix("Phi", Phi)
+    N, p = P.shape
+    if N > p:
+        raise ValueError(
+            f"Phi has N = {N} texts but only p = {p} features: ΦΦᵀ is singular and "
+            "min-norm interpolation is not defined. Use fewer texts or more features."
+        )
+    K = P @ P.T
+    L, info = torch.linalg.cholesky_ex(K)
+    eps = torch.finfo(K.dtype).eps
+    rcond = N * eps if rcond is None else rcond
+    scale = float(torch.diagonal(K).max())
+    if int(info) != 0 or not scale > 0 or float(torch.diagonal(L).min()) ** 2 < rcond * scale:
+        raise ValueError(
+            f"the Gram matrix ΦΦᵀ ({N} × {N}) is singular or numerically singular: the feature "
+            "rows are linearly dependent (a repeated text, or too few features), so the texts "
+            "cannot all be interpolated. Remove duplicate texts or use more features."
+        )
+    return L
+
+
+def _gram_solve(L: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    return torch.cholesky_solve(B.reshape(L.shape[0], -1), L).reshape(B.shape)
+
+
+def min_norm_interpolator(Phi: Array, Y: Array, *, L: torch.Tensor | None = None) -> Array:
+    """``θ₀ = Φ⁺Y = Φᵀ(ΦΦᵀ)⁻¹Y``, the min-norm solution of ``Φθ = Y`` (eq. :eq:`eq-theta0`).
+
+    ``Phi`` is ``N × p`` with ``N ≤ p``; ``L`` may pass a precomputed :func:`gram_cholesky`.
+    """
+    P = _matrix("Phi", Phi)
+    Yt = _vector("Y", Y, P.shape[0], P, "one label per row of Phi")
+    L = gram_cholesky(P) if L is None else L
+    return like(P.T @ _gram_solve(L, Yt), Phi)
+
+
+def project_out(Phi: Array, phi: Array, *, L: torch.Tensor | None = None) -> Array:
+    """``Pφ = φ − Φᵀ(ΦΦᵀ)⁻¹Φφ``: the part of ``φ`` orthogonal to the rows of ``Φ``
+    (``P = I − Φ⁺Φ``, eq. :eq:`eq-retrain`), without forming the ``p × p`` projector."""
+    P = _matrix("Phi", Phi)
+    f = _vector("phi", phi, P.shape[1], P, "the feature vector of one text, p = Phi.shape[1]")
+    L = gram_cholesky(P) if L is None else L
+    return like(f - P.T @ _gram_solve(L, P @ f), phi)
+
+
+def fine_tune(theta0: Array, phi: Array, y: float) -> Array:
+    """Fine-tuning (eq. :eq:`eq-fine-tune`): ``θ₁ = θ₀ + φ (y − ⟨φ, θ₀⟩)/‖φ‖²``, the closest
+    ``θ`` to ``θ₀`` with ``⟨φ, θ⟩ = y``."""
+    th = as_tensor(theta0)
+    if th.ndim != 1:
+        raise ValueError(f"theta0 must be a vector, got shape {tuple(th.shape)}.")
+    check_finite("theta0", th)
+    f = _vector("phi", phi, th.shape[0], th, "the length of theta0")
+    nrm2 = float(f @ f)
+    if not nrm2 > 0:
+        raise ValueError("φ(X) = 0: no parameter can fit the new label; the text has no features.")
+    return like(th + f * (float(y) - float(f @ th)) / nrm2, theta0)
+
+
+def retrain(
+    Phi: Array,
+    Y: Array,
+    phi: Array,
+    y: float,
+    *,
+    L: torch.Tensor | None = None,
+    rtol: float = 1e-10,
+) -> Array:
+    """Re-training (eq. :eq:`eq-retrain`): the min-norm interpolator of the ``N + 1`` texts,
+    ``θ₁ = θ₀ + Pφ (y − ⟨φ, θ₀⟩)/‖Pφ‖²``, computed with the ``N × N`` Gram matrix only.
+
+    Raises a ValueError when ``φ`` lies in the row space of ``Φ`` (``‖Pφ‖ ≤ rtol·‖φ‖``).
+    """
+    P = _matrix("Phi", Phi)
+    L = gram_cholesky(P) if L is None else L
+    theta0 = as_tensor(min_norm_interpolator(P, Y, L=L))
+    f = _vector("phi", phi, P.shape[1], P, "the feature vector of one text, p = Phi.shape[1]")
+    Pf = as_tensor(project_out(P, f, L=L))
+    nrm2 = float(Pf @ Pf)
+    if not nrm2 > (rtol * float(torch.linalg.vector_norm(f))) ** 2:
+        raise ValueError(
+            "φ(X) lies in the span of the training features (‖Pφ‖ ≈ 0): the new "
+            "text is a combination of the old ones and cannot get its own label."
+        )
+    return like(theta0 + Pf * (float(y) - float(f @ theta0)) / nrm2, Phi)
