@@ -2,7 +2,7 @@
 
 - :class:`Scale` holds the chapter's grids: the finite-width simulations of the wide limit
   and the grid of the authors' deep-RF script (``d = 768``, ``n = 50, 60, 70, 80``,
-  ``L ∈ {2, 4, 8}``); :data:`SCALES` gives one per scale and :func:`scale` picks the current
+  ``L ∈ {2, 4, 8}``); ``SCALES`` gives one per scale and :func:`scale` picks the current
   one.
 - :data:`DEPTHS` are the depths ``L`` of every grid, :data:`LEVEL` the level of the
   two-sided intervals of the chapter's checks.

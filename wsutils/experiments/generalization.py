@@ -4,7 +4,7 @@ iterate).
 
 - :class:`Scale` holds the flip grid (at the paper scale the grid of the authors' ``gen.py``:
   ``d = 768``, ``N ∈ {1100, 1200, 1300}``), its search's starts and steps, and the sweep of
-  ``y·t_1^Δ`` against ``N`` on ``gen.py``'s data; :data:`SCALES` gives one per scale and
+  ``y·t_1^Δ`` against ``N`` on ``gen.py``'s data; ``SCALES`` gives one per scale and
   :func:`scale` picks the current one.
 - :data:`SEED` is the first seed of the chapters' draws.
 """

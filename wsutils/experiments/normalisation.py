@@ -18,7 +18,7 @@ for a take-over (:prf:ref:`prop-norm-margin`), and the per-point function of its
 - :func:`takeover_margin_model` and :func:`margin_interval` give the phase diagram's
   predicted boundaries (:prf:ref:`obs-norm-phase`): the margin the row take-over is predicted
   to reach at ``(d, n)``, and the margins a self-weight ``≥ a_min`` needs and suffices with.
-- :class:`Scale`, :data:`SCALES` and :func:`scale` hold the sizes of the two normalisation
+- :class:`Scale`, ``SCALES`` and :func:`scale` hold the sizes of the two normalisation
   chapters (``normalisation`` and ``normalisation-boundary``) at each ``WSBOOK_SCALE``.
 """
 
@@ -406,7 +406,7 @@ class Scale:
         return dict(rows=self.search_rows, starts=self.search_starts, steps=self.search_steps)
 
     def seeds(self, d: int, n: int, name: str | None = None) -> int:
-        """Seeds at grid point ``(d, n)`` for normalisation ``name``: :attr:`seeds_fit` at
+        """Seeds at grid point ``(d, n)`` for normalisation ``name``: ``seeds_fit`` at
         ``d = d_fit`` and ``n < 4096``; at most 2 elsewhere (other widths: the figure only;
         ``n = 4096``: the costliest points); 1 for 1.5-entmax at ``n ≥ 4096`` (about twice
         the CPU time of the others there)."""

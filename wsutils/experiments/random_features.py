@@ -2,7 +2,7 @@
 
 - :class:`Scale` holds the chapter's grids: the grid of the authors' RF script (at the paper
   scale: ``d ∈ {192, 384, 768}``, ``n = 90, 100, …, 150``) and the long range in ``n`` beyond
-  it; :data:`SCALES` gives one per scale and :func:`scale` picks the current one.
+  it; ``SCALES`` gives one per scale and :func:`scale` picks the current one.
 - :data:`DELTA` is the failure probability per draw of the high-probability bound
   (:prf:ref:`thm-rf-upper`); :data:`LEVEL` the level of the two-sided Student t intervals
   on the fitted log–log slopes.

@@ -1,6 +1,6 @@
 """The word-sensitivity chapter's sizes at each scale (``book/word-sensitivity.md``).
 
-- :class:`Scale` holds the size of the chapter's one synthetic text; :data:`SCALES` gives one
+- :class:`Scale` holds the size of the chapter's one synthetic text; ``SCALES`` gives one
   per scale and :func:`scale` picks the current one.
 - :data:`STEPS` is the number of steps per search, and :data:`STEPS_TOL` the largest change
   of any value of the chapter when the steps are doubled (measured at the paper scale:
