@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ._tensor import Array, as_tensor, like, row_norms
+from ._tensor import Array, as_tensor, like, pow2_above, row_norms
 from .checks import check_finite, check_shape, check_text
 
 __all__ = [
@@ -51,7 +51,10 @@ __all__ = [
     "Normalisation",
     "normalise_scores",
     "sparsemax",
+    "sparsemax_threshold",
     "attention",
+    "softmax_attention",
+    "general_attention",
 ]
 
 
@@ -64,14 +67,6 @@ def attention_scores(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """The score matrix ``X W Xᵀ / √d`` (torch, batched, unchecked)."""
     d = X.shape[-1]
     return (X @ W) @ X.transpose(-1, -2) / math.sqrt(d)
-
-
-def _pow2_above(t: torch.Tensor) -> torch.Tensor:
-    """A power of two ``≥ max |t|`` (1 for an all-zero ``t``), as a 0-d tensor: dividing by
-    it changes only exponents, so every product below is scaled exactly."""
-    big = t.detach().abs().amax()
-    _, e = torch.frexp(big)
-    return torch.where(big > 0, torch.ldexp(torch.ones_like(big), e), torch.ones_like(big))
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -91,10 +86,18 @@ def _drf(X: torch.Tensor, Vs: Sequence[torch.Tensor]) -> torch.Tensor:
     return h
 
 
-def _raf(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """Softmax attention (trusted input). Computed in float32 at least; scores that overflow
-    the compute dtype are a ValueError (softmax of ``inf`` is NaN, and no rescaling keeps
-    softmax unchanged)."""
+def softmax_attention(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """The kernel of :func:`raf`, ``softmax(X W Xᵀ/√d) X`` (eq. :eq:`eq-raf`), on torch
+    tensors (batched, differentiable). Trusts its caller: ``X`` ``(..., n, d)`` and ``W``
+    ``d × d`` finite real tensors on one device, unchecked (:func:`raf` is the checked entry
+    point). Computed in float32 at least, returned in ``X``'s dtype.
+
+    Raises
+    ------
+    ValueError
+        If the scores overflow the compute dtype (softmax of ``inf`` is NaN, and no rescaling
+        keeps softmax unchanged).
+    """
     cd = _compute_dtype(X.dtype)
     Xc, Wc = X.to(cd), W.to(cd)
     s = attention_scores(Xc, Wc)
@@ -112,8 +115,8 @@ def _relu_attention(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     (exact): the same floats as without the scaling, but no overflow for any finite input."""
     cd = _compute_dtype(X.dtype)
     Xc, Wc = X.to(cd), W.to(cd)
-    Xs = Xc / _pow2_above(Xc)
-    A = torch.relu(attention_scores(Xs, Wc / _pow2_above(Wc)))
+    Xs = Xc / pow2_above(Xc)
+    A = torch.relu(attention_scores(Xs, Wc / pow2_above(Wc)))
     mass = A.sum(dim=-1, keepdim=True)
     # rownorm(A): each row divided by its sum; an all-zero row stays zero.
     A = A / torch.where(mass > 0, mass, torch.ones_like(mass))
@@ -185,7 +188,7 @@ def raf(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> Array:
     ValueError
         If the scores overflow or the output is not finite.
     """
-    return _attention(X, W, dtype, _raf)
+    return _attention(X, W, dtype, softmax_attention)
 
 
 def relu_attention(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> Array:
@@ -329,11 +332,13 @@ class Normalisation:
         return self.name != "sigmoid"
 
 
-def _sparsemax_threshold(z: torch.Tensor) -> torch.Tensor:
-    """``τ`` with ``Σ_k [z_k − τ]_+ = 1`` along the last axis (sort-based, exact up to
-    rounding), keepdim. Computed from ``z − max z`` (translation invariance), on the ``k``
-    largest entries only (``torch.topk``), ``k`` doubled until every row's support is shorter
-    than ``k`` or ``k = n``: the same formula as a full sort, since only the support enters."""
+def sparsemax_threshold(z: torch.Tensor) -> torch.Tensor:
+    """Sparsemax's threshold ``τ`` with ``Σ_k [z_k − τ]_+ = 1`` along the last axis
+    (:func:`sparsemax` is ``[z − τ]_+``; sort-based, exact up to rounding), keepdim. Trusts
+    its caller: ``z`` a finite floating tensor, unchecked. Computed from ``z − max z``
+    (translation invariance), on the ``k`` largest entries only (``torch.topk``), ``k``
+    doubled until every row's support is shorter than ``k`` or ``k = n``: the same formula as
+    a full sort, since only the support enters."""
     top = z.amax(dim=-1, keepdim=True).detach()
     n = z.shape[-1]
     k = min(n, 32)
@@ -354,7 +359,7 @@ def sparsemax(z: torch.Tensor) -> torch.Tensor:
     """Sparsemax along the last axis (Martins & Astudillo 2016): the Euclidean projection of
     ``z`` onto the probability simplex, ``[z − τ]_+`` with ``τ`` from a sort (torch,
     differentiable almost everywhere, batched, unchecked)."""
-    return torch.clamp(z - _sparsemax_threshold(z), min=0)
+    return torch.clamp(z - sparsemax_threshold(z), min=0)
 
 
 def _hardmax(z: torch.Tensor) -> torch.Tensor:
@@ -400,10 +405,20 @@ def normalise_scores(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
     return _rownorm_relu(z)
 
 
-def _general_attention(X: torch.Tensor, W: torch.Tensor, norm: Normalisation) -> torch.Tensor:
-    """``norm(c_n·X W Xᵀ/√d) X`` (trusted input). ReLU attention is :func:`_relu_attention`
-    (``rownorm(ReLU(c·s))`` does not depend on ``c > 0``); softmax with ``β = 1`` performs the
-    very operations of :func:`_raf`, so both are equal to the last bit."""
+def general_attention(X: torch.Tensor, W: torch.Tensor, norm: Normalisation) -> torch.Tensor:
+    """The kernel of :func:`attention`, ``norm(c_n·X W Xᵀ/√d) X`` (eq.
+    :eq:`eq-general-attention`), for a :class:`Normalisation` ``norm``, on torch tensors
+    (batched, differentiable). Trusts its caller: ``X`` ``(..., n, d)`` and ``W`` ``d × d``
+    finite real tensors on one device, unchecked (:func:`attention` is the checked entry
+    point). ReLU attention is the kernel of :func:`relu_attention` (``rownorm(ReLU(c·s))``
+    does not depend on ``c > 0``); softmax with ``β = 1`` performs the very operations of
+    :func:`softmax_attention`, so both are equal to the last bit.
+
+    Raises
+    ------
+    ValueError
+        If the scaled scores overflow the compute dtype or the output is not finite.
+    """
     if norm.name == "relu":
         return _relu_attention(X, W)
     cd = _compute_dtype(X.dtype)
@@ -461,7 +476,7 @@ def attention(
         :data:`ENTMAX_MIN_ALPHA`, where its bisection is no longer accurate: use softmax).
     """
     norm = _as_normalisation(normalisation, beta=beta, s=s, alpha=alpha, bias=bias)
-    return _attention(X, W, dtype, lambda Xt, Wt: _general_attention(Xt, Wt, norm))
+    return _attention(X, W, dtype, lambda Xt, Wt: general_attention(Xt, Wt, norm))
 
 
 def _as_normalisation(normalisation, *, beta=1.0, s=None, alpha=None, bias=None) -> Normalisation:

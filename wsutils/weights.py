@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 
 from .checks import SEED_LIMIT, check_int, check_seed
-from .run.device import _device_arg, check_fits
+from .run.device import check_fits, optional_device
 
 __all__ = ["gaussian", "sample_V", "sample_Vs", "sample_W", "sample_X"]
 
@@ -65,7 +65,7 @@ def gaussian(
         raise ValueError(f"draw must be torch.float64 or torch.float32, got {draw!r}.")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch dtype, got {dtype!r}.")
-    device = _device_arg(device)
+    device = optional_device(device)
     numel = math.prod(dims.values())
     check_fits(
         _draw_bytes(numel, dtype, draw),
@@ -123,7 +123,10 @@ def sample_Vs(
     fans = [n * d] + widths[:-1]
     total = sum(k * f for k, f in zip(widths, fans)) * dtype.itemsize
     check_fits(
-        total, f"{L} DRF layers of widths {widths}", _device_arg(device), hint="use smaller widths"
+        total,
+        f"{L} DRF layers of widths {widths}",
+        optional_device(device),
+        hint="use smaller widths",
     )
     return [
         gaussian((k, f), math.sqrt(2 / f), seed=seed + l, device=device, dtype=dtype)
@@ -148,4 +151,4 @@ def sample_X(
     X = gaussian((n, d), 1.0, seed=seed)
     X = X * (math.sqrt(d) / torch.linalg.vector_norm(X, dim=-1, keepdim=True))
     X = X.to(dtype)
-    return X.to(_device_arg(device)) if device is not None else X
+    return X.to(optional_device(device)) if device is not None else X

@@ -32,25 +32,24 @@ from typing import Sequence
 
 import torch
 
-from .._tensor import Array, as_tensor, like
+from .._tensor import Array, as_tensor, like, pow2_above
 from ..checks import check_int, check_seed, check_shape, check_text, check_unit_rows
 from ..maps import (
     Normalisation,
-    _general_attention,
-    _pow2_above,
-    _raf,
-    _sparsemax_threshold,
     attention_scores,
+    general_attention,
     normalise_scores,
+    softmax_attention,
+    sparsemax_threshold,
 )
 from ..sensitivity import (
     SensitivityResult,
-    _ascend,
-    _changes64,
-    _rows,
+    ascend_rows,
     certify,
     check_lr,
+    check_rows,
     project_ball,
+    relative_changes,
     search_dtype,
     search_setup,
 )
@@ -100,7 +99,7 @@ def _weights64(W: Array, Xt: torch.Tensor) -> torch.Tensor:
 
 
 def _one_row(row, n: int) -> int:
-    rows = _rows(row, n)
+    rows = check_rows(row, n)
     if len(rows) != 1:
         raise ValueError(f"row must be a single row index, got {rows}.")
     return rows[0]
@@ -123,7 +122,7 @@ def _kernel(kind):
     """The map ``(X, W) ↦ φ(X)`` of ``kind`` (trusted input); for ``"raf"`` and ``"relu"`` it
     returns the very floats of :func:`wsutils.maps.raf` and :func:`wsutils.maps.relu_attention`."""
     norm = _normalisation(kind)
-    return lambda X, W: _general_attention(X, W, norm)
+    return lambda X, W: general_attention(X, W, norm)
 
 
 _EIG_CACHE: list = []  # [(a float64 copy of the last W, (λ, u))]
@@ -273,7 +272,7 @@ def certified_lower_bound(
     i = _one_row(row, n)
     X64, W64 = Xt.to(torch.float64), _weights64(W, Xt)  # the caller's W, not Wt
     cands = _constructions(X64, W64, i, kind)
-    vals = _changes64(lambda Z: fn(Z, W64), X64, [i] * cands.shape[0], cands)
+    vals = relative_changes(lambda Z: fn(Z, W64), X64, [i] * cands.shape[0], cands)
     return float(vals.max())
 
 
@@ -349,7 +348,7 @@ def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
     A_fro = float(torch.linalg.matrix_norm(A))
     a_row = float(torch.linalg.vector_norm(A[i]))
     bound = ((1 + math.sqrt(2)) * a_self - 1 - kappa * a_row) / (kappa * A_fro)
-    exact = float(_changes64(lambda Z: _raf(Z, Wt), Xt, [i], Delta[None])[0])
+    exact = float(relative_changes(lambda Z: softmax_attention(Z, Wt), Xt, [i], Delta[None])[0])
     return TakeoverCertificate(
         lam=c["lam"],
         self_score=c["self_score"],
@@ -409,7 +408,7 @@ def _support_floor(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
     if norm.name == "hardmax":
         return rest.amax(dim=-1, keepdim=True)
     if norm.name == "sparsemax":
-        return _sparsemax_threshold(rest)
+        return sparsemax_threshold(rest)
     return _entmax_threshold(rest, norm.alpha) / (norm.alpha - 1)
 
 
@@ -479,7 +478,7 @@ class _FastObjective:
         if norm.name == "relu":
             # rownorm(ReLU(c·s)) = rownorm(ReLU(s)): a power-of-two rescaling of W (exact)
             # keeps ReLU scores finite for any finite W
-            self.kind, self.W = "relu", W / _pow2_above(W)
+            self.kind, self.W = "relu", W / pow2_above(W)
         else:
             self.W = W if c == 1.0 else W * c
             self.kind = {"softmax": "raf", "scalable": "raf", "sigmoid": "sigmoid"}.get(
@@ -809,7 +808,7 @@ def attention_word_sensitivity(
             most = max(most, cands.shape[0])
             init_r = cands if extra is None else torch.cat([extra, cands])
             found.update(
-                _ascend(
+                ascend_rows(
                     objective,
                     Xs,
                     [r],
@@ -824,7 +823,7 @@ def attention_word_sensitivity(
             )
         S += most  # the constructions of the row that has the most
     else:
-        found = _ascend(
+        found = ascend_rows(
             objective,
             Xs,
             row_list,

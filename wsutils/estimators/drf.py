@@ -18,7 +18,7 @@ import torch
 
 from .._tensor import Array, as_tensor, row_norms
 from ..checks import check_int, check_seed, check_text
-from ..sensitivity import _rows, project_ball, search_dtype, search_setup, sphere_starts
+from ..sensitivity import check_rows, project_ball, search_dtype, search_setup, sphere_starts
 from .rf import PRECISIONS, _precision  # noqa: F401 (PRECISIONS: the values it takes)
 
 __all__ = [
@@ -137,7 +137,7 @@ def drf_row_law(
 
 
 def _one_row(row, n: int) -> int:
-    rows = _rows(row, n)
+    rows = check_rows(row, n)
     if len(rows) != 1:
         raise ValueError(f"row must be a single row index, got {rows}.")
     return rows[0]

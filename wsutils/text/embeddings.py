@@ -381,6 +381,7 @@ def embed(
     batch_size: int = 64,
     cache_dir: str | os.PathLike | None | bool = None,
     progress: bool | None = None,
+    key_of_model: dict | None = None,
 ):
     """Hidden states of ``layer`` (the paper: 0, the embedding layer) for every text, as a
     float32 array ``(len(texts), max_length, hidden)``; with ``return_mask=True`` also the
@@ -393,7 +394,9 @@ def embed(
     default :func:`default_cache_dir`; ``False`` disables the cache; a folder that cannot be
     written is found before the work starts: the result is computed and returned with a
     ``RuntimeWarning``, not stored. ``progress``: a bar over
-    the batches (default: when there are more than 16 batches).
+    the batches (default: when there are more than 16 batches). ``key_of_model``: the
+    :func:`model_key` of ``model`` if the caller has it (:func:`wsutils.trained.layer_inputs`
+    computes it once for all its layers); trusted, not recomputed.
 
     The cache key covers what determines the result (:func:`model_key`: the model's
     identity, configuration, tokenizer and live parameters; the layer, ``max_length``, the
@@ -408,34 +411,6 @@ def embed(
         If ``texts`` is one string or empty, ``layer`` or ``max_length`` is out of the
         model's range, ``batch_size`` is not positive or ``ids`` has another length.
     """
-    return _embed(
-        texts,
-        model=model,
-        layer=layer,
-        max_length=max_length,
-        return_mask=return_mask,
-        ids=ids,
-        batch_size=batch_size,
-        cache_dir=cache_dir,
-        progress=progress,
-    )
-
-
-def _embed(
-    texts,
-    *,
-    model,
-    layer,
-    max_length,
-    return_mask,
-    ids,
-    batch_size,
-    cache_dir,
-    progress,
-    key_of_model: dict | None = None,
-):
-    """:func:`embed`; ``key_of_model``: :func:`model_key` of the model if the caller has it
-    (:func:`wsutils.trained.layer_inputs` computes it once for all its layers)."""
     if isinstance(texts, str):
         raise ValueError("texts must be a list of strings, not one string: wrap it in a list.")
     texts = list(texts)

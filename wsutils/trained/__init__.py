@@ -63,8 +63,15 @@ from .._digest import module_digest
 from .._tensor import Array, as_tensor
 from ..checks import check_int, check_seed
 from ..run.device import small_work_threads
-from ..sensitivity import SensitivityResult, _ascend, certify, check_lr, search_rows, search_setup
-from ..text.embeddings import Encoder, _embed, load_model, model_key
+from ..sensitivity import (
+    SensitivityResult,
+    ascend_rows,
+    certify,
+    check_lr,
+    search_rows,
+    search_setup,
+)
+from ..text.embeddings import Encoder, embed, load_model, model_key
 
 __all__ = [
     "Head",
@@ -240,7 +247,7 @@ def layer_inputs(
     key = None if cache_dir is False else model_key(enc)  # once, not once per layer
     out = []
     for layer in range(enc.layers + 1):
-        E, mask = _embed(
+        E, mask = embed(
             list(texts),
             model=enc,
             layer=layer,
@@ -482,7 +489,7 @@ def head_word_sensitivity(
     obj = _HeadObjective(head, (Zs * r.to(Zs)), r.to(Zs))
     if not obj.base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and head.")
-    found = _ascend(
+    found = ascend_rows(
         lambda chunk: obj,
         Zs,
         row_list,
@@ -1350,7 +1357,7 @@ def heads_word_sensitivity(
     obj = _HeadsObjective(heads, Zs * r.to(Zs), r.to(Zs))
     dummy = Zs.expand(len(heads), -1, -1).reshape(len(heads) * n, -1)  # index h·n + i
     idx = [h * n + i for h in range(len(heads)) for i in row_list]
-    found = _ascend(
+    found = ascend_rows(
         lambda chunk: obj,
         dummy,
         idx,
