@@ -135,6 +135,14 @@ def rf(X: Array, V: Array, *, dtype: torch.dtype | None = None) -> Array:
 
     ``V`` is ``k × (n·d)``; the paper draws it with i.i.d. ``N(0, 1/D)`` entries, ``D = n·d``
     (:func:`wsutils.weights.sample_V`). Returns a vector of length ``k``.
+
+    Raises
+    ------
+    TypeError
+        If ``X`` or a weight is complex (the imaginary part would be dropped) or not numeric.
+    ValueError
+        If ``X`` is not a finite ``(..., n, d)`` array, ``V`` not a finite ``k × (n·d)``
+        matrix, or the output is not finite.
     """
     Xt, n, d, w = _prepare(X, dtype, {"V": V})
     Vt = w["V"]
@@ -152,6 +160,14 @@ def drf(X: Array, Vs: Sequence[Array], *, dtype: torch.dtype | None = None) -> A
 
     ``Vs[0]`` is ``k_1 × (n·d)`` and ``Vs[l]`` is ``k_{l+1} × k_l``; the paper draws every layer
     ``D × D`` with He scaling ``N(0, 2/D)`` (:func:`wsutils.weights.sample_Vs`).
+
+    Raises
+    ------
+    TypeError
+        If ``X`` or a weight is complex (the imaginary part would be dropped) or not numeric.
+    ValueError
+        If ``Vs`` is empty, a layer does not fit its input width or is not finite, ``X`` is
+        not a finite ``(..., n, d)`` array, or the output is not finite.
     """
     if len(Vs) == 0:
         raise ValueError("Vs is empty: a deep random-features map needs at least one layer.")
@@ -185,8 +201,11 @@ def raf(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> Array:
 
     Raises
     ------
+    TypeError
+        If ``X`` or a weight is complex (the imaginary part would be dropped) or not numeric.
     ValueError
-        If the scores overflow or the output is not finite.
+        If the scores overflow (NaN attention rows otherwise) or the output is not finite,
+        or ``X``/``W`` is not finite or of the wrong shape.
     """
     return _attention(X, W, dtype, softmax_attention)
 
@@ -197,7 +216,15 @@ def relu_attention(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> A
     ``N`` (the book's ``rownorm``) divides each row by its sum; a row whose scores are all
     ``≤ 0`` stays zero. Returns ``n × d``. Since ``rownorm(ReLU(c·s)) = rownorm(ReLU(s))`` for
     ``c > 0``, the scores are formed from ``X`` and ``W`` rescaled by powers of two: any finite
-    input gives finite output, in every dtype (half precision is computed in float32).
+    input gives finite output, in every dtype (half precision is computed in float32):
+    rows of norm ``≥ 1e154`` and huge ``W`` are computed exactly, not returned as zeros.
+
+    Raises
+    ------
+    TypeError
+        If ``X`` or a weight is complex (the imaginary part would be dropped) or not numeric.
+    ValueError
+        If ``X``/``W`` is not finite or of the wrong shape.
     """
     return _attention(X, W, dtype, _relu_attention)
 
@@ -205,9 +232,15 @@ def relu_attention(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> A
 def normalize_rows(X: Array) -> Array:
     """Rescale every row of ``X`` to norm ``√d`` (the paper's normalisation).
 
-    Raises a ValueError for a zero row, which has no direction to keep. The norms are
-    computed without overflow (``wsutils._tensor.row_norms``), so rows of any finite
-    size are rescaled.
+    The norms are computed without overflow (``wsutils._tensor.row_norms``), so rows of any
+    finite size are rescaled (rows of norm ``≥ 1e154`` used to come back as zeros).
+
+    Raises
+    ------
+    TypeError
+        If ``X`` is complex (the imaginary part would be dropped) or not numeric.
+    ValueError
+        If a row is zero (it has no direction to keep) or ``X`` is not finite.
     """
     Xt = as_tensor(X, name="X")
     n, d = check_text(Xt)
@@ -235,7 +268,7 @@ def _positive(name: str, value) -> float:
     return value
 
 
-#: The smallest α of α-entmax accepted: the bisection's error grows like ``u/(α − 1)``
+#: The smallest α of α-entmax accepted, since the bisection's error grows like ``u/(α − 1)``
 #: (measured against a 60-digit reference on scores of size 5: 8e-15 at ``α − 1 = 1e-3``,
 #: 7e-12 at 1e-6, 1e-5 at 1e-12); below it, softmax (the ``α → 1`` limit) is the answer.
 ENTMAX_MIN_ALPHA = 1 + 1e-4

@@ -126,6 +126,18 @@ def project_ball(Delta: torch.Tensor, radius: float, *, exact: bool = True) -> t
     ``radius·(1 − 2u)`` and not verified, so a computed norm may exceed ``radius`` by a few
     ulps. It spares a float32 search the float32 margin (``7e-5`` at ``d = 384``) on every
     iterate; every ``Δ`` an estimator returns goes through ``exact=True``.
+
+    Every ``Δ`` an estimator or construction of ``wsutils`` returns goes through this
+    projection, so ``‖Δ‖ ≤ √d`` holds in exact arithmetic and under every norm routine, not
+    only under torch's rounding.
+
+    Raises
+    ------
+    TypeError
+        If ``Delta`` is not float32 or float64 (half precision is too coarse for an exact
+        ball).
+    ValueError
+        If ``Delta`` has non-finite entries.
     """
     if Delta.dtype not in BALL_DTYPES:
         raise TypeError(
@@ -393,8 +405,39 @@ def word_sensitivity(
     ``phi`` maps a torch tensor ``(B, n, d)`` to ``(B, ...)``; set ``batched=False`` for a map
     that only takes a single ``(n, d)`` text. The search runs in ``X``'s dtype (float32 for
     half precision) and the final values in float64, so ``phi`` must accept both. ``X`` must
-    have rows of norm ``√d`` (``check_norms=False`` skips that check). A map that returns
-    NaN/inf at ``X``, or at every iterate of a row, is a ValueError. Same ``seed``, same result.
+    have rows of norm ``√d`` (``check_norms=False`` skips that check). Same ``seed``, same
+    result. A float16/float32 ``X`` is accepted: every returned ``Δ`` is float64 and every
+    value the float64 relative change at that ``Δ`` (``per_row_Delta``).
+
+    Parameters
+    ----------
+    phi
+        The map, batched ``(B, n, d) → (B, ...)`` (or one text with ``batched=False``).
+    X
+        One text ``(n, d)``, real and finite.
+    rows, starts, steps, seed, init, lr
+        As above: the rows searched, the random starts per row (``≥ 1``), the steps (``≥ 0``),
+        the seed of the starts, extra starts, the step size.
+
+    Returns
+    -------
+    SensitivityResult
+        The best relative change found (a certified lower bound on ``S_φ(X)``), its row and
+        ``Δ``, and the same per row.
+
+    Raises
+    ------
+    TypeError
+        If ``rows`` is a boolean mask (pass ``np.flatnonzero(mask)``: a mask read as indices
+        searches rows 0 and 1) or has a non-integer entry (``1.9``), ``starts``/``steps`` is
+        not an integer, or ``X`` is complex or not numeric (the imaginary part would be
+        dropped).
+    ValueError
+        If ``X`` is not one finite ``n × d`` text with rows of norm ``√d``, a row is out of
+        range, ``init`` is neither ``(d,)`` nor ``(m, d)`` (``2d`` entries are not two
+        starts), ``lr`` is NaN or not positive (the message names ``lr``), or the map returns
+        NaN/inf at ``X``, a zero ``φ(X)``, or non-finite values at every iterate of a row
+        (the search used to drop out and report ``value = −1.0``).
     """
     Xt, row_list, extra = search_setup(
         X, rows=rows, starts=starts, steps=steps, init=init, check_norms=check_norms, device=device

@@ -58,7 +58,41 @@ def gaussian(
     The normals are drawn in ``draw`` precision (float64, or float32 where the calling code
     trades precision for speed, as the blocked RF weights of the generalization experiment
     do), scaled by ``std``, then cast to ``dtype``: the values depend on ``seed`` (and the
-    fixed ``draw``) alone, never on ``dtype``."""
+    fixed ``draw``) alone, never on ``dtype``.
+
+    Parameters
+    ----------
+    shape
+        Positive sizes.
+    std : float
+        The standard deviation.
+    seed : int
+        The stream: the same seed gives the same numbers on every device and in every
+        ``dtype`` (drawn in float64, then cast), up to the final rounding.
+    device, dtype
+        Where and in which floating dtype the result lives (default: the CPU, float64).
+    draw : torch.dtype
+        The precision of the normals, float64 or float32.
+
+    Returns
+    -------
+    torch.Tensor
+        The entries, of ``shape``.
+
+    Raises
+    ------
+    TypeError
+        If a size is not an integer (``2.7`` is refused, not read as ``2``) or the seed is not
+        an integer (``1.7`` would silently be ``1``; ``True`` is refused).
+    ValueError
+        If a size is not positive, the seed is outside ``[0, 2**63)`` (torch reads ``−1`` as
+        ``2**64 − 1``, a second name for one stream: ``wsutils.checks.check_seed``), or
+        ``device="cuda"`` is asked for on a machine without a GPU (pass ``"cpu"`` or
+        ``"auto"``; :func:`wsutils.run.device.pick_device`).
+    wsutils.run.device.DoesNotFit
+        Before anything is allocated, if the draw needs more memory than is available (the
+        message gives both; a failure after minutes of work, or swapping, is worse).
+    """
     dims = _dims(**{f"shape[{i}]": s for i, s in enumerate(shape)})
     seed = check_seed(seed)
     if draw not in _DRAWS:
@@ -87,7 +121,37 @@ def gaussian(
 def sample_V(
     k: int, n: int, d: int, *, seed: int, device=None, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
-    """RF weights ``V ∈ R^{k×D}``, entries ``N(0, 1/D)``, ``D = n·d`` (eq. :eq:`eq-rf`)."""
+    """RF weights ``V ∈ R^{k×D}``, entries ``N(0, 1/D)``, ``D = n·d`` (eq. :eq:`eq-rf`).
+
+    Parameters
+    ----------
+    k, n, d : int
+        The number of features, words and the word width.
+    seed : int
+        The stream: the same seed gives the same numbers on every device and in every
+        ``dtype`` (drawn in float64, then cast), up to the final rounding.
+    device, dtype
+        Where and in which floating dtype the result lives (default: the CPU, float64).
+
+    Returns
+    -------
+    torch.Tensor
+        ``V``, of shape ``(k, n·d)``.
+
+    Raises
+    ------
+    TypeError
+        If a size is not an integer (``2.7`` is refused, not read as ``2``) or the seed is not
+        an integer (``1.7`` would silently be ``1``; ``True`` is refused).
+    ValueError
+        If a size is not positive, the seed is outside ``[0, 2**63)`` (torch reads ``−1`` as
+        ``2**64 − 1``, a second name for one stream: ``wsutils.checks.check_seed``), or
+        ``device="cuda"`` is asked for on a machine without a GPU (pass ``"cpu"`` or
+        ``"auto"``; :func:`wsutils.run.device.pick_device`).
+    wsutils.run.device.DoesNotFit
+        Before anything is allocated, if the draw needs more memory than is available (the
+        message gives both; a failure after minutes of work, or swapping, is worse).
+    """
     k, n, d = _dims(k=k, n=n, d=d).values()
     D = n * d
     return gaussian((k, D), 1 / math.sqrt(D), seed=seed, device=device, dtype=dtype)
@@ -105,7 +169,40 @@ def sample_Vs(
 ) -> list[torch.Tensor]:
     """DRF weights (eq. :eq:`eq-drf`): ``L`` layers, layer ``l`` of shape ``k_l × k_{l−1}``
     with He scaling ``N(0, 2/k_{l−1})``; ``k_0 = D = n·d``. The authors use ``k_l = D``
-    for every layer (``widths=None``). Layer ``l`` uses seed ``seed + l``."""
+    for every layer (``widths=None``). Layer ``l`` uses seed ``seed + l``.
+
+    Parameters
+    ----------
+    n, d, L : int
+        The number of words, the word width and the number of layers.
+    widths
+        ``k_1, …, k_L`` (default: ``n·d`` each).
+    seed : int
+        The stream: the same seed gives the same numbers on every device and in every
+        ``dtype`` (drawn in float64, then cast), up to the final rounding.
+    device, dtype
+        Where and in which floating dtype the result lives (default: the CPU, float64).
+
+    Returns
+    -------
+    list of torch.Tensor
+        ``V_1, …, V_L``.
+
+    Raises
+    ------
+    TypeError
+        If a size is not an integer (``2.7`` is refused, not read as ``2``) or the seed is not
+        an integer (``1.7`` would silently be ``1``; ``True`` is refused).
+    ValueError
+        If a size is not positive, ``widths`` does not list ``L`` widths, ``seed + L − 1`` reaches
+        ``2**63``, the seed is outside ``[0, 2**63)`` (torch reads ``−1`` as
+        ``2**64 − 1``, a second name for one stream: ``wsutils.checks.check_seed``), or
+        ``device="cuda"`` is asked for on a machine without a GPU (pass ``"cpu"`` or
+        ``"auto"``; :func:`wsutils.run.device.pick_device`).
+    wsutils.run.device.DoesNotFit
+        Before anything is allocated, if the draw needs more memory than is available (the
+        message gives both; a failure after minutes of work, or swapping, is worse).
+    """
     L = check_int("L", L)
     if L < 1:
         raise ValueError(f"L must be at least 1, got {L}.")
@@ -137,7 +234,37 @@ def sample_Vs(
 def sample_W(
     d: int, *, seed: int, device=None, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
-    """Attention weights ``W ∈ R^{d×d}``, entries ``N(0, 1/d)`` (eq. :eq:`eq-raf`)."""
+    """Attention weights ``W ∈ R^{d×d}``, entries ``N(0, 1/d)`` (eq. :eq:`eq-raf`).
+
+    Parameters
+    ----------
+    d : int
+        The word width.
+    seed : int
+        The stream: the same seed gives the same numbers on every device and in every
+        ``dtype`` (drawn in float64, then cast), up to the final rounding.
+    device, dtype
+        Where and in which floating dtype the result lives (default: the CPU, float64).
+
+    Returns
+    -------
+    torch.Tensor
+        ``W``, of shape ``(d, d)``.
+
+    Raises
+    ------
+    TypeError
+        If a size is not an integer (``2.7`` is refused, not read as ``2``) or the seed is not
+        an integer (``1.7`` would silently be ``1``; ``True`` is refused).
+    ValueError
+        If a size is not positive, the seed is outside ``[0, 2**63)`` (torch reads ``−1`` as
+        ``2**64 − 1``, a second name for one stream: ``wsutils.checks.check_seed``), or
+        ``device="cuda"`` is asked for on a machine without a GPU (pass ``"cpu"`` or
+        ``"auto"``; :func:`wsutils.run.device.pick_device`).
+    wsutils.run.device.DoesNotFit
+        Before anything is allocated, if the draw needs more memory than is available (the
+        message gives both; a failure after minutes of work, or swapping, is worse).
+    """
     (d,) = _dims(d=d).values()
     return gaussian((d, d), 1 / math.sqrt(d), seed=seed, device=device, dtype=dtype)
 
@@ -146,7 +273,37 @@ def sample_X(
     n: int, d: int, *, seed: int, device=None, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """A synthetic text: ``n`` i.i.d. Gaussian rows rescaled to norm ``√d`` (the paper's
-    synthetic texts). Rescaled in float64, then cast to ``dtype``."""
+    synthetic texts). Rescaled in float64, then cast to ``dtype``.
+
+    Parameters
+    ----------
+    n, d : int
+        The number of words and the word width.
+    seed : int
+        The stream: the same seed gives the same numbers on every device and in every
+        ``dtype`` (drawn in float64, then cast), up to the final rounding.
+    device, dtype
+        Where and in which floating dtype the result lives (default: the CPU, float64).
+
+    Returns
+    -------
+    torch.Tensor
+        ``X``, of shape ``(n, d)``, rows of norm ``√d``.
+
+    Raises
+    ------
+    TypeError
+        If a size is not an integer (``2.7`` is refused, not read as ``2``) or the seed is not
+        an integer (``1.7`` would silently be ``1``; ``True`` is refused).
+    ValueError
+        If a size is not positive, the seed is outside ``[0, 2**63)`` (torch reads ``−1`` as
+        ``2**64 − 1``, a second name for one stream: ``wsutils.checks.check_seed``), or
+        ``device="cuda"`` is asked for on a machine without a GPU (pass ``"cpu"`` or
+        ``"auto"``; :func:`wsutils.run.device.pick_device`).
+    wsutils.run.device.DoesNotFit
+        Before anything is allocated, if the draw needs more memory than is available (the
+        message gives both; a failure after minutes of work, or swapping, is worse).
+    """
     n, d = _dims(n=n, d=d).values()
     X = gaussian((n, d), 1.0, seed=seed)
     X = X * (math.sqrt(d) / torch.linalg.vector_norm(X, dim=-1, keepdim=True))

@@ -257,7 +257,7 @@ def certified_lower_bound(
     X: Array, W: Array, row: int, *, kind: str | Normalisation = "raf"
 ) -> float:
     """The best certificate the book proves for ``kind`` at word ``row``:
-    ``max_Δ ‖φ(X_row(Δ)) − φ(X)‖/‖φ(X)‖`` over every construction of ``_constructions``, the
+    ``max_Δ ‖φ(X_row(Δ)) − φ(X)‖/‖φ(X)‖`` over every construction below, the
     row and key take-overs and their blends (:func:`takeover_candidates`,
     :prf:ref:`def-takeover`), the doubling ``Δ = x_row`` (:prf:ref:`prop-norm-double`) and,
     for ReLU attention, the orthogonal take-over (:prf:ref:`prop-relu-takeover`,
@@ -266,7 +266,21 @@ def certified_lower_bound(
     (:prf:ref:`def-word-sensitivity`), at least each construction's own relative change.
     ``kind`` is ``"raf"`` (eq. :eq:`eq-raf`), ``"relu"`` (eq. :eq:`eq-relu-attention`) or a
     :class:`wsutils.maps.Normalisation` (eq. :eq:`eq-general-attention`).
-    Everything is computed in float64, whatever the dtype of ``X`` and ``W``."""
+    Everything is computed in float64, whatever the dtype of ``X`` and ``W``.
+
+    Returns
+    -------
+    float
+        The certified lower bound.
+
+    Raises
+    ------
+    TypeError
+        If ``X``/``W`` is complex or not numeric, or ``row`` is not an integer.
+    ValueError
+        If ``X`` is not one finite ``n × d`` text, ``W`` not a finite ``d × d`` matrix,
+        ``row`` is out of range, or ``kind`` unknown.
+    """
     fn = _kernel(kind)
     Xt, Wt, n, d = _prepare(X, W)
     i = _one_row(row, n)
@@ -771,11 +785,31 @@ def attention_word_sensitivity(
     returned ``Δ`` (projected onto the exact ball) for the *unrounded* ``X`` and ``W``, so it
     is a certified lower bound whatever the search precision.
 
+    Parameters
+    ----------
+    X
+        One text ``(n, d)``, real and finite.
+    W
+        The attention weights, ``d × d``.
+    kind, rows, starts, steps, seed, init, takeovers, lr, search_dtype
+        As above and as in :func:`wsutils.sensitivity.word_sensitivity`.
+
+    Returns
+    -------
+    SensitivityResult
+        The best float64 relative change found (a certified lower bound on ``S(X)``), its row
+        and ``Δ``, and the same per row.
+
     Raises
     ------
+    TypeError
+        If ``rows`` is a boolean mask (pass ``np.flatnonzero(mask)``) or has a non-integer
+        entry (``1.9``), ``starts``/``steps`` is not an integer, or ``X``/``W`` is complex or
+        not numeric.
     ValueError
         If ``φ(X)`` is not finite (named as such) or is zero (the relative change is then
-        undefined), besides the input checks of :func:`wsutils.sensitivity.search_setup`.
+        undefined), ``init`` is neither ``(d,)`` nor ``(m, d)``, ``lr`` is NaN or not
+        positive, or the other input checks of :func:`wsutils.sensitivity.search_setup` fail.
     """
     fn = _kernel(kind)
     Xt, row_list, extra = search_setup(

@@ -471,7 +471,7 @@ def rf_word_sensitivity(
     ``steps`` projected gradient steps (moving to the sphere along the gradient) and keeps the
     best iterate. The result carries the certified bounds ``lower ≤ value ≤ upper``. Memory
     ``O(k·d)``. ``search_dtype``: the precision of the ascent iterations (``torch.float32``
-    or ``"float32"`` by default, see ``_ascend``; ``torch.float64``/``"float64"``; ``None``
+    or ``"float32"`` by default; ``torch.float64``/``"float64"``; ``None``
     keeps ``V_i``'s own precision). Bounds and values are float64 either way.
     ``precision``: the dtype of the ``reduced``-mode draw (:func:`rf_row_law`; ``"float64"``
     by default, ``"float32"`` draws single-precision weights, four times faster, a different
@@ -484,12 +484,41 @@ def rf_word_sensitivity(
     the last ``m`` steps (``_ascend``); ``None`` (default) takes all ``steps``. The value is
     still the float64 relative change at the best iterate, a certified lower bound.
 
-    Refused before any work: ``k``, ``starts``, ``steps``,
-    ``rows`` or ``seed`` that are not integers (``2.7`` is not truncated) or out of range
-    (seeds in ``[0, 2**63)``); a boolean row mask; complex input; a ``device`` that is not
-    there; sizes whose weights and work arrays need more memory than is available (the
-    message gives the estimate). ``X`` may require grad: the estimator is not differentiable
-    and works on a detached float64 copy.
+    ``X`` may require grad: the estimator is not differentiable and works on a detached
+    float64 copy. A float16/float32 ``X`` is accepted: the weights and every reported number
+    are float64, identical to those of ``X.double()`` (low-precision arithmetic would report
+    "certified" values above the true relative change).
+
+    Parameters
+    ----------
+    X
+        One text ``(n, d)``, real and finite, rows of norm ``√d`` (unless
+        ``check_norms=False``).
+    k : int
+        The number of random features.
+    rows, seed, starts, steps, mode, search_dtype, precision, upper, stop
+        As above; ``device``: where the work runs (:func:`wsutils.run.device.pick_device`).
+
+    Returns
+    -------
+    RFSensitivityResult
+        ``value`` (a certified lower bound on ``S_RF(X)``), ``lower``, ``upper`` and the
+        per-row values and perturbations.
+
+    Raises
+    ------
+    TypeError
+        Before any work, if ``k``, ``starts``, ``steps``, ``rows`` or ``seed`` is not an
+        integer (``2.7`` is not truncated), ``rows`` is a boolean mask (pass
+        ``np.flatnonzero(mask)``: a mask read as indices searches rows 0 and 1), or ``X`` is
+        complex (the imaginary part would be dropped).
+    ValueError
+        If a size or ``seed`` is out of range (seeds in ``[0, 2**63)``), ``search_dtype`` is
+        not one of the allowed values (the message lists them; ``"float32"`` is
+        ``torch.float32``, not a device name), or ``device="cuda"`` is asked for without a GPU.
+    wsutils.run.device.DoesNotFit
+        Before any work, if the weights and work arrays need more memory than is available
+        (the message gives the estimate).
     """
     k = check_int("k (the number of random features)", k, minimum=1)
     starts = check_int("starts", starts, minimum=1)
