@@ -30,6 +30,7 @@ __all__ = [
     "BALL_DTYPES",
     "SensitivityResult",
     "ball_slack",
+    "ascend_and_certify",
     "ascend_rows",
     "certify",
     "check_lr",
@@ -444,15 +445,15 @@ def word_sensitivity(
     )
     seed, lr = check_seed(seed), check_lr(lr)
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
-    S = starts + (0 if extra is None else extra.shape[0])
     phi_b = _batched(phi, batched)
 
     with torch.no_grad():
         base = phi(Xt)
-    found = search_rows(
+    return ascend_and_certify(
+        _objective(phi_b, Xt, base),
         phi_b,
         Xt,
-        base,
+        Xt,
         row_list,
         starts=starts,
         steps=steps,
@@ -461,9 +462,6 @@ def word_sensitivity(
         lr=lr,
         max_batch_elements=max_batch_elements,
         progress=progress,
-    )
-    return certify(
-        phi_b, Xt, found, starts=S, steps=steps, seed=seed, max_batch_elements=max_batch_elements
     )
 
 
@@ -485,6 +483,23 @@ def search_rows(
     ``Xt``, with ``base = φ(X)``; the relative change ``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` is
     maximised for every row of ``row_list``; returns the best ``Δ`` of each row
     (``ascend_rows``). A non-finite or zero ``φ(X)`` is a ValueError."""
+    return ascend_rows(
+        _objective(phi_b, Xt, base),
+        Xt,
+        row_list,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        extra=extra,
+        lr=lr,
+        max_batch_elements=max_batch_elements,
+        progress=progress,
+    )
+
+
+def _objective(phi_b: Map, Xt: torch.Tensor, base: torch.Tensor):
+    """The objective of :func:`ascend_rows` for the map ``phi_b`` at ``Xt``, ``base = φ(X)``:
+    the relative change through the full map. A non-finite or zero ``φ(X)`` is a ValueError."""
     if not bool(torch.isfinite(base).all()):
         raise ValueError(
             "φ(X) has non-finite entries (NaN or inf): the relative change is "
@@ -501,9 +516,44 @@ def search_rows(
 
         return values
 
-    return ascend_rows(
+    return objective
+
+
+def ascend_and_certify(
+    objective,
+    phi_b: Map,
+    Xs: torch.Tensor,
+    Xt: torch.Tensor,
+    row_list: list[int],
+    *,
+    starts: int,
+    steps: int,
+    seed: int,
+    extra: torch.Tensor | None,
+    lr: float,
+    max_batch_elements: int,
+    progress: bool = False,
+) -> SensitivityResult:
+    """The tail every estimator shares: :func:`ascend_rows` with ``objective`` on the search
+    copy ``Xs`` of the text, then :func:`certify` of the iterates found, through the full map
+    ``phi_b`` at ``Xt`` in float64 (``Xs`` is ``Xt`` when the search runs in ``X``'s own
+    dtype). The result counts ``starts`` plus the rows of ``extra`` as its starts. Trusts its
+    caller as :func:`ascend_rows` does.
+
+    Returns
+    -------
+    SensitivityResult
+        The best float64 relative change found, a certified lower bound on ``S_φ(X)``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`ascend_rows` and :func:`certify`: every value of a row non-finite, or a
+        non-finite or zero ``φ(X)``.
+    """
+    found = ascend_rows(
         objective,
-        Xt,
+        Xs,
         row_list,
         starts=starts,
         steps=steps,
@@ -512,6 +562,15 @@ def search_rows(
         lr=lr,
         max_batch_elements=max_batch_elements,
         progress=progress,
+    )
+    return certify(
+        phi_b,
+        Xt,
+        found,
+        starts=starts + (0 if extra is None else extra.shape[0]),
+        steps=steps,
+        seed=seed,
+        max_batch_elements=max_batch_elements,
     )
 
 

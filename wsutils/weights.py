@@ -127,11 +127,8 @@ def sample_V(
     ----------
     k, n, d : int
         The number of features, words and the word width.
-    seed : int
-        The stream: the same seed gives the same numbers on every device and in every
-        ``dtype`` (drawn in float64, then cast), up to the final rounding.
-    device, dtype
-        Where and in which floating dtype the result lives (default: the CPU, float64).
+    seed, device, dtype
+        As in :func:`gaussian`.
 
     Returns
     -------
@@ -140,17 +137,8 @@ def sample_V(
 
     Raises
     ------
-    TypeError
-        If a size is not an integer (``2.7`` is refused, not read as ``2``) or the seed is not
-        an integer (``1.7`` would silently be ``1``; ``True`` is refused).
-    ValueError
-        If a size is not positive, the seed is outside ``[0, 2**63)`` (torch reads ``−1`` as
-        ``2**64 − 1``, a second name for one stream: ``wsutils.checks.check_seed``), or
-        ``device="cuda"`` is asked for on a machine without a GPU (pass ``"cpu"`` or
-        ``"auto"``; :func:`wsutils.run.device.pick_device`).
-    wsutils.run.device.DoesNotFit
-        Before anything is allocated, if the draw needs more memory than is available (the
-        message gives both; a failure after minutes of work, or swapping, is worse).
+    TypeError, ValueError, wsutils.run.device.DoesNotFit
+        As :func:`gaussian` (sizes, seed, device, memory).
     """
     k, n, d = _dims(k=k, n=n, d=d).values()
     D = n * d
@@ -177,11 +165,8 @@ def sample_Vs(
         The number of words, the word width and the number of layers.
     widths
         ``k_1, …, k_L`` (default: ``n·d`` each).
-    seed : int
-        The stream: the same seed gives the same numbers on every device and in every
-        ``dtype`` (drawn in float64, then cast), up to the final rounding.
-    device, dtype
-        Where and in which floating dtype the result lives (default: the CPU, float64).
+    seed, device, dtype
+        As in :func:`gaussian`.
 
     Returns
     -------
@@ -191,17 +176,12 @@ def sample_Vs(
     Raises
     ------
     TypeError
-        If a size is not an integer (``2.7`` is refused, not read as ``2``) or the seed is not
-        an integer (``1.7`` would silently be ``1``; ``True`` is refused).
+        If a size, a width or the seed is not an integer, as :func:`gaussian`.
     ValueError
-        If a size is not positive, ``widths`` does not list ``L`` widths, ``seed + L − 1`` reaches
-        ``2**63``, the seed is outside ``[0, 2**63)`` (torch reads ``−1`` as
-        ``2**64 − 1``, a second name for one stream: ``wsutils.checks.check_seed``), or
-        ``device="cuda"`` is asked for on a machine without a GPU (pass ``"cpu"`` or
-        ``"auto"``; :func:`wsutils.run.device.pick_device`).
+        If a size is not positive, ``widths`` does not list ``L`` widths, ``seed + L − 1``
+        reaches ``2**63``, or as :func:`gaussian`.
     wsutils.run.device.DoesNotFit
-        Before anything is allocated, if the draw needs more memory than is available (the
-        message gives both; a failure after minutes of work, or swapping, is worse).
+        Before anything is allocated, if the layers do not fit in memory.
     """
     L = check_int("L", L)
     if L < 1:
@@ -240,11 +220,8 @@ def sample_W(
     ----------
     d : int
         The word width.
-    seed : int
-        The stream: the same seed gives the same numbers on every device and in every
-        ``dtype`` (drawn in float64, then cast), up to the final rounding.
-    device, dtype
-        Where and in which floating dtype the result lives (default: the CPU, float64).
+    seed, device, dtype
+        As in :func:`gaussian`.
 
     Returns
     -------
@@ -253,17 +230,8 @@ def sample_W(
 
     Raises
     ------
-    TypeError
-        If a size is not an integer (``2.7`` is refused, not read as ``2``) or the seed is not
-        an integer (``1.7`` would silently be ``1``; ``True`` is refused).
-    ValueError
-        If a size is not positive, the seed is outside ``[0, 2**63)`` (torch reads ``−1`` as
-        ``2**64 − 1``, a second name for one stream: ``wsutils.checks.check_seed``), or
-        ``device="cuda"`` is asked for on a machine without a GPU (pass ``"cpu"`` or
-        ``"auto"``; :func:`wsutils.run.device.pick_device`).
-    wsutils.run.device.DoesNotFit
-        Before anything is allocated, if the draw needs more memory than is available (the
-        message gives both; a failure after minutes of work, or swapping, is worse).
+    TypeError, ValueError, wsutils.run.device.DoesNotFit
+        As :func:`gaussian` (sizes, seed, device, memory).
     """
     (d,) = _dims(d=d).values()
     return gaussian((d, d), 1 / math.sqrt(d), seed=seed, device=device, dtype=dtype)
@@ -279,11 +247,8 @@ def sample_X(
     ----------
     n, d : int
         The number of words and the word width.
-    seed : int
-        The stream: the same seed gives the same numbers on every device and in every
-        ``dtype`` (drawn in float64, then cast), up to the final rounding.
-    device, dtype
-        Where and in which floating dtype the result lives (default: the CPU, float64).
+    seed, device, dtype
+        As in :func:`gaussian`.
 
     Returns
     -------
@@ -292,17 +257,8 @@ def sample_X(
 
     Raises
     ------
-    TypeError
-        If a size is not an integer (``2.7`` is refused, not read as ``2``) or the seed is not
-        an integer (``1.7`` would silently be ``1``; ``True`` is refused).
-    ValueError
-        If a size is not positive, the seed is outside ``[0, 2**63)`` (torch reads ``−1`` as
-        ``2**64 − 1``, a second name for one stream: ``wsutils.checks.check_seed``), or
-        ``device="cuda"`` is asked for on a machine without a GPU (pass ``"cpu"`` or
-        ``"auto"``; :func:`wsutils.run.device.pick_device`).
-    wsutils.run.device.DoesNotFit
-        Before anything is allocated, if the draw needs more memory than is available (the
-        message gives both; a failure after minutes of work, or swapping, is worse).
+    TypeError, ValueError, wsutils.run.device.DoesNotFit
+        As :func:`gaussian` (sizes, seed, device, memory).
     """
     n, d = _dims(n=n, d=d).values()
     X = gaussian((n, d), 1.0, seed=seed)

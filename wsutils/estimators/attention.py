@@ -44,6 +44,7 @@ from ..maps import (
 )
 from ..sensitivity import (
     SensitivityResult,
+    ascend_and_certify,
     ascend_rows,
     certify,
     check_lr,
@@ -834,8 +835,8 @@ def attention_word_sensitivity(
     def objective(chunk: list[int]):
         return obj
 
-    S = starts + (0 if extra is None else extra.shape[0])
     if takeovers:
+        S = starts + (0 if extra is None else extra.shape[0])
         found, most = {}, 0
         for r in row_list:
             cands = _constructions(Xt, W64, r, kind).to(work)
@@ -856,25 +857,26 @@ def attention_word_sensitivity(
                 )
             )
         S += most  # the constructions of the row that has the most
-    else:
-        found = ascend_rows(
-            objective,
-            Xs,
-            row_list,
-            starts=starts,
+        return certify(
+            lambda Z: fn(Z, W64),
+            Xt,
+            found,
+            starts=S,
             steps=steps,
             seed=seed,
-            extra=extra,
-            lr=lr,
             max_batch_elements=max_batch_elements,
-            progress=progress,
         )
-    return certify(
+    return ascend_and_certify(
+        objective,
         lambda Z: fn(Z, W64),
+        Xs,
         Xt,
-        found,
-        starts=S,
+        row_list,
+        starts=starts,
         steps=steps,
         seed=seed,
+        extra=extra,
+        lr=lr,
         max_batch_elements=max_batch_elements,
+        progress=progress,
     )
