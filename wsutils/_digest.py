@@ -6,7 +6,10 @@ changed (the embedding cache's key, the float64 copies of the module maps of
 ``module_digest`` reads every parameter and buffer (``O(parameters)``: with the
 configuration and tokenizer, 0.12 CPU s for the embedded model's 22.7 M parameters in one
 measurement, ``benchmarks/bench_stale_checks.py``): meant for a check at a cache lookup or
-once per worker task, not per step of an inner loop."""
+once per worker task, not per step of an inner loop.
+
+With :mod:`wsutils._tensor`, one of the package's two shared internals: any module of
+``wsutils``, in any subpackage, may import its public names (``tests/test_layers.py``)."""
 
 from __future__ import annotations
 

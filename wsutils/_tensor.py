@@ -1,6 +1,11 @@
 """numpy/torch interchange: every public function accepts either and returns the input's kind.
 
-Also the overflow-safe row norm that every rescaling in ``wsutils`` uses (:func:`row_norms`).
+Also the overflow-safe row norm that every rescaling in ``wsutils`` uses (:func:`row_norms`)
+and the exact power-of-two rescaling (:func:`pow2_above`).
+
+This module and :mod:`wsutils._digest` are the package's shared internals: any module of
+``wsutils``, in any subpackage, may import their public names (``tests/test_layers.py``
+allows exactly these two across subpackages). They are not on the API page.
 """
 
 from __future__ import annotations
@@ -62,3 +67,13 @@ def row_norms(t: torch.Tensor, *, keepdim: bool = True) -> torch.Tensor:
     scale = torch.where(big > 0, scale, torch.ones_like(scale))
     out = torch.linalg.vector_norm(t / scale, dim=-1, keepdim=True) * scale
     return out if keepdim else out.squeeze(-1)
+
+
+def pow2_above(t: torch.Tensor) -> torch.Tensor:
+    """A power of two ``≥ max |t|`` (1 for an all-zero ``t``), as a 0-d tensor: dividing by
+    it changes only exponents, so a product of rescaled factors is scaled exactly (the
+    overflow-free scores of :func:`wsutils.maps.relu_attention`). Trusts its caller: ``t`` a
+    finite floating tensor."""
+    big = t.detach().abs().amax()
+    _, e = torch.frexp(big)
+    return torch.where(big > 0, torch.ldexp(torch.ones_like(big), e), torch.ones_like(big))

@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ._tensor import Array, as_tensor, like, row_norms
+from ._tensor import Array, as_tensor, like, pow2_above, row_norms
 from .checks import check_finite, check_shape, check_text
 
 __all__ = [
@@ -51,7 +51,10 @@ __all__ = [
     "Normalisation",
     "normalise_scores",
     "sparsemax",
+    "sparsemax_threshold",
     "attention",
+    "softmax_attention",
+    "general_attention",
 ]
 
 
@@ -64,14 +67,6 @@ def attention_scores(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """The score matrix ``X W Xᵀ / √d`` (torch, batched, unchecked)."""
     d = X.shape[-1]
     return (X @ W) @ X.transpose(-1, -2) / math.sqrt(d)
-
-
-def _pow2_above(t: torch.Tensor) -> torch.Tensor:
-    """A power of two ``≥ max |t|`` (1 for an all-zero ``t``), as a 0-d tensor: dividing by
-    it changes only exponents, so every product below is scaled exactly."""
-    big = t.detach().abs().amax()
-    _, e = torch.frexp(big)
-    return torch.where(big > 0, torch.ldexp(torch.ones_like(big), e), torch.ones_like(big))
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -91,10 +86,18 @@ def _drf(X: torch.Tensor, Vs: Sequence[torch.Tensor]) -> torch.Tensor:
     return h
 
 
-def _raf(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """Softmax attention (trusted input). Computed in float32 at least; scores that overflow
-    the compute dtype are a ValueError (softmax of ``inf`` is NaN, and no rescaling keeps
-    softmax unchanged)."""
+def softmax_attention(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """The kernel of :func:`raf`, ``softmax(X W Xᵀ/√d) X`` (eq. :eq:`eq-raf`), on torch
+    tensors (batched, differentiable). Trusts its caller: ``X`` ``(..., n, d)`` and ``W``
+    ``d × d`` finite real tensors on one device, unchecked (:func:`raf` is the checked entry
+    point). Computed in float32 at least, returned in ``X``'s dtype.
+
+    Raises
+    ------
+    ValueError
+        If the scores overflow the compute dtype (softmax of ``inf`` is NaN, and no rescaling
+        keeps softmax unchanged).
+    """
     cd = _compute_dtype(X.dtype)
     Xc, Wc = X.to(cd), W.to(cd)
     s = attention_scores(Xc, Wc)
@@ -112,8 +115,8 @@ def _relu_attention(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     (exact): the same floats as without the scaling, but no overflow for any finite input."""
     cd = _compute_dtype(X.dtype)
     Xc, Wc = X.to(cd), W.to(cd)
-    Xs = Xc / _pow2_above(Xc)
-    A = torch.relu(attention_scores(Xs, Wc / _pow2_above(Wc)))
+    Xs = Xc / pow2_above(Xc)
+    A = torch.relu(attention_scores(Xs, Wc / pow2_above(Wc)))
     mass = A.sum(dim=-1, keepdim=True)
     # rownorm(A): each row divided by its sum; an all-zero row stays zero.
     A = A / torch.where(mass > 0, mass, torch.ones_like(mass))
@@ -132,6 +135,14 @@ def rf(X: Array, V: Array, *, dtype: torch.dtype | None = None) -> Array:
 
     ``V`` is ``k × (n·d)``; the paper draws it with i.i.d. ``N(0, 1/D)`` entries, ``D = n·d``
     (:func:`wsutils.weights.sample_V`). Returns a vector of length ``k``.
+
+    Raises
+    ------
+    TypeError
+        If ``X`` or a weight is complex (the imaginary part would be dropped) or not numeric.
+    ValueError
+        If ``X`` is not a finite ``(..., n, d)`` array, ``V`` not a finite ``k × (n·d)``
+        matrix, or the output is not finite.
     """
     Xt, n, d, w = _prepare(X, dtype, {"V": V})
     Vt = w["V"]
@@ -149,6 +160,14 @@ def drf(X: Array, Vs: Sequence[Array], *, dtype: torch.dtype | None = None) -> A
 
     ``Vs[0]`` is ``k_1 × (n·d)`` and ``Vs[l]`` is ``k_{l+1} × k_l``; the paper draws every layer
     ``D × D`` with He scaling ``N(0, 2/D)`` (:func:`wsutils.weights.sample_Vs`).
+
+    Raises
+    ------
+    TypeError
+        If ``X`` or a weight is complex (the imaginary part would be dropped) or not numeric.
+    ValueError
+        If ``Vs`` is empty, a layer does not fit its input width or is not finite, ``X`` is
+        not a finite ``(..., n, d)`` array, or the output is not finite.
     """
     if len(Vs) == 0:
         raise ValueError("Vs is empty: a deep random-features map needs at least one layer.")
@@ -182,10 +201,13 @@ def raf(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> Array:
 
     Raises
     ------
+    TypeError
+        If ``X`` or a weight is complex (the imaginary part would be dropped) or not numeric.
     ValueError
-        If the scores overflow or the output is not finite.
+        If the scores overflow (NaN attention rows otherwise) or the output is not finite,
+        or ``X``/``W`` is not finite or of the wrong shape.
     """
-    return _attention(X, W, dtype, _raf)
+    return _attention(X, W, dtype, softmax_attention)
 
 
 def relu_attention(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> Array:
@@ -194,7 +216,15 @@ def relu_attention(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> A
     ``N`` (the book's ``rownorm``) divides each row by its sum; a row whose scores are all
     ``≤ 0`` stays zero. Returns ``n × d``. Since ``rownorm(ReLU(c·s)) = rownorm(ReLU(s))`` for
     ``c > 0``, the scores are formed from ``X`` and ``W`` rescaled by powers of two: any finite
-    input gives finite output, in every dtype (half precision is computed in float32).
+    input gives finite output, in every dtype (half precision is computed in float32):
+    rows of norm ``≥ 1e154`` and huge ``W`` are computed exactly, not returned as zeros.
+
+    Raises
+    ------
+    TypeError
+        If ``X`` or a weight is complex (the imaginary part would be dropped) or not numeric.
+    ValueError
+        If ``X``/``W`` is not finite or of the wrong shape.
     """
     return _attention(X, W, dtype, _relu_attention)
 
@@ -202,9 +232,15 @@ def relu_attention(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> A
 def normalize_rows(X: Array) -> Array:
     """Rescale every row of ``X`` to norm ``√d`` (the paper's normalisation).
 
-    Raises a ValueError for a zero row, which has no direction to keep. The norms are
-    computed without overflow (``wsutils._tensor.row_norms``), so rows of any finite
-    size are rescaled.
+    The norms are computed without overflow (``wsutils._tensor.row_norms``), so rows of any
+    finite size are rescaled (rows of norm ``≥ 1e154`` used to come back as zeros).
+
+    Raises
+    ------
+    TypeError
+        If ``X`` is complex (the imaginary part would be dropped) or not numeric.
+    ValueError
+        If a row is zero (it has no direction to keep) or ``X`` is not finite.
     """
     Xt = as_tensor(X, name="X")
     n, d = check_text(Xt)
@@ -232,7 +268,7 @@ def _positive(name: str, value) -> float:
     return value
 
 
-#: The smallest α of α-entmax accepted — the bisection's error grows like ``u/(α − 1)``
+#: The smallest α of α-entmax accepted, since the bisection's error grows like ``u/(α − 1)``
 #: (measured against a 60-digit reference on scores of size 5: 8e-15 at ``α − 1 = 1e-3``,
 #: 7e-12 at 1e-6, 1e-5 at 1e-12); below it, softmax (the ``α → 1`` limit) is the answer.
 ENTMAX_MIN_ALPHA = 1 + 1e-4
@@ -329,11 +365,13 @@ class Normalisation:
         return self.name != "sigmoid"
 
 
-def _sparsemax_threshold(z: torch.Tensor) -> torch.Tensor:
-    """``τ`` with ``Σ_k [z_k − τ]_+ = 1`` along the last axis (sort-based, exact up to
-    rounding), keepdim. Computed from ``z − max z`` (translation invariance), on the ``k``
-    largest entries only (``torch.topk``), ``k`` doubled until every row's support is shorter
-    than ``k`` or ``k = n``: the same formula as a full sort, since only the support enters."""
+def sparsemax_threshold(z: torch.Tensor) -> torch.Tensor:
+    """Sparsemax's threshold ``τ`` with ``Σ_k [z_k − τ]_+ = 1`` along the last axis
+    (:func:`sparsemax` is ``[z − τ]_+``; sort-based, exact up to rounding), keepdim. Trusts
+    its caller: ``z`` a finite floating tensor, unchecked. Computed from ``z − max z``
+    (translation invariance), on the ``k`` largest entries only (``torch.topk``), ``k``
+    doubled until every row's support is shorter than ``k`` or ``k = n``: the same formula as
+    a full sort, since only the support enters."""
     top = z.amax(dim=-1, keepdim=True).detach()
     n = z.shape[-1]
     k = min(n, 32)
@@ -354,7 +392,7 @@ def sparsemax(z: torch.Tensor) -> torch.Tensor:
     """Sparsemax along the last axis (Martins & Astudillo 2016): the Euclidean projection of
     ``z`` onto the probability simplex, ``[z − τ]_+`` with ``τ`` from a sort (torch,
     differentiable almost everywhere, batched, unchecked)."""
-    return torch.clamp(z - _sparsemax_threshold(z), min=0)
+    return torch.clamp(z - sparsemax_threshold(z), min=0)
 
 
 def _hardmax(z: torch.Tensor) -> torch.Tensor:
@@ -400,10 +438,20 @@ def normalise_scores(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
     return _rownorm_relu(z)
 
 
-def _general_attention(X: torch.Tensor, W: torch.Tensor, norm: Normalisation) -> torch.Tensor:
-    """``norm(c_n·X W Xᵀ/√d) X`` (trusted input). ReLU attention is :func:`_relu_attention`
-    (``rownorm(ReLU(c·s))`` does not depend on ``c > 0``); softmax with ``β = 1`` performs the
-    very operations of :func:`_raf`, so both are equal to the last bit."""
+def general_attention(X: torch.Tensor, W: torch.Tensor, norm: Normalisation) -> torch.Tensor:
+    """The kernel of :func:`attention`, ``norm(c_n·X W Xᵀ/√d) X`` (eq.
+    :eq:`eq-general-attention`), for a :class:`Normalisation` ``norm``, on torch tensors
+    (batched, differentiable). Trusts its caller: ``X`` ``(..., n, d)`` and ``W`` ``d × d``
+    finite real tensors on one device, unchecked (:func:`attention` is the checked entry
+    point). ReLU attention is the kernel of :func:`relu_attention` (``rownorm(ReLU(c·s))``
+    does not depend on ``c > 0``); softmax with ``β = 1`` performs the very operations of
+    :func:`softmax_attention`, so both are equal to the last bit.
+
+    Raises
+    ------
+    ValueError
+        If the scaled scores overflow the compute dtype or the output is not finite.
+    """
     if norm.name == "relu":
         return _relu_attention(X, W)
     cd = _compute_dtype(X.dtype)
@@ -461,7 +509,7 @@ def attention(
         :data:`ENTMAX_MIN_ALPHA`, where its bisection is no longer accurate: use softmax).
     """
     norm = _as_normalisation(normalisation, beta=beta, s=s, alpha=alpha, bias=bias)
-    return _attention(X, W, dtype, lambda Xt, Wt: _general_attention(Xt, Wt, norm))
+    return _attention(X, W, dtype, lambda Xt, Wt: general_attention(Xt, Wt, norm))
 
 
 def _as_normalisation(normalisation, *, beta=1.0, s=None, alpha=None, bias=None) -> Normalisation:

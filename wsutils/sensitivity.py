@@ -30,12 +30,16 @@ __all__ = [
     "BALL_DTYPES",
     "SensitivityResult",
     "ball_slack",
+    "ascend_and_certify",
+    "ascend_rows",
     "certify",
     "check_lr",
+    "check_rows",
     "cosine_ascent",
     "perturb",
     "project_ball",
     "relative_change",
+    "relative_changes",
     "search_dtype",
     "search_setup",
     "sphere_starts",
@@ -123,6 +127,18 @@ def project_ball(Delta: torch.Tensor, radius: float, *, exact: bool = True) -> t
     ``radius·(1 − 2u)`` and not verified, so a computed norm may exceed ``radius`` by a few
     ulps. It spares a float32 search the float32 margin (``7e-5`` at ``d = 384``) on every
     iterate; every ``Δ`` an estimator returns goes through ``exact=True``.
+
+    Every ``Δ`` an estimator or construction of ``wsutils`` returns goes through this
+    projection, so ``‖Δ‖ ≤ √d`` holds in exact arithmetic and under every norm routine, not
+    only under torch's rounding.
+
+    Raises
+    ------
+    TypeError
+        If ``Delta`` is not float32 or float64 (half precision is too coarse for an exact
+        ball).
+    ValueError
+        If ``Delta`` has non-finite entries.
     """
     if Delta.dtype not in BALL_DTYPES:
         raise TypeError(
@@ -187,7 +203,7 @@ def search_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in BALL_DTYPES else torch.float32
 
 
-def _changes64(
+def relative_changes(
     phi_b: Map,
     X64: torch.Tensor,
     rows: Sequence[int],
@@ -196,8 +212,11 @@ def _changes64(
     max_batch_elements: int = 2**23,
     with_base: bool = False,
 ):
-    """``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` in float64 for pairs ``(rows[b], Deltas[b])`` (trusted
-    input: ``X64`` float64 ``(n, d)``, ``Deltas`` ``(B, d)``). ``X`` goes through ``φ`` in the
+    """The quantity inside the sup of :prf:ref:`def-word-sensitivity`,
+    ``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖``, in float64 for many pairs ``(rows[b], Deltas[b])`` at once
+    (the batched :func:`relative_change`; ``phi_b`` takes a ``(B, n, d)`` batch). Trusts its
+    caller: ``X64`` a float64 ``(n, d)`` tensor, ``rows`` valid indices, ``Deltas`` ``(B, d)``
+    finite, unchecked. ``X`` goes through ``φ`` in the
     same batch as each chunk of perturbed copies, and ``Δ = 0`` gives exactly 0. A non-finite
     output of ``φ`` is a ValueError. ``with_base=True`` returns ``(changes, ‖φ(X)‖)``, the
     norm as the last chunk's batch computed it."""
@@ -245,16 +264,25 @@ def relative_change(phi: Map, X: Array, row: int, Delta: Array) -> float:
             f"Delta must have length d = {d} (one vector), got shape {tuple(Dt.shape)}."
         )
     check_finite("Delta", Dt)
-    row = _rows(row, n)
+    row = check_rows(row, n)
     if len(row) != 1:
         raise ValueError(f"row must be a single row index, got {row}.")
-    return float(_changes64(phi, Xt, row, Dt[None])[0])
+    return float(relative_changes(phi, Xt, row, Dt[None])[0])
 
 
-def _rows(rows, n: int) -> list[int]:
-    """The rows to search: ``None`` (all), one index or a sequence of indices in ``[0, n)``.
+def check_rows(rows, n: int) -> list[int]:
+    """The rows ``i`` to search, checked, as a list: ``rows`` is ``None`` (all), one index
+    or a sequence of indices in ``[0, n)``.
     A boolean mask is refused (reading ``True``/``False`` as rows 1/0 would search the wrong
-    words): pass ``np.flatnonzero(mask)``. Non-integers (``1.9``) are refused, not truncated."""
+    words): pass ``np.flatnonzero(mask)``. Non-integers (``1.9``) are refused, not truncated.
+
+    Raises
+    ------
+    TypeError
+        If ``rows`` is a boolean mask, a string, or has a non-integer entry.
+    ValueError
+        If ``rows`` is empty or an index is outside ``[0, n)``.
+    """
     if rows is None:
         return list(range(n))
     if isinstance(rows, torch.Tensor):
@@ -307,7 +335,7 @@ def search_setup(
 ):
     """Validate what every word-sensitivity estimator takes, once: a single text ``X``
     (``n × d``, real, finite, rows of norm ``√d`` unless ``check_norms=False``), integers
-    ``starts ≥ 1`` and ``steps ≥ 0``, the rows to search (``None``: all; see ``_rows``) and
+    ``starts ≥ 1`` and ``steps ≥ 0``, the rows to search (``None``: all; see ``check_rows``) and
     extra starts ``init`` (a vector of length ``d`` or an ``m × d`` array, projected onto the
     ball). Returns ``(X as a tensor in its search dtype, the list of rows, init as an m × d
     tensor or None)``; the search dtype is ``X``'s if float32/float64, else float32
@@ -322,7 +350,7 @@ def search_setup(
     check_int("starts", starts, minimum=1)
     check_int("steps", steps, minimum=0)
     extra = None if init is None else init_starts(init, d, dtype=Xt.dtype, device=Xt.device)
-    return Xt, _rows(rows, n), extra
+    return Xt, check_rows(rows, n), extra
 
 
 def init_starts(init: Array, d: int, *, dtype: torch.dtype, device=None) -> torch.Tensor:
@@ -378,23 +406,54 @@ def word_sensitivity(
     ``phi`` maps a torch tensor ``(B, n, d)`` to ``(B, ...)``; set ``batched=False`` for a map
     that only takes a single ``(n, d)`` text. The search runs in ``X``'s dtype (float32 for
     half precision) and the final values in float64, so ``phi`` must accept both. ``X`` must
-    have rows of norm ``√d`` (``check_norms=False`` skips that check). A map that returns
-    NaN/inf at ``X``, or at every iterate of a row, is a ValueError. Same ``seed``, same result.
+    have rows of norm ``√d`` (``check_norms=False`` skips that check). Same ``seed``, same
+    result. A float16/float32 ``X`` is accepted: every returned ``Δ`` is float64 and every
+    value the float64 relative change at that ``Δ`` (``per_row_Delta``).
+
+    Parameters
+    ----------
+    phi
+        The map, batched ``(B, n, d) → (B, ...)`` (or one text with ``batched=False``).
+    X
+        One text ``(n, d)``, real and finite.
+    rows, starts, steps, seed, init, lr
+        As above: the rows searched, the random starts per row (``≥ 1``), the steps (``≥ 0``),
+        the seed of the starts, extra starts, the step size.
+
+    Returns
+    -------
+    SensitivityResult
+        The best relative change found (a certified lower bound on ``S_φ(X)``), its row and
+        ``Δ``, and the same per row.
+
+    Raises
+    ------
+    TypeError
+        If ``rows`` is a boolean mask (pass ``np.flatnonzero(mask)``: a mask read as indices
+        searches rows 0 and 1) or has a non-integer entry (``1.9``), ``starts``/``steps`` is
+        not an integer, or ``X`` is complex or not numeric (the imaginary part would be
+        dropped).
+    ValueError
+        If ``X`` is not one finite ``n × d`` text with rows of norm ``√d``, a row is out of
+        range, ``init`` is neither ``(d,)`` nor ``(m, d)`` (``2d`` entries are not two
+        starts), ``lr`` is NaN or not positive (the message names ``lr``), or the map returns
+        NaN/inf at ``X``, a zero ``φ(X)``, or non-finite values at every iterate of a row
+        (the search used to drop out and report ``value = −1.0``).
     """
     Xt, row_list, extra = search_setup(
         X, rows=rows, starts=starts, steps=steps, init=init, check_norms=check_norms, device=device
     )
     seed, lr = check_seed(seed), check_lr(lr)
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
-    S = starts + (0 if extra is None else extra.shape[0])
     phi_b = _batched(phi, batched)
 
     with torch.no_grad():
         base = phi(Xt)
-    found = search_rows(
+    return ascend_and_certify(
+        _objective(phi_b, Xt, base),
         phi_b,
         Xt,
-        base,
+        Xt,
         row_list,
         starts=starts,
         steps=steps,
@@ -403,9 +462,6 @@ def word_sensitivity(
         lr=lr,
         max_batch_elements=max_batch_elements,
         progress=progress,
-    )
-    return certify(
-        phi_b, Xt, found, starts=S, steps=steps, seed=seed, max_batch_elements=max_batch_elements
     )
 
 
@@ -426,7 +482,24 @@ def search_rows(
     """The ascent of :func:`word_sensitivity` on checked inputs: ``phi_b`` (batched) at
     ``Xt``, with ``base = φ(X)``; the relative change ``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` is
     maximised for every row of ``row_list``; returns the best ``Δ`` of each row
-    (``_ascend``). A non-finite or zero ``φ(X)`` is a ValueError."""
+    (``ascend_rows``). A non-finite or zero ``φ(X)`` is a ValueError."""
+    return ascend_rows(
+        _objective(phi_b, Xt, base),
+        Xt,
+        row_list,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        extra=extra,
+        lr=lr,
+        max_batch_elements=max_batch_elements,
+        progress=progress,
+    )
+
+
+def _objective(phi_b: Map, Xt: torch.Tensor, base: torch.Tensor):
+    """The objective of :func:`ascend_rows` for the map ``phi_b`` at ``Xt``, ``base = φ(X)``:
+    the relative change through the full map. A non-finite or zero ``φ(X)`` is a ValueError."""
     if not bool(torch.isfinite(base).all()):
         raise ValueError(
             "φ(X) has non-finite entries (NaN or inf): the relative change is "
@@ -443,9 +516,44 @@ def search_rows(
 
         return values
 
-    return _ascend(
+    return objective
+
+
+def ascend_and_certify(
+    objective,
+    phi_b: Map,
+    Xs: torch.Tensor,
+    Xt: torch.Tensor,
+    row_list: list[int],
+    *,
+    starts: int,
+    steps: int,
+    seed: int,
+    extra: torch.Tensor | None,
+    lr: float,
+    max_batch_elements: int,
+    progress: bool = False,
+) -> SensitivityResult:
+    """The tail every estimator shares: :func:`ascend_rows` with ``objective`` on the search
+    copy ``Xs`` of the text, then :func:`certify` of the iterates found, through the full map
+    ``phi_b`` at ``Xt`` in float64 (``Xs`` is ``Xt`` when the search runs in ``X``'s own
+    dtype). The result counts ``starts`` plus the rows of ``extra`` as its starts. Trusts its
+    caller as :func:`ascend_rows` does.
+
+    Returns
+    -------
+    SensitivityResult
+        The best float64 relative change found, a certified lower bound on ``S_φ(X)``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`ascend_rows` and :func:`certify`: every value of a row non-finite, or a
+        non-finite or zero ``φ(X)``.
+    """
+    found = ascend_rows(
         objective,
-        Xt,
+        Xs,
         row_list,
         starts=starts,
         steps=steps,
@@ -454,6 +562,15 @@ def search_rows(
         lr=lr,
         max_batch_elements=max_batch_elements,
         progress=progress,
+    )
+    return certify(
+        phi_b,
+        Xt,
+        found,
+        starts=starts + (0 if extra is None else extra.shape[0]),
+        steps=steps,
+        seed=seed,
+        max_batch_elements=max_batch_elements,
     )
 
 
@@ -469,13 +586,13 @@ def certify(
 ) -> SensitivityResult:
     """The result of a search: for each row its best ``Δ`` (``found[row]``), cast to float64
     and projected onto the exact ball (a no-op unless the search dtype was coarser), and the
-    float64 relative change there (``_changes64``); ``value``/``row``/``Delta`` are the
+    float64 relative change there (``relative_changes``); ``value``/``row``/``Delta`` are the
     best of them."""
     n, d = Xt.shape
     X64 = Xt.to(torch.float64)
     rows = list(found)
     D64 = project_ball(torch.stack([found[r] for r in rows]).to(torch.float64).cpu(), math.sqrt(d))
-    vals, phi_norm = _changes64(
+    vals, phi_norm = relative_changes(
         phi_b, X64, rows, D64, max_batch_elements=max_batch_elements, with_base=True
     )
     vals = vals.cpu()
@@ -544,7 +661,7 @@ def cosine_ascent(
     return best_val.detach(), project_ball(best_Delta, radius) if exact_result else best_Delta
 
 
-def _ascend(
+def ascend_rows(
     objective,
     Xt: torch.Tensor,
     row_list: list[int],
@@ -557,13 +674,26 @@ def _ascend(
     max_batch_elements: int,
     progress: bool,
 ) -> dict[int, torch.Tensor]:
-    """The search shared by :func:`word_sensitivity` and the fast attention estimator
-    (:func:`wsutils.estimators.attention.attention_word_sensitivity`): ``objective(chunk)``
+    """The projected gradient ascent shared by :func:`word_sensitivity`, the fast attention
+    estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) and the
+    trained heads (:mod:`wsutils.trained`), for every row of ``row_list``: ``objective(chunk)``
     returns a function ``values(row_idx, Delta) -> (B,)`` of relative changes for the rows of
-    ``chunk``. Same seed, same starts and same steps whichever objective is used. Returns, for
-    each row, the best iterate over its starts (on the CPU, in the search dtype, not yet on the
-    exact ball: :func:`certify` projects it in float64); a row where every value was NaN is a
-    ValueError."""
+    ``chunk``, maximised by :func:`cosine_ascent` from ``starts`` seeded starts
+    (:func:`sphere_starts`) plus ``extra``. Same seed, same starts and same steps whichever
+    objective is used. Trusts its caller: ``Xt``, ``row_list`` and ``extra`` as
+    :func:`search_setup` returns them, ``seed`` and ``lr`` checked (:func:`check_lr`).
+
+    Returns
+    -------
+    dict
+        For each row, the best iterate over its starts (on the CPU, in the search dtype, not
+        yet on the exact ball: :func:`certify` projects it in float64).
+
+    Raises
+    ------
+    ValueError
+        If every value of a row was NaN or infinite.
+    """
     n, d = Xt.shape
     radius = math.sqrt(d)
     S = starts + (0 if extra is None else extra.shape[0])

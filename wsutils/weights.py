@@ -23,7 +23,7 @@ from typing import Sequence
 import torch
 
 from .checks import SEED_LIMIT, check_int, check_seed
-from .run.device import _device_arg, check_fits
+from .run.device import check_fits, optional_device
 
 __all__ = ["gaussian", "sample_V", "sample_Vs", "sample_W", "sample_X"]
 
@@ -58,14 +58,48 @@ def gaussian(
     The normals are drawn in ``draw`` precision (float64, or float32 where the calling code
     trades precision for speed, as the blocked RF weights of the generalization experiment
     do), scaled by ``std``, then cast to ``dtype``: the values depend on ``seed`` (and the
-    fixed ``draw``) alone, never on ``dtype``."""
+    fixed ``draw``) alone, never on ``dtype``.
+
+    Parameters
+    ----------
+    shape
+        Positive sizes.
+    std : float
+        The standard deviation.
+    seed : int
+        The stream: the same seed gives the same numbers on every device and in every
+        ``dtype`` (drawn in float64, then cast), up to the final rounding.
+    device, dtype
+        Where and in which floating dtype the result lives (default: the CPU, float64).
+    draw : torch.dtype
+        The precision of the normals, float64 or float32.
+
+    Returns
+    -------
+    torch.Tensor
+        The entries, of ``shape``.
+
+    Raises
+    ------
+    TypeError
+        If a size is not an integer (``2.7`` is refused, not read as ``2``) or the seed is not
+        an integer (``1.7`` would silently be ``1``; ``True`` is refused).
+    ValueError
+        If a size is not positive, the seed is outside ``[0, 2**63)`` (torch reads ``−1`` as
+        ``2**64 − 1``, a second name for one stream: ``wsutils.checks.check_seed``), or
+        ``device="cuda"`` is asked for on a machine without a GPU (pass ``"cpu"`` or
+        ``"auto"``; :func:`wsutils.run.device.pick_device`).
+    wsutils.run.device.DoesNotFit
+        Before anything is allocated, if the draw needs more memory than is available (the
+        message gives both; a failure after minutes of work, or swapping, is worse).
+    """
     dims = _dims(**{f"shape[{i}]": s for i, s in enumerate(shape)})
     seed = check_seed(seed)
     if draw not in _DRAWS:
         raise ValueError(f"draw must be torch.float64 or torch.float32, got {draw!r}.")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating torch dtype, got {dtype!r}.")
-    device = _device_arg(device)
+    device = optional_device(device)
     numel = math.prod(dims.values())
     check_fits(
         _draw_bytes(numel, dtype, draw),
@@ -87,7 +121,25 @@ def gaussian(
 def sample_V(
     k: int, n: int, d: int, *, seed: int, device=None, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
-    """RF weights ``V ∈ R^{k×D}``, entries ``N(0, 1/D)``, ``D = n·d`` (eq. :eq:`eq-rf`)."""
+    """RF weights ``V ∈ R^{k×D}``, entries ``N(0, 1/D)``, ``D = n·d`` (eq. :eq:`eq-rf`).
+
+    Parameters
+    ----------
+    k, n, d : int
+        The number of features, words and the word width.
+    seed, device, dtype
+        As in :func:`gaussian`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``V``, of shape ``(k, n·d)``.
+
+    Raises
+    ------
+    TypeError, ValueError, wsutils.run.device.DoesNotFit
+        As :func:`gaussian` (sizes, seed, device, memory).
+    """
     k, n, d = _dims(k=k, n=n, d=d).values()
     D = n * d
     return gaussian((k, D), 1 / math.sqrt(D), seed=seed, device=device, dtype=dtype)
@@ -105,7 +157,32 @@ def sample_Vs(
 ) -> list[torch.Tensor]:
     """DRF weights (eq. :eq:`eq-drf`): ``L`` layers, layer ``l`` of shape ``k_l × k_{l−1}``
     with He scaling ``N(0, 2/k_{l−1})``; ``k_0 = D = n·d``. The authors use ``k_l = D``
-    for every layer (``widths=None``). Layer ``l`` uses seed ``seed + l``."""
+    for every layer (``widths=None``). Layer ``l`` uses seed ``seed + l``.
+
+    Parameters
+    ----------
+    n, d, L : int
+        The number of words, the word width and the number of layers.
+    widths
+        ``k_1, …, k_L`` (default: ``n·d`` each).
+    seed, device, dtype
+        As in :func:`gaussian`.
+
+    Returns
+    -------
+    list of torch.Tensor
+        ``V_1, …, V_L``.
+
+    Raises
+    ------
+    TypeError
+        If a size, a width or the seed is not an integer, as :func:`gaussian`.
+    ValueError
+        If a size is not positive, ``widths`` does not list ``L`` widths, ``seed + L − 1``
+        reaches ``2**63``, or as :func:`gaussian`.
+    wsutils.run.device.DoesNotFit
+        Before anything is allocated, if the layers do not fit in memory.
+    """
     L = check_int("L", L)
     if L < 1:
         raise ValueError(f"L must be at least 1, got {L}.")
@@ -123,7 +200,10 @@ def sample_Vs(
     fans = [n * d] + widths[:-1]
     total = sum(k * f for k, f in zip(widths, fans)) * dtype.itemsize
     check_fits(
-        total, f"{L} DRF layers of widths {widths}", _device_arg(device), hint="use smaller widths"
+        total,
+        f"{L} DRF layers of widths {widths}",
+        optional_device(device),
+        hint="use smaller widths",
     )
     return [
         gaussian((k, f), math.sqrt(2 / f), seed=seed + l, device=device, dtype=dtype)
@@ -134,7 +214,25 @@ def sample_Vs(
 def sample_W(
     d: int, *, seed: int, device=None, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
-    """Attention weights ``W ∈ R^{d×d}``, entries ``N(0, 1/d)`` (eq. :eq:`eq-raf`)."""
+    """Attention weights ``W ∈ R^{d×d}``, entries ``N(0, 1/d)`` (eq. :eq:`eq-raf`).
+
+    Parameters
+    ----------
+    d : int
+        The word width.
+    seed, device, dtype
+        As in :func:`gaussian`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``W``, of shape ``(d, d)``.
+
+    Raises
+    ------
+    TypeError, ValueError, wsutils.run.device.DoesNotFit
+        As :func:`gaussian` (sizes, seed, device, memory).
+    """
     (d,) = _dims(d=d).values()
     return gaussian((d, d), 1 / math.sqrt(d), seed=seed, device=device, dtype=dtype)
 
@@ -143,9 +241,27 @@ def sample_X(
     n: int, d: int, *, seed: int, device=None, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """A synthetic text: ``n`` i.i.d. Gaussian rows rescaled to norm ``√d`` (the paper's
-    synthetic texts). Rescaled in float64, then cast to ``dtype``."""
+    synthetic texts). Rescaled in float64, then cast to ``dtype``.
+
+    Parameters
+    ----------
+    n, d : int
+        The number of words and the word width.
+    seed, device, dtype
+        As in :func:`gaussian`.
+
+    Returns
+    -------
+    torch.Tensor
+        ``X``, of shape ``(n, d)``, rows of norm ``√d``.
+
+    Raises
+    ------
+    TypeError, ValueError, wsutils.run.device.DoesNotFit
+        As :func:`gaussian` (sizes, seed, device, memory).
+    """
     n, d = _dims(n=n, d=d).values()
     X = gaussian((n, d), 1.0, seed=seed)
     X = X * (math.sqrt(d) / torch.linalg.vector_norm(X, dim=-1, keepdim=True))
     X = X.to(dtype)
-    return X.to(_device_arg(device)) if device is not None else X
+    return X.to(optional_device(device)) if device is not None else X

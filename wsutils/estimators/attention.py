@@ -32,25 +32,25 @@ from typing import Sequence
 
 import torch
 
-from .._tensor import Array, as_tensor, like
+from .._tensor import Array, as_tensor, like, pow2_above
 from ..checks import check_int, check_seed, check_shape, check_text, check_unit_rows
 from ..maps import (
     Normalisation,
-    _general_attention,
-    _pow2_above,
-    _raf,
-    _sparsemax_threshold,
     attention_scores,
+    general_attention,
     normalise_scores,
+    softmax_attention,
+    sparsemax_threshold,
 )
 from ..sensitivity import (
     SensitivityResult,
-    _ascend,
-    _changes64,
-    _rows,
+    ascend_and_certify,
+    ascend_rows,
     certify,
     check_lr,
+    check_rows,
     project_ball,
+    relative_changes,
     search_dtype,
     search_setup,
 )
@@ -100,7 +100,7 @@ def _weights64(W: Array, Xt: torch.Tensor) -> torch.Tensor:
 
 
 def _one_row(row, n: int) -> int:
-    rows = _rows(row, n)
+    rows = check_rows(row, n)
     if len(rows) != 1:
         raise ValueError(f"row must be a single row index, got {rows}.")
     return rows[0]
@@ -123,7 +123,7 @@ def _kernel(kind):
     """The map ``(X, W) ↦ φ(X)`` of ``kind`` (trusted input); for ``"raf"`` and ``"relu"`` it
     returns the very floats of :func:`wsutils.maps.raf` and :func:`wsutils.maps.relu_attention`."""
     norm = _normalisation(kind)
-    return lambda X, W: _general_attention(X, W, norm)
+    return lambda X, W: general_attention(X, W, norm)
 
 
 _EIG_CACHE: list = []  # [(a float64 copy of the last W, (λ, u))]
@@ -258,7 +258,7 @@ def certified_lower_bound(
     X: Array, W: Array, row: int, *, kind: str | Normalisation = "raf"
 ) -> float:
     """The best certificate the book proves for ``kind`` at word ``row``:
-    ``max_Δ ‖φ(X_row(Δ)) − φ(X)‖/‖φ(X)‖`` over every construction of ``_constructions``, the
+    ``max_Δ ‖φ(X_row(Δ)) − φ(X)‖/‖φ(X)‖`` over every construction below, the
     row and key take-overs and their blends (:func:`takeover_candidates`,
     :prf:ref:`def-takeover`), the doubling ``Δ = x_row`` (:prf:ref:`prop-norm-double`) and,
     for ReLU attention, the orthogonal take-over (:prf:ref:`prop-relu-takeover`,
@@ -267,13 +267,27 @@ def certified_lower_bound(
     (:prf:ref:`def-word-sensitivity`), at least each construction's own relative change.
     ``kind`` is ``"raf"`` (eq. :eq:`eq-raf`), ``"relu"`` (eq. :eq:`eq-relu-attention`) or a
     :class:`wsutils.maps.Normalisation` (eq. :eq:`eq-general-attention`).
-    Everything is computed in float64, whatever the dtype of ``X`` and ``W``."""
+    Everything is computed in float64, whatever the dtype of ``X`` and ``W``.
+
+    Returns
+    -------
+    float
+        The certified lower bound.
+
+    Raises
+    ------
+    TypeError
+        If ``X``/``W`` is complex or not numeric, or ``row`` is not an integer.
+    ValueError
+        If ``X`` is not one finite ``n × d`` text, ``W`` not a finite ``d × d`` matrix,
+        ``row`` is out of range, or ``kind`` unknown.
+    """
     fn = _kernel(kind)
     Xt, Wt, n, d = _prepare(X, W)
     i = _one_row(row, n)
     X64, W64 = Xt.to(torch.float64), _weights64(W, Xt)  # the caller's W, not Wt
     cands = _constructions(X64, W64, i, kind)
-    vals = _changes64(lambda Z: fn(Z, W64), X64, [i] * cands.shape[0], cands)
+    vals = relative_changes(lambda Z: fn(Z, W64), X64, [i] * cands.shape[0], cands)
     return float(vals.max())
 
 
@@ -349,7 +363,7 @@ def takeover_certificate(X: Array, W: Array, row: int) -> TakeoverCertificate:
     A_fro = float(torch.linalg.matrix_norm(A))
     a_row = float(torch.linalg.vector_norm(A[i]))
     bound = ((1 + math.sqrt(2)) * a_self - 1 - kappa * a_row) / (kappa * A_fro)
-    exact = float(_changes64(lambda Z: _raf(Z, Wt), Xt, [i], Delta[None])[0])
+    exact = float(relative_changes(lambda Z: softmax_attention(Z, Wt), Xt, [i], Delta[None])[0])
     return TakeoverCertificate(
         lam=c["lam"],
         self_score=c["self_score"],
@@ -409,7 +423,7 @@ def _support_floor(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
     if norm.name == "hardmax":
         return rest.amax(dim=-1, keepdim=True)
     if norm.name == "sparsemax":
-        return _sparsemax_threshold(rest)
+        return sparsemax_threshold(rest)
     return _entmax_threshold(rest, norm.alpha) / (norm.alpha - 1)
 
 
@@ -479,7 +493,7 @@ class _FastObjective:
         if norm.name == "relu":
             # rownorm(ReLU(c·s)) = rownorm(ReLU(s)): a power-of-two rescaling of W (exact)
             # keeps ReLU scores finite for any finite W
-            self.kind, self.W = "relu", W / _pow2_above(W)
+            self.kind, self.W = "relu", W / pow2_above(W)
         else:
             self.W = W if c == 1.0 else W * c
             self.kind = {"softmax": "raf", "scalable": "raf", "sigmoid": "sigmoid"}.get(
@@ -772,11 +786,31 @@ def attention_word_sensitivity(
     returned ``Δ`` (projected onto the exact ball) for the *unrounded* ``X`` and ``W``, so it
     is a certified lower bound whatever the search precision.
 
+    Parameters
+    ----------
+    X
+        One text ``(n, d)``, real and finite.
+    W
+        The attention weights, ``d × d``.
+    kind, rows, starts, steps, seed, init, takeovers, lr, search_dtype
+        As above and as in :func:`wsutils.sensitivity.word_sensitivity`.
+
+    Returns
+    -------
+    SensitivityResult
+        The best float64 relative change found (a certified lower bound on ``S(X)``), its row
+        and ``Δ``, and the same per row.
+
     Raises
     ------
+    TypeError
+        If ``rows`` is a boolean mask (pass ``np.flatnonzero(mask)``) or has a non-integer
+        entry (``1.9``), ``starts``/``steps`` is not an integer, or ``X``/``W`` is complex or
+        not numeric.
     ValueError
         If ``φ(X)`` is not finite (named as such) or is zero (the relative change is then
-        undefined), besides the input checks of :func:`wsutils.sensitivity.search_setup`.
+        undefined), ``init`` is neither ``(d,)`` nor ``(m, d)``, ``lr`` is NaN or not
+        positive, or the other input checks of :func:`wsutils.sensitivity.search_setup` fail.
     """
     fn = _kernel(kind)
     Xt, row_list, extra = search_setup(
@@ -801,15 +835,15 @@ def attention_word_sensitivity(
     def objective(chunk: list[int]):
         return obj
 
-    S = starts + (0 if extra is None else extra.shape[0])
     if takeovers:
+        S = starts + (0 if extra is None else extra.shape[0])
         found, most = {}, 0
         for r in row_list:
             cands = _constructions(Xt, W64, r, kind).to(work)
             most = max(most, cands.shape[0])
             init_r = cands if extra is None else torch.cat([extra, cands])
             found.update(
-                _ascend(
+                ascend_rows(
                     objective,
                     Xs,
                     [r],
@@ -823,25 +857,26 @@ def attention_word_sensitivity(
                 )
             )
         S += most  # the constructions of the row that has the most
-    else:
-        found = _ascend(
-            objective,
-            Xs,
-            row_list,
-            starts=starts,
+        return certify(
+            lambda Z: fn(Z, W64),
+            Xt,
+            found,
+            starts=S,
             steps=steps,
             seed=seed,
-            extra=extra,
-            lr=lr,
             max_batch_elements=max_batch_elements,
-            progress=progress,
         )
-    return certify(
+    return ascend_and_certify(
+        objective,
         lambda Z: fn(Z, W64),
+        Xs,
         Xt,
-        found,
-        starts=S,
+        row_list,
+        starts=starts,
         steps=steps,
         seed=seed,
+        extra=extra,
+        lr=lr,
         max_batch_elements=max_batch_elements,
+        progress=progress,
     )

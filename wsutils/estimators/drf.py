@@ -18,7 +18,7 @@ import torch
 
 from .._tensor import Array, as_tensor, row_norms
 from ..checks import check_int, check_seed, check_text
-from ..sensitivity import _rows, project_ball, search_dtype, search_setup, sphere_starts
+from ..sensitivity import check_rows, project_ball, search_dtype, search_setup, sphere_starts
 from .rf import PRECISIONS, _precision  # noqa: F401 (PRECISIONS: the values it takes)
 
 __all__ = [
@@ -137,7 +137,7 @@ def drf_row_law(
 
 
 def _one_row(row, n: int) -> int:
-    rows = _rows(row, n)
+    rows = check_rows(row, n)
     if len(rows) != 1:
         raise ValueError(f"row must be a single row index, got {rows}.")
     return rows[0]
@@ -206,7 +206,23 @@ def drf_row_sensitivity(
     the value is a certified lower bound for the drawn weights. Each step is two passes over
     the ``L − 1`` dense ``k × k`` layers, limited by memory bandwidth, so half the bytes is
     about twice as fast, and the draw is four times faster
-    (``python -m benchmarks.bench_drf``)."""
+    (``python -m benchmarks.bench_drf``).
+
+    Returns
+    -------
+    tuple of (float, numpy.ndarray)
+        The certified lower bound and the float64 ``Δ`` attaining it.
+
+    Raises
+    ------
+    TypeError
+        If ``L``, ``k``, ``row``, ``seed``, ``starts`` or ``steps`` is not an integer, or ``X``
+        is complex or not numeric.
+    ValueError
+        If no unit of the last layer is active at ``X`` (``φ(X) = 0``: the relative change
+        divides by a zero base output; it used to return ``−1.0``), or an input check of
+        :func:`wsutils.sensitivity.search_setup` fails.
+    """
     Xt, rows, extra = search_setup(
         X, rows=row, starts=starts, steps=steps, init=init, check_norms=check_norms, device=device
     )

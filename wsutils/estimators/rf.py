@@ -48,8 +48,8 @@ from tqdm.auto import tqdm
 from .._tensor import Array, as_tensor
 from ..checks import check_int, check_seed, check_text
 from ..maps import flat
-from ..run.device import _device_arg, check_fits, small_work_threads
-from ..sensitivity import SensitivityResult, _rows, project_ball, search_setup, sphere_starts
+from ..run.device import check_fits, optional_device, small_work_threads
+from ..sensitivity import SensitivityResult, check_rows, project_ball, search_setup, sphere_starts
 
 __all__ = [
     "RFSensitivityResult",
@@ -156,7 +156,7 @@ def _mm64(A: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
 def rf_preactivation(X: Array, k: int, *, seed: int, device=None) -> torch.Tensor:
     """``V flat(X) = Σ_j V_j x_j`` for the ``blocks``-mode ``V``, streamed block by block
     (computed in float64, returned in ``X``'s dtype)."""
-    Xt = as_tensor(X, device=_device_arg(device))
+    Xt = as_tensor(X, device=optional_device(device))
     n, d = check_text(Xt)
     k = check_int("k", k, minimum=1)
     u = torch.zeros(k, dtype=torch.float64, device=Xt.device)
@@ -184,7 +184,7 @@ def rf_rows_law(X: Array, k: int, rows: Sequence[int], *, seed: int, device=None
     :func:`rf_rows_noise_seed`. When ``S`` is every row, ``σ_S = 0``, no ``z`` is added and
     ``g`` equals :func:`rf_preactivation` exactly (same blocks, same order of summation).
     Returns ``g`` in float64; ``X`` is converted to float64 first."""
-    Xt = as_tensor(X, device=_device_arg(device)).to(torch.float64)
+    Xt = as_tensor(X, device=optional_device(device)).to(torch.float64)
     n, d = check_text(Xt)
     k = check_int("k", k, minimum=1)
     row_list = _check_rows(rows)
@@ -192,7 +192,7 @@ def rf_rows_law(X: Array, k: int, rows: Sequence[int], *, seed: int, device=None
     if not row_list:
         raise ValueError("rows is empty: pass the rows whose blocks the search will use.")
     for r in row_list:
-        _rows(r, n)
+        check_rows(r, n)
     if len(set(row_list)) != len(row_list):
         raise ValueError(f"rows has repeated entries: {row_list}.")
     seed = check_seed(seed)
@@ -239,11 +239,11 @@ def rf_row_law(X: Array, k: int, row: int, *, seed: int, device=None, precision:
     is returned in float32, its exact values; ``g`` is computed in float64 from them. The two
     precisions draw different weights from one seed; either is a function of ``seed`` alone,
     whatever ``X``'s dtype or device; ``X`` is converted to float64 first."""
-    Xt = as_tensor(X, device=_device_arg(device)).to(torch.float64)
+    Xt = as_tensor(X, device=optional_device(device)).to(torch.float64)
     n, d = check_text(Xt)
     k = check_int("k", k, minimum=1)
     row = check_int("row", row)
-    _rows(row, n)
+    check_rows(row, n)
     seed = check_seed(seed)
     draw = _precision(precision)
     D = n * d
@@ -471,7 +471,7 @@ def rf_word_sensitivity(
     ``steps`` projected gradient steps (moving to the sphere along the gradient) and keeps the
     best iterate. The result carries the certified bounds ``lower ≤ value ≤ upper``. Memory
     ``O(k·d)``. ``search_dtype``: the precision of the ascent iterations (``torch.float32``
-    or ``"float32"`` by default, see ``_ascend``; ``torch.float64``/``"float64"``; ``None``
+    or ``"float32"`` by default; ``torch.float64``/``"float64"``; ``None``
     keeps ``V_i``'s own precision). Bounds and values are float64 either way.
     ``precision``: the dtype of the ``reduced``-mode draw (:func:`rf_row_law`; ``"float64"``
     by default, ``"float32"`` draws single-precision weights, four times faster, a different
@@ -484,12 +484,41 @@ def rf_word_sensitivity(
     the last ``m`` steps (``_ascend``); ``None`` (default) takes all ``steps``. The value is
     still the float64 relative change at the best iterate, a certified lower bound.
 
-    Refused before any work: ``k``, ``starts``, ``steps``,
-    ``rows`` or ``seed`` that are not integers (``2.7`` is not truncated) or out of range
-    (seeds in ``[0, 2**63)``); a boolean row mask; complex input; a ``device`` that is not
-    there; sizes whose weights and work arrays need more memory than is available (the
-    message gives the estimate). ``X`` may require grad: the estimator is not differentiable
-    and works on a detached float64 copy.
+    ``X`` may require grad: the estimator is not differentiable and works on a detached
+    float64 copy. A float16/float32 ``X`` is accepted: the weights and every reported number
+    are float64, identical to those of ``X.double()`` (low-precision arithmetic would report
+    "certified" values above the true relative change).
+
+    Parameters
+    ----------
+    X
+        One text ``(n, d)``, real and finite, rows of norm ``√d`` (unless
+        ``check_norms=False``).
+    k : int
+        The number of random features.
+    rows, seed, starts, steps, mode, search_dtype, precision, upper, stop
+        As above; ``device``: where the work runs (:func:`wsutils.run.device.pick_device`).
+
+    Returns
+    -------
+    RFSensitivityResult
+        ``value`` (a certified lower bound on ``S_RF(X)``), ``lower``, ``upper`` and the
+        per-row values and perturbations.
+
+    Raises
+    ------
+    TypeError
+        Before any work, if ``k``, ``starts``, ``steps``, ``rows`` or ``seed`` is not an
+        integer (``2.7`` is not truncated), ``rows`` is a boolean mask (pass
+        ``np.flatnonzero(mask)``: a mask read as indices searches rows 0 and 1), or ``X`` is
+        complex (the imaginary part would be dropped).
+    ValueError
+        If a size or ``seed`` is out of range (seeds in ``[0, 2**63)``), ``search_dtype`` is
+        not one of the allowed values (the message lists them; ``"float32"`` is
+        ``torch.float32``, not a device name), or ``device="cuda"`` is asked for without a GPU.
+    wsutils.run.device.DoesNotFit
+        Before any work, if the weights and work arrays need more memory than is available
+        (the message gives the estimate).
     """
     k = check_int("k (the number of random features)", k, minimum=1)
     starts = check_int("starts", starts, minimum=1)
@@ -588,7 +617,7 @@ def _float64_text(X, device) -> torch.Tensor:
     non-numeric input is a TypeError (``wsutils._tensor.as_tensor``)."""
     if isinstance(X, torch.Tensor):
         X = X.detach()
-    return as_tensor(X, dtype=torch.float64, device=_device_arg(device), name="X")
+    return as_tensor(X, dtype=torch.float64, device=optional_device(device), name="X")
 
 
 def _rf_bytes(

@@ -34,8 +34,8 @@ import torch
 from scipy import special
 
 from ..checks import check_int
-from ..estimators.attention import _key_takeover, _row_takeover, attention_word_sensitivity
-from ..maps import Normalisation, _general_attention, attention_scores, normalise_scores
+from ..estimators.attention import attention_word_sensitivity, key_takeover, row_takeover
+from ..maps import Normalisation, attention_scores, general_attention, normalise_scores
 from ..run.seeds import point_seed
 from ..sensitivity import perturb, project_ball
 from ..weights import sample_W, sample_X
@@ -118,7 +118,7 @@ def row_margin(X, W, row: int, name) -> dict:
     of a text and its weights (trusted)."""
     norm = _norm(name)
     i = row
-    Delta = _row_takeover(X, W, i)
+    Delta = row_takeover(X, W, i)
     Xp = X.clone()
     Xp[i] += Delta
     s = (Xp[i] @ W) @ Xp.T / math.sqrt(X.shape[1])  # row i of the new scores only
@@ -226,11 +226,11 @@ def normalisation_point(
     # Δ = x_0 of prop-norm-double, through the full map in float64 (three of the estimator's
     # starts; every other start only adds to S); one batched evaluation of X and the copies
     cands = torch.stack(
-        [f(X, W, r) for r in searched for f in (_row_takeover, _key_takeover)] + [double]
+        [f(X, W, r) for r in searched for f in (row_takeover, key_takeover)] + [double]
     )
     rows2 = torch.tensor([r for r in searched for _ in range(2)] + [0])
     with torch.no_grad():
-        y = _general_attention(torch.cat([X[None], perturb(X, rows2, cands)]), W, norm)
+        y = general_attention(torch.cat([X[None], perturb(X, rows2, cands)]), W, norm)
     base = float(torch.linalg.vector_norm(y[0]))
     changes = torch.linalg.vector_norm(y[1:] - y[0], dim=(-2, -1)) / base
     out = {
@@ -276,7 +276,7 @@ def _self_and_norm(d: int, draws: int) -> tuple:
     for r in range(draws):
         seed = point_seed("margin-model", d, r)
         x, W = sample_X(1, d, seed=seed), sample_W(d, seed=seed + 1)
-        xp = x[0] + _row_takeover(x, W, 0)
+        xp = x[0] + row_takeover(x, W, 0)
         ss[r] = float(xp @ W @ xp) / math.sqrt(d)
         vs[r] = float(torch.linalg.vector_norm(W.T @ xp))
     return ss, vs

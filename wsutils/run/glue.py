@@ -40,9 +40,9 @@ def _plain(name: str, value: Any) -> Any:
 
 def glue_values(values: Mapping[str, Any] | None = None, /, **more: Any) -> None:
     """Glue every ``name: value`` of ``values`` and ``more`` for the prose, without display
-    (``myst_nb.glue(name, value, display=False)`` each), as plain Python numbers: ``bool``,
-    ``int``, ``float`` (numpy scalars and one-element tensors converted), ``str``; other
-    values (a list for a figure) as they are.
+    (``myst_nb.glue(name, value, display=False)`` each), as plain Python numbers (``bool``,
+    ``int``, ``float`` from numpy scalars and one-element tensors, or ``str``; sequences stay
+    as they are).
 
     Parameters
     ----------

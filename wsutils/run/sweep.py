@@ -556,7 +556,45 @@ def run_grid(
     """Evaluate ``fn(**point)`` on every point; see the module docstring.
 
     ``store=None`` uses the book build's store (:func:`wsutils.run.config.sweep_store`) when
-    the build set one, else no store; ``store=False`` never stores."""
+    the build set one, else no store; ``store=False`` never stores. The ``*.tmp`` files of a
+    killed store write are removed on the next run on that store (writer gone, or older than
+    a day).
+
+    Parameters
+    ----------
+    fn
+        A module-level, deterministic function of the point's parameters, returning a dict.
+    points
+        The grid: plain JSON parameters, seeds included, no two points alike.
+    executor, store, progress, desc
+        Where the points run (``None``: here, one after the other), the store folder, and
+        the tqdm bar and its label.
+
+    Returns
+    -------
+    list of dict
+        One record per point, in the order of ``points``: its parameters merged with what
+        ``fn`` returned.
+
+    Raises
+    ------
+    TypeError
+        If a parameter is not plain JSON (an array, a lambda, an object), or with a store,
+        ``fn`` is a lambda, a nested function, a ``functools.partial`` or a replaced function
+        (their text forms collide: a second grid would read the first grid's records). The
+        message says what to pass (a list, a name, a module-level function).
+    ValueError
+        If the grid is empty or has duplicate points.
+    Exception
+        The first error a point raised (the points not yet started are cancelled).
+
+    Warns
+    -----
+    StoreWarning
+        For a stored record that is corrupt, edited, emptied, of another point or of an older
+        layout: it is recomputed and the file rewritten (recomputing is always correct; an
+        error would stop a long sweep for something it can repair).
+    """
     if store is None:
         store = config.sweep_store()
     elif store is False:

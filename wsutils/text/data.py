@@ -273,9 +273,30 @@ def load_imdb(path: str | os.PathLike | None = None) -> Any:
     ``path`` (default: ``WSBOOK_IMDB`` via :func:`wsutils.run.config.imdb`): ``None`` the embedded
     file (checked against :data:`EMBEDDED_SHA256`), ``"hub"`` the hub dataset
     ``stanfordnlp/imdb`` (train then test), else a local file. A local file is read and
-    validated here and cached by its content's sha256, so a file changed in place is read
-    again. Errors: ``ValueError`` naming the file and the line or field; ``RuntimeError`` at
-    once when the hub is asked for but off or unreachable.
+    validated here and cached by its content's sha256, so a file changed in place (same size
+    and mtime) is read again (the ``datasets`` cache returned stale rows).
+
+    Parameters
+    ----------
+    path
+        ``None``, ``"hub"`` or a local file (JSON lines or parquet, gzip or not).
+
+    Returns
+    -------
+    datasets.Dataset
+        The reviews.
+
+    Raises
+    ------
+    ValueError
+        If a data file is bad, naming the file and the line or field: empty, truncated gzip,
+        a line that is not JSON, a missing, null or out-of-range ``label``, a null or
+        non-string ``text``, an unreadable parquet (instead of a bare ``StopIteration``,
+        ``EOFError``, ``TypeError`` or a failure much later). Also if the embedded file
+        changed or is corrupted: its sha256 differs from ``data/imdb/README.md``
+        (``git checkout data/imdb``, or regenerate it with ``tools/make_imdb_subset.py``).
+    RuntimeError
+        At once, when the hub is asked for but off or unreachable.
     """
     where = _resolve(path)
     if where == HUB:

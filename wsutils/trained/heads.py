@@ -14,7 +14,7 @@ import torch
 
 from .._tensor import Array
 from ..checks import check_int, check_seed
-from ..sensitivity import SensitivityResult, _ascend, certify, check_lr, search_setup
+from ..sensitivity import SensitivityResult, ascend_rows, certify, check_lr, search_setup
 from ._common import Map, _encoder, _layer_index
 from .own_norm import _to_x, own_norm_problem
 
@@ -170,7 +170,7 @@ def head_word_sensitivity(
     obj = _HeadObjective(head, (Zs * r.to(Zs)), r.to(Zs))
     if not obj.base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and head.")
-    found = _ascend(
+    found = ascend_rows(
         lambda chunk: obj,
         Zs,
         row_list,
@@ -255,7 +255,7 @@ def heads_word_sensitivity(
     obj = _HeadsObjective(heads, Zs * r.to(Zs), r.to(Zs))
     dummy = Zs.expand(len(heads), -1, -1).reshape(len(heads) * n, -1)  # index h·n + i
     idx = [h * n + i for h in range(len(heads)) for i in row_list]
-    found = _ascend(
+    found = ascend_rows(
         lambda chunk: obj,
         dummy,
         idx,

@@ -12,7 +12,7 @@ import torch
 
 from .._digest import module_digest
 from ..checks import check_int
-from ..text.embeddings import _embed, model_key
+from ..text.embeddings import embed, model_key
 from ._common import Map, _encoder, _layer_index
 
 
@@ -35,7 +35,7 @@ def layer_inputs(
     key = None if cache_dir is False else model_key(enc)  # once, not once per layer
     out = []
     for layer in range(enc.layers + 1):
-        E, mask = _embed(
+        E, mask = embed(
             list(texts),
             model=enc,
             layer=layer,
