@@ -1,5 +1,5 @@
 """The build's progress display: tqdm bars of a kernel reach the build's terminal through the
-progress file (wsutils/run/_progress.py and book/_ext/wsbook_sphinx.py)."""
+progress file (wsutils/run/progress.py and book/_ext/wsbook_sphinx.py)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_only_notebook_chapters_count_as_executed():
 
 
 def test_no_progress_file_changes_nothing(monkeypatch):
-    from wsutils.run import _progress
+    from wsutils.run import progress as _progress
 
     monkeypatch.delenv(_progress.ENV, raising=False)
     _progress.write("nothing happens")  # no file, no error

@@ -18,11 +18,11 @@ submodule named ``rf`` would shadow the map :func:`wsutils.rf` once imported.
 from .estimators.attention import attention_word_sensitivity, certified_lower_bound
 from .estimators.rf import rf_word_sensitivity
 from .maps import drf, flat, normalize_rows, raf, relu_attention, rf
-from .run import install_progress
+from .run.progress import install as _install_progress
 from .sensitivity import SensitivityResult, relative_change, word_sensitivity
 from .weights import sample_V, sample_Vs, sample_W, sample_X
 
-install_progress()  # tqdm bars to the book build's terminal, only when WSBOOK_PROGRESS is set
+_install_progress()  # tqdm bars to the book build's terminal, only when WSBOOK_PROGRESS is set
 
 __version__ = "0.1.0"
 __all__ = [

@@ -16,7 +16,7 @@ one line per chapter. :class:`BuildProgress` prints, on the build's terminal, "e
 every :data:`HEARTBEAT` seconds while a chapter runs without other news, and the status lines
 of the chapter's ``tqdm`` bars (its long grids): it sets ``WSBOOK_PROGRESS`` to a progress file
 before any kernel starts, the kernels inherit it, ``wsutils`` mirrors every bar there
-(``wsutils/run/_progress.py``), and a thread of the build echoes each new line.
+(``wsutils/run/progress.py``), and a thread of the build echoes each new line.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ COLAB_BRANCH = "colab"
 
 logger = logging.getLogger(__name__)
 
-#: The environment variable the kernels inherit (read by ``wsutils.run._progress``).
+#: The environment variable the kernels inherit (read by ``wsutils.run.progress``).
 PROGRESS_ENV = "WSBOOK_PROGRESS"
 #: Seconds without news from a running chapter before a "still executing" line.
 HEARTBEAT = 60.0
