@@ -47,7 +47,7 @@ def test_empty_input():
 
 def test_rows_not_of_norm_sqrt_d(X):
     W = ws.sample_W(3, seed=1)
-    with pytest.raises(ValueError, match="norm √d.*normalize_rows"):
+    with pytest.raises(ValueError, match="norm √d.*normalise_rows"):
         ws.word_sensitivity(lambda Z: ws.raf(Z, W), 2 * X, steps=1)
 
 

@@ -71,15 +71,15 @@ def test_project_ball_refuses_what_it_cannot_certify():
         project_ball(torch.tensor([[math.nan, 1.0]]), math.sqrt(2))
 
 
-def test_project_ball_and_normalize_rows_do_not_overflow():
+def test_project_ball_and_normalise_rows_do_not_overflow():
     """Issue 14 item 2: rows of norm ≥ 1e154 used to come back as zeros."""
     big = torch.full((2, 3), 1e200, dtype=torch.float64)
     P = project_ball(big, math.sqrt(3))
     assert_in_ball(P, 3)
     np.testing.assert_allclose(P.numpy(), np.ones((2, 3)), rtol=1e-13)
-    np.testing.assert_allclose(ws.normalize_rows(big).numpy(), np.ones((2, 3)), rtol=1e-15)
+    np.testing.assert_allclose(ws.normalise_rows(big).numpy(), np.ones((2, 3)), rtol=1e-15)
     tiny = torch.full((1, 4), 1e-200, dtype=torch.float64)
-    np.testing.assert_allclose(ws.normalize_rows(tiny).numpy(), np.ones((1, 4)), rtol=1e-15)
+    np.testing.assert_allclose(ws.normalise_rows(tiny).numpy(), np.ones((1, 4)), rtol=1e-15)
 
 
 def _text(n, d, seed, dtype):

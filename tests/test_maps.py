@@ -118,12 +118,12 @@ def test_batched_input_equals_loop(text):
         torch.testing.assert_close(batch, torch.stack([fn(x, w) for x in Xb]))
 
 
-def test_normalize_rows(text):
+def test_normalise_rows(text):
     X, n, d = text
-    Y = ws.normalize_rows(3.0 * X + 1.0)
+    Y = ws.normalise_rows(3.0 * X + 1.0)
     np.testing.assert_allclose(np.linalg.norm(Y, axis=1), math.sqrt(d), rtol=1e-12)
     with pytest.raises(ValueError, match="all-zero row"):
-        ws.normalize_rows(np.zeros((2, 3)))
+        ws.normalise_rows(np.zeros((2, 3)))
 
 
 def test_weight_scalings_and_seeds():

@@ -166,7 +166,7 @@ def test_bad_input(kwargs, match):
 
 
 def test_bad_input_rows_not_normalised_and_delta():
-    with pytest.raises(ValueError, match="normalize_rows"):
+    with pytest.raises(ValueError, match="normalise_rows"):
         rf_word_sensitivity(torch.ones(3, 2) * 5, 6)
     with pytest.raises(ValueError, match="delta"):
         rf_high_probability_bound(3, 2, 6, 1.5)

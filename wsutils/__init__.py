@@ -17,7 +17,7 @@ submodule named ``rf`` would shadow the map :func:`wsutils.rf` once imported.
 
 from .estimators.attention import attention_word_sensitivity, certified_lower_bound
 from .estimators.rf import rf_word_sensitivity
-from .maps import drf, flat, normalize_rows, raf, relu_attention, rf
+from .maps import drf, flat, normalise_rows, raf, relu_attention, rf
 from .run.progress import install as _install_progress
 from .sensitivity import SensitivityResult, relative_change, word_sensitivity
 from .weights import sample_V, sample_Vs, sample_W, sample_X
@@ -31,7 +31,7 @@ __all__ = [
     "raf",
     "relu_attention",
     "flat",
-    "normalize_rows",
+    "normalise_rows",
     "sample_V",
     "sample_Vs",
     "sample_W",

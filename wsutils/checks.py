@@ -58,7 +58,7 @@ def check_unit_rows(X: torch.Tensor, *, rtol: float | None = None) -> None:
     if err > rtol:
         raise ValueError(
             f"rows of X must have norm √d = {math.sqrt(d):.6g}; the worst row is off by a "
-            f"relative {err:.3g}. Rescale with wsutils.normalize_rows(X)."
+            f"relative {err:.3g}. Rescale with wsutils.normalise_rows(X)."
         )
 
 

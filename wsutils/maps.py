@@ -45,7 +45,7 @@ __all__ = [
     "raf",
     "relu_attention",
     "attention_scores",
-    "normalize_rows",
+    "normalise_rows",
     "NORMALISATIONS",
     "ENTMAX_MIN_ALPHA",
     "Normalisation",
@@ -229,7 +229,7 @@ def relu_attention(X: Array, W: Array, *, dtype: torch.dtype | None = None) -> A
     return _attention(X, W, dtype, _relu_attention)
 
 
-def normalize_rows(X: Array) -> Array:
+def normalise_rows(X: Array) -> Array:
     """Rescale every row of ``X`` to norm ``√d`` (the paper's normalisation).
 
     The norms are computed without overflow (``wsutils._tensor.row_norms``), so rows of any

@@ -717,7 +717,7 @@ def sample_text(family: str, n: int, d: int, *, seed: int, share: float = 0.5) -
     :func:`wsutils.weights.sample_X`) or ``"common"`` (anisotropic: every row is
     ``√share·m + √(1 − share)·g_i`` rescaled, one common Gaussian ``m`` for the whole text, so
     that rows have cosine ``≈ share`` with each other, as real embeddings share a component)."""
-    from ..maps import normalize_rows
+    from ..maps import normalise_rows
     from ..weights import gaussian, sample_X
 
     if family == "isotropic":
@@ -727,7 +727,7 @@ def sample_text(family: str, n: int, d: int, *, seed: int, share: float = 0.5) -
     if not 0 <= share < 1:
         raise ValueError(f"share must be in [0, 1), got {share}.")
     G = gaussian((n + 1, d), 1.0, seed=seed)
-    return normalize_rows(math.sqrt(share) * G[:1] + math.sqrt(1 - share) * G[1:])
+    return normalise_rows(math.sqrt(share) * G[:1] + math.sqrt(1 - share) * G[1:])
 
 
 def rf_point(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..maps import attention_scores, normalize_rows
+from ..maps import attention_scores, normalise_rows
 from .embeddings import Encoder
 
 __all__ = [
@@ -67,7 +67,7 @@ def raf_attention(enc: Encoder, input_ids, W) -> np.ndarray:
         ids = ids[None]
     with torch.no_grad():
         X = enc.model.embeddings(input_ids=ids, token_type_ids=torch.zeros_like(ids)).double()
-        X = normalize_rows(X)
+        X = normalise_rows(X)
         A = torch.softmax(
             attention_scores(X, torch.as_tensor(W, dtype=X.dtype, device=X.device)), dim=-1
         )
