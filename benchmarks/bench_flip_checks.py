@@ -82,6 +82,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ref", help="a directory holding the old wsutils package")
+    ap.add_argument("--new", default=str(HERE), help="the same for the new one (this tree)")
     ap.add_argument("--configs", default="raf:120", help="map:n pairs, comma separated")
     ap.add_argument("--map", default="raf")
     ap.add_argument("--n", type=int, default=120)
@@ -104,7 +105,7 @@ def main() -> None:
         times: dict[str, list[float]] = {"old": [], "new": []}
         runs = {}
         for _ in range(args.repeats):
-            for name, tree in (("old", args.ref), ("new", str(HERE))):
+            for name, tree in (("old", args.ref), ("new", args.new)):
                 r = run_variant(tree, args, m, int(n))
                 times[name].append(r["cpu"])
                 runs[name] = r["runs"]
