@@ -7,9 +7,9 @@ imports, one torch thread (as in the book build: ``OMP_NUM_THREADS=1``), alterna
 searches) in CPU seconds and returns its records, and every numeric field of every run is
 compared between the two variants (``identical`` when every field is the same float).
 
-Make the old tree with e.g.
-``mkdir -p /tmp/ref && git archive 3399557 wsutils | tar -x -C /tmp/ref``, then
-``python -m benchmarks.bench_flip_checks --ref /tmp/ref --configs raf:120,relu:120``
+``--ref`` is a directory holding the old ``wsutils`` or a git revision (its ``wsutils`` is
+extracted with ``git archive``; default 3399557, before issue 25's changes):
+``python -m benchmarks.bench_flip_checks --configs raf:120,relu:120``
 (the paper grid's points: ``d = 768``, ``N ∈ {1100, 1200, 1300}``, 4 starts, 300 steps,
 float32 search, as ``book/generalization.md`` runs them).
 """
@@ -22,6 +22,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
@@ -81,7 +82,12 @@ def compare(a: list[dict], b: list[dict]) -> tuple[float, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--ref", help="a directory holding the old wsutils package")
+    ap.add_argument(
+        "--ref",
+        default="3399557",
+        help="a directory holding the old wsutils package, or a git revision of this "
+        "repository (default 3399557, before issue 25's flip-point changes)",
+    )
     ap.add_argument("--new", default=str(HERE), help="the same for the new one (this tree)")
     ap.add_argument("--configs", default="raf:120", help="map:n pairs, comma separated")
     ap.add_argument("--map", default="raf")
@@ -98,8 +104,15 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    if not args.ref:
-        ap.error("--ref DIR (the old wsutils) is needed")
+    if not Path(args.ref).is_dir():  # a git revision: its wsutils in a temporary directory
+        tmp = tempfile.mkdtemp(prefix="bench_flip_checks_")
+        tar = subprocess.run(
+            ["git", "-C", str(HERE), "archive", args.ref, "wsutils"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=tar, check=True)
+        args.ref = tmp
     for cfg in args.configs.split(","):
         m, n = cfg.split(":")
         times: dict[str, list[float]] = {"old": [], "new": []}
