@@ -81,3 +81,19 @@ def test_flip_runs_still_checks_its_input():
         G.flip_runs("raf", bad, Y, X, y, Ns=[5], seed=0, steps=2)
     with pytest.raises(ValueError, match="norm"):
         G.flip_runs("raf", 2 * Xs, Y, X, y, Ns=[5], seed=0, steps=2)
+
+
+def test_gram_by_blocks_is_the_gram_matrix():
+    from wsutils.generalization._linalg import _gram
+
+    g = torch.Generator().manual_seed(4)
+    small = torch.randn(300, 500, generator=g, dtype=torch.float64)
+    K = _gram(small)
+    assert torch.equal(K, K.T) and torch.equal(torch.tril(K), torch.tril(small @ small.T))
+    big = torch.randn(700, 900, generator=g, dtype=torch.float64)
+    K, ref = _gram(big), big @ big.T
+    assert torch.equal(K, K.T)
+    # the same dot products, summed in another order: equal to rounding (u·√p·max|K|)
+    assert float((K - ref).abs().max()) <= 1e-13 * float(ref.abs().max())
+    L = G.gram_cholesky(big)
+    torch.testing.assert_close(L @ L.T, ref, rtol=0, atol=1e-12 * float(ref.abs().max()))
