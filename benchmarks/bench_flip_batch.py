@@ -25,6 +25,8 @@ import time
 import torch
 
 from wsutils import generalization as G
+from wsutils.checks import check_finite
+from wsutils.generalization import _flip as GF
 
 VARIANTS = {
     "old": dict(batch_searches=False, search_dtype="float64"),
@@ -42,10 +44,11 @@ def one(m: str, n: int, d: int, Ns: list[int], steps: int, variant: str):
 def linalg(m: str, n: int, d: int, Ns: list[int]) -> None:
     """The per-``N`` linear algebra of a point, before (the public functions, each checking
     its ``N × p`` input with ``check_finite``: five passes per ``N``) and after (checked once
-    at the door, then ``G._min_norm``, ``G._project``, ``G._retrain``), same ``Φ``, same
-    process, alternately; the results are the same numbers (same formulas)."""
+    at the door, then ``_min_norm``, ``_project``, ``_retrain`` of
+    ``wsutils.generalization._flip``), same ``Φ``, same process, alternately; the results are
+    the same numbers (same formulas)."""
     Xs, Y, X, y = G.planted_data(max(Ns), n, d, seed=0)
-    Phi_all, phi, _ = G._features(m, Xs, X, seed=3, row=0, block_rows=2048, progress=False)
+    Phi_all, phi, _ = GF._features(m, Xs, X, seed=3, row=0, block_rows=2048, progress=False)
     L_all = G.gram_cholesky(Phi_all)
 
     def old():
@@ -58,13 +61,13 @@ def linalg(m: str, n: int, d: int, Ns: list[int]) -> None:
         return out
 
     def new():
-        G.check_finite("phi", phi)
+        check_finite("phi", phi)
         out = []
         for N in Ns:
             Phi, L = Phi_all[:N], L_all[:N, :N]
-            t0 = G._min_norm(Phi, Y[:N], L)
-            Pphi = G._project(Phi, phi, L)
-            out.append((t0, Pphi, G._retrain(phi, y, t0, Pphi)))
+            t0 = GF._min_norm(Phi, Y[:N], L)
+            Pphi = GF._project(Phi, phi, L)
+            out.append((t0, Pphi, GF._retrain(phi, y, t0, Pphi)))
         return out
 
     times = {"old": [], "new": []}

@@ -10,10 +10,27 @@ import numpy as np
 import torch
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every entry of ``t`` is finite (no NaN, no infinity), as
+    ``torch.isfinite(t).all()`` but in one pass without a temporary.
+
+    The sum decides when it is finite: a NaN or an infinity in any entry makes every partial
+    sum that contains it non-finite, and IEEE addition never turns a non-finite value finite
+    again (``NaN + x = NaN``, ``inf + x ∈ {inf, NaN}``). A non-finite sum (a real NaN or inf,
+    or finite entries whose sum overflows) falls back to the entrywise test, so the answer is
+    always that of ``torch.isfinite(t).all()``. Measured: a ``1300 × 92,160`` float64 matrix,
+    one thread, 4.5 s for the entrywise test, 0.04 s for the sum (``benchmarks/README.md``).
+    Integer and bool tensors are always finite."""
+    if not (t.is_floating_point() or t.is_complex()):
+        return True
+    with torch.no_grad():
+        return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
 def check_finite(name: str, t: torch.Tensor) -> None:
     if t.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); pass at least one entry.")
-    if not bool(torch.isfinite(t).all()):
+    if not all_finite(t):
         bad = int((~torch.isfinite(t)).sum())
         raise ValueError(
             f"{name} has {bad} non-finite entries (NaN or inf); clean the input first."

@@ -135,7 +135,12 @@ def rf_preactivations(
     if not 0 <= row < n:
         raise ValueError(f"row {row} is out of range for texts of n = {n} words.")
     check_finite("Xs", X)
-    Xf = flat(X).to(dtype)
+    return _rf_rows(flat(X).to(dtype), k, n, d, seed, row, block_rows, dtype, progress)
+
+
+def _rf_rows(Xf, k, n, d, seed, row, block_rows, dtype, progress):
+    """:func:`rf_preactivations` of the flattened texts ``Xf`` (``B × n·d``, in ``dtype``)."""
+    B = Xf.shape[0]
     H = torch.empty(B, k, dtype=torch.float64)
     Vi = torch.empty(k, d, dtype=torch.float64)
     nblocks = -(-k // block_rows)
@@ -176,8 +181,28 @@ def attention_features(
     (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`), or ``"attention"`` with
     ``normalisation`` (eq. :eq:`eq-general-attention`, :func:`wsutils.maps.attention`), in
     chunks of texts."""
-    fn, _ = _attention_kind(kind, normalisation)
     X = as_tensor(Xs)
-    Wt = as_tensor(W, dtype=X.dtype)
+    return _attention_rows(X, None, as_tensor(W, dtype=X.dtype), kind, chunk, normalisation)
+
+
+def _attention_rows(
+    Xs: torch.Tensor, X: torch.Tensor | None, W: torch.Tensor, kind: str, chunk: int, normalisation
+) -> torch.Tensor:
+    """:func:`attention_features` of the texts ``Xs`` followed by the text ``X`` (if not
+    ``None``), written chunk by chunk into one preallocated ``(B, n·d)`` tensor: the chunks
+    are those of ``torch.cat([Xs, X[None]])`` (so the same floats), but neither that copy of
+    the texts nor a concatenation of the chunks' outputs is made (two passes over ``B × n·d``
+    fewer)."""
+    fn, _ = _attention_kind(kind, normalisation)
+    B = Xs.shape[0] + (X is not None)
+    out = None
     with torch.no_grad():
-        return torch.cat([flat(fn(X[j : j + chunk], Wt)) for j in range(0, X.shape[0], chunk)])
+        for j in range(0, B, chunk):
+            part = Xs[j : j + chunk]
+            if X is not None and j + chunk >= B:
+                part = torch.cat([part, X[None]])
+            F = flat(fn(part, W))
+            if out is None:
+                out = torch.empty((B, F.shape[-1]), dtype=F.dtype, device=F.device)
+            out[j : j + F.shape[0]] = F
+    return out

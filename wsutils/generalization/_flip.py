@@ -10,10 +10,10 @@ import torch
 
 from .._tensor import Array, as_tensor
 from ..checks import check_finite, check_shape, check_unit_rows
-from ..maps import Normalisation
+from ..maps import Normalisation, flat
 from ..weights import sample_W
 from . import DATA, LOSSES, SEARCHES, TRAININGS, check_Ns, flip_normalisation
-from ._features import attention_features, authors_data, planted_data, rf_preactivations
+from ._features import _attention_rows, _rf_rows, authors_data, planted_data
 from ._linalg import _gram_solve, fine_tune, gram_cholesky
 from ._search import (
     FlipModel,
@@ -47,14 +47,15 @@ def _features(
 ):
     """Features of the training texts and of the new text, and the :class:`FlipModel`."""
     n, d = X.shape
-    allX = torch.cat([Xs, X[None]])
+    # The texts are checked (_check_flip_data); the training texts and the new one are
+    # stacked where the features are computed, never copied together first.
     if map == "rf":
-        H, Vi = rf_preactivations(
-            allX, n * d, seed=seed, row=row, block_rows=block_rows, progress=progress
-        )
+        Xf = torch.empty((Xs.shape[0] + 1, n * d), dtype=torch.float32)
+        Xf[:-1], Xf[-1] = flat(Xs), flat(X)  # the float32 rounding of flat(cat([Xs, X]))
+        H, Vi = _rf_rows(Xf, n * d, n, d, seed, row, block_rows, torch.float32, progress)
         return torch.relu(H[:-1]), torch.relu(H[-1]), rf_flip_model(H[-1], Vi)
     W = sample_W(d, seed=seed)
-    F = attention_features(allX, W, map, normalisation=normalisation)
+    F = _attention_rows(Xs, X, W, map, 64, normalisation)
     return F[:-1], F[-1], attention_flip_model(X, W, map, row, normalisation=normalisation)
 
 
@@ -66,16 +67,21 @@ def _check_flip_data(
     Ns: list[int],
     row: int,
     unit_rows: bool,
+    built: bool = False,
 ) -> None:
     """Input checks of :func:`flip_runs` (shapes, labels ``±1``, ``N ≤ len(Xs)``, rows of
-    norm ``√d`` unless ``unit_rows`` is false)."""
+    norm ``√d`` unless ``unit_rows`` is false). ``built``: the texts were just drawn by
+    :func:`flip_point` (:func:`planted_data`, :func:`authors_data`, from checked sizes and
+    seed), so their entries are finite and the planted rows of norm ``√d`` by construction:
+    those two passes over the ``N × n × d`` texts are skipped, every other check stays."""
     if Xs.ndim != 3:
         raise ValueError(
             f"Xs must be the training texts as an array (N, n, d), got shape {tuple(Xs.shape)}."
         )
     Nmax, n, d = Xs.shape
-    check_finite("Xs", Xs)
-    check_shape("X", X, (n, d), "the new text, with the n words of d coordinates of Xs")
+    if not built:
+        check_finite("Xs", Xs)
+        check_shape("X", X, (n, d), "the new text, with the n words of d coordinates of Xs")
     check_shape("Y", Y, (Nmax,), "one label per training text")
     bad = sorted(set(Y.tolist()) - {-1.0, 1.0})
     if bad or float(y) not in (-1.0, 1.0):
@@ -83,7 +89,7 @@ def _check_flip_data(
             f"labels must be ±1 (Y has {bad[:5] or 'only ±1'}, y = {y}); map "
             "0/1 labels with 2·label − 1."
         )
-    if unit_rows:
+    if unit_rows and not built:
         check_unit_rows(Xs)
         check_unit_rows(X)
     if max(Ns) > Nmax:
@@ -225,6 +231,34 @@ def flip_runs(
     not, each search follows the same path in exact arithmetic; float32 iterations follow it to
     single-precision rounding.
     """
+    return _flip_runs(**locals(), built=False)  # every parameter above, by name
+
+
+def _flip_runs(
+    map,
+    Xs,
+    Y,
+    X,
+    y,
+    *,
+    Ns,
+    seed,
+    losses,
+    trainings,
+    search,
+    starts,
+    steps,
+    lr,
+    row,
+    unit_rows,
+    block_rows,
+    progress,
+    normalisation,
+    batch_searches,
+    search_dtype,
+    built: bool,
+) -> dict:
+    """:func:`flip_runs`; ``built`` as in :func:`_check_flip_data`."""
     norm = flip_normalisation(map, normalisation)
     search_dtype = _flip_dtype(search_dtype)
     bad = [x for x in losses if x not in LOSSES] + [x for x in trainings if x not in TRAININGS]
@@ -242,7 +276,7 @@ def flip_runs(
     Ns = check_Ns(Ns)
     Xs, X = as_tensor(Xs, dtype=torch.float64), as_tensor(X, dtype=torch.float64)
     Y = as_tensor(Y, dtype=torch.float64).reshape(-1)
-    _check_flip_data(Xs, Y, X, y, Ns, row, unit_rows)
+    _check_flip_data(Xs, Y, X, y, Ns, row, unit_rows, built)
     y = float(y)
     Nmax = max(Ns)
     n, d = X.shape
@@ -407,7 +441,7 @@ def flip_point(
         raise ValueError(f"N = {Nmax} must be below p = n·d = {n * d} for interpolation.")
     make = planted_data if data == "planted" else authors_data
     Xs, Y, X, y = make(Nmax, n, d, seed=seed)
-    return flip_runs(
+    return _flip_runs(
         map,
         Xs,
         Y,
@@ -428,6 +462,7 @@ def flip_point(
         normalisation=normalisation,
         batch_searches=batch_searches,
         search_dtype=search_dtype,
+        built=True,
     )
 
 
