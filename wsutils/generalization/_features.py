@@ -15,7 +15,7 @@ from ..checks import check_finite, check_int, check_seed
 from ..estimators.rf import rf_block_seed
 from ..maps import Normalisation, attention, flat, raf, relu_attention
 from ..weights import gaussian, sample_X
-from . import GENERAL, flip_normalisation
+from ._common import GENERAL, flip_normalisation
 
 # ---------------------------------------------------------------------------------------------
 # Data and features

@@ -12,7 +12,7 @@ from .._tensor import Array, as_tensor
 from ..checks import check_finite, check_shape, check_unit_rows
 from ..maps import Normalisation, flat
 from ..weights import sample_W
-from . import DATA, LOSSES, SEARCHES, TRAININGS, check_Ns, flip_normalisation
+from ._common import DATA, LOSSES, SEARCHES, TRAININGS, check_Ns, flip_normalisation
 from ._features import _attention_rows, _rf_rows, authors_data, planted_data
 from ._linalg import _gram_solve, fine_tune, gram_cholesky
 from ._search import (

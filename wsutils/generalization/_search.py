@@ -14,7 +14,7 @@ from .._tensor import as_tensor
 from ..checks import check_finite, check_int, check_seed
 from ..maps import flat, normalise_scores
 from ..sensitivity import cosine_ascent, init_starts, perturb, project_ball
-from . import GENERAL, LOSSES, MAPS
+from ._common import GENERAL, LOSSES, MAPS
 from ._features import _attention_kind
 
 
