@@ -161,7 +161,7 @@ def _rf_rows(Xf, k, n, d, seed, row, block_rows, dtype, progress):
 def _attention_kind(kind: str, normalisation=None):
     """The map ``φ(X, W)`` and the :class:`~wsutils.maps.Normalisation` of its weights for an
     attention ``kind``: ``"raf"`` (:func:`~wsutils.maps.raf`, softmax), ``"relu"``
-    (:func:`~wsutils.maps.relu_attention`, rownorm of ReLU) or :data:`GENERAL` with
+    (:func:`~wsutils.maps.relu_attention`, rownorm of ReLU) or ``GENERAL`` with
     ``normalisation`` (:func:`~wsutils.maps.attention`; :func:`flip_normalisation`)."""
     if kind == GENERAL:
         norm = flip_normalisation(kind, normalisation)

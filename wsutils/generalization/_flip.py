@@ -218,7 +218,7 @@ def flip_runs(
     smallest loss. The align_ft search does not depend on ``N`` or the training, align_rt
     not on the training: each is run once and read out under every model it applies to.
 
-    ``map="attention"`` (:data:`GENERAL`) runs the same experiment with the general attention
+    ``map="attention"`` (``GENERAL``) runs the same experiment with the general attention
     map and ``normalisation`` (:func:`flip_normalisation`); the records are those of the
     other maps (with ``"softmax"`` and ``"relu"`` equal to those of ``"raf"`` and ``"relu"``).
 
