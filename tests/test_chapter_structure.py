@@ -45,7 +45,7 @@ def test_statements_labelled_figures_cited_bibliography(page):
 MAX_LINES = 600  # a chapter longer than this is split at its own seams (issue 22)
 MAX_CODE_COLUMNS = 88  # code cells do not scroll sideways in the rendered page
 MAX_SHOWS_BULLETS = 6
-MAX_SHOWS_CHARS = 100  # about one line of the rendered page (the browser check measures it)
+MAX_SHOWS_CHARS = 66  # one line of the box at a 1280-px window (the browser check measures it)
 
 
 def _shows_box(text: str) -> list[str] | None:
