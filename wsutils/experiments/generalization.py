@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..run import config
 
-__all__ = ["Scale", "SCALES", "scale", "SEED"]
+__all__ = ["Scale", "SCALES", "scale", "SEED", "COLLAPSE_D", "COLLAPSE_NS"]
 
 #: The first seed of the chapters' draws.
 SEED = 0
@@ -34,6 +34,10 @@ class Scale:
         flip grid and the sweep.
     sweep_d, sweep_n, sweep_Ns, sweep_seeds
         Word width, words, numbers of training texts and seeds of the sweep in ``N``.
+    regime_Ns, regime_seeds
+        Numbers of training texts (nested) and seeds of the protection study (chapter
+        ``generalization-n``): random features and softmax attention at ``n = 40`` and the
+        flip grid's ``d``, on planted data, output loss, both trainings.
     """
 
     d: int
@@ -45,6 +49,15 @@ class Scale:
     sweep_n: int
     sweep_Ns: tuple[int, ...]
     sweep_seeds: tuple[int, ...]
+    regime_Ns: tuple[int, ...]
+    regime_seeds: tuple[int, ...]
+
+
+#: The protection study's collapse check (random features at ``d = COLLAPSE_D``): the ``N``
+#: values per ``n``, with ``N/n²`` the same across ``n`` (so ``√N/n`` is too). The same at
+#: both scales: it is cheap.
+COLLAPSE_D = 32
+COLLAPSE_NS = {40: (10, 40, 160), 160: (160, 640, 2560)}
 
 
 SCALES = {
@@ -58,6 +71,8 @@ SCALES = {
         sweep_n=40,
         sweep_Ns=(25, 100, 400),
         sweep_seeds=(SEED,),
+        regime_Ns=(10, 40, 160, 640),
+        regime_seeds=(SEED, SEED + 1),
     ),
     "paper": Scale(  # the grid of the authors' gen.py
         d=768,
@@ -69,6 +84,8 @@ SCALES = {
         sweep_n=40,
         sweep_Ns=(25, 100, 400, 1300),
         sweep_seeds=(SEED,),
+        regime_Ns=(10, 40, 160, 640, 1300),
+        regime_seeds=(SEED, SEED + 1, SEED + 2),
     ),
 }
 

@@ -22,9 +22,10 @@ Two searches for the changed word: ours (:func:`search_flip`: several starts, no
 best iterate) and the authors' (:func:`authors_search`, as ``gen.py`` runs it: one start at
 ``x₁``, plain gradient steps with their learning rates and step counts, last iterate);
 :func:`flip_runs` runs either on the same instances (``search="ours"`` or ``"authors"``).
-Two synthetic data sets: :func:`planted_data` (rows rescaled to norm ``√d``, as every other
-chapter) and :func:`authors_data` (``gen.py``'s: rows not rescaled, the new text built on the
-planted direction ``w_⋆``).
+Three synthetic data sets: :func:`planted_data` (rows rescaled to norm ``√d``, as every other
+chapter), :func:`independent_data` (the same texts, labels independent of them) and
+:func:`authors_data` (``gen.py``'s: rows not rescaled, the new text built on the planted
+direction ``w_⋆``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "fine_tune",
     "retrain",
     "planted_data",
+    "independent_data",
     "authors_data",
     "rf_block_seed",
     "rf_blocks",
@@ -75,6 +77,7 @@ __all__ = [
 from ._features import (  # noqa: E402
     attention_features,
     authors_data,
+    independent_data,
     planted_data,
     rf_blocks,
     rf_preactivations,

@@ -13,7 +13,7 @@ LOSSES = ("output", "align_ft", "align_rt")
 TRAININGS = ("fine_tune", "retrain")
 MAPS = ("rf", "raf", "relu")
 SEARCHES = ("ours", "authors")
-DATA = ("planted", "authors")
+DATA = ("planted", "independent", "authors")
 
 #: The map name of the general attention map :func:`wsutils.maps.attention` in this module
 #: (chapter *normalisation*): ``map="attention"`` with ``normalisation=...`` (a name of

@@ -41,6 +41,20 @@ def planted_data(N: int, n: int, d: int, *, seed: int, dtype=torch.float64):
     return allX[:N], labels[:N], allX[N], float(labels[N])
 
 
+def independent_data(N: int, n: int, d: int, *, seed: int, dtype=torch.float64):
+    """The texts of :func:`planted_data` (same ``seed``, same texts) with labels drawn
+    independently of them: i.i.d. uniform ``±1`` (seed ``seed + 2``). No word carries any
+    information about a label, so no rule is there to be learnt, and a one-word flip of a
+    model trained on these labels cannot be the right answer of a learnt rule.
+
+    Returns ``(Xs, Y, X, y)`` as :func:`planted_data`.
+    """
+    Xs, _, X, _ = planted_data(N, n, d, seed=seed, dtype=dtype)
+    g = torch.Generator().manual_seed(check_seed(seed + 2))
+    labels = torch.randint(0, 2, (N + 1,), generator=g).to(dtype) * 2 - 1
+    return Xs, labels[:N], X, float(labels[N])
+
+
 def authors_data(N: int, n: int, d: int, *, seed: int, dtype=torch.float64):
     """``gen.py``'s synthetic data (``--dataset synthetic``): ``N`` training texts with i.i.d.
     ``N(0, 1)`` entries, **not** rescaled; ``w_⋆ ∈ R^D`` with i.i.d. ``N(0, 1/D)`` entries;

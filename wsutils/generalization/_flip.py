@@ -13,7 +13,7 @@ from ..checks import check_finite, check_shape, check_unit_rows
 from ..maps import Normalisation, flat
 from ..weights import sample_W
 from ._common import DATA, LOSSES, SEARCHES, TRAININGS, check_Ns, flip_normalisation
-from ._features import _attention_rows, _rf_rows, authors_data, planted_data
+from ._features import _attention_rows, _rf_rows, authors_data, independent_data, planted_data
 from ._linalg import _gram_solve, fine_tune, gram_cholesky
 from ._search import (
     FlipModel,
@@ -423,7 +423,9 @@ def flip_point(
     search_dtype: str = "float64",
 ) -> dict:
     """One grid point for :func:`wsutils.run.sweep.run_grid` on synthetic data: ``max(Ns) + 1``
-    texts from :func:`planted_data` (``data="planted"``, rows of norm ``√d``) or
+    texts from :func:`planted_data` (``data="planted"``, rows of norm ``√d``),
+    :func:`independent_data` (``data="independent"``: the same texts, labels independent of
+    them) or
     :func:`authors_data` (``data="authors"``, ``gen.py``'s), drawn with seed ``seed``, then
     :func:`flip_runs` with weights seed ``seed + 3`` (search seed ``seed + 4``) and
     ``search`` (one search, or a list such as ``["ours", "authors"]``: both on features built
@@ -439,7 +441,9 @@ def flip_point(
     Nmax = max(Ns)
     if Nmax >= n * d:
         raise ValueError(f"N = {Nmax} must be below p = n·d = {n * d} for interpolation.")
-    make = planted_data if data == "planted" else authors_data
+    make = {"planted": planted_data, "independent": independent_data, "authors": authors_data}[
+        data
+    ]
     Xs, Y, X, y = make(Nmax, n, d, seed=seed)
     return _flip_runs(
         map,
@@ -456,7 +460,7 @@ def flip_point(
         steps=steps,
         lr=lr,
         row=row,
-        unit_rows=data == "planted",
+        unit_rows=data != "authors",
         block_rows=block_rows,
         progress=progress,
         normalisation=normalisation,

@@ -27,6 +27,10 @@ __all__ = [
     "sweep_points",
     "sweep_table",
     "plot_sweep",
+    "rf_headline",
+    "regime_points",
+    "regime_table",
+    "plot_regime",
 ]
 
 #: The configurations ``(map, n)`` of the authors' ``gen.py`` (``ns`` per ``--map``).
@@ -249,3 +253,113 @@ def plot_sweep(axes, runs: Sequence[dict], maps: Sequence[str] = ("rf", "raf", "
         ax.set_title(NAMES[m])
     axes[0].set_ylabel("value")
     axes[0].legend(fontsize=8, loc="lower left")
+
+
+#: The sizes of the authors' ``gen.py`` (their ``d`` and smallest ``N``).
+AUTHORS_D, AUTHORS_N_MIN = 768, 1100
+
+
+def rf_headline(flipped: int, runs: int, d: int, N_max: int) -> str:
+    """The sentence, glued into the chapters and the intro, that says what the output-loss
+    runs of random features show against the abstract's claim ("random features provably
+    cannot learn to distinguish between two sentences that differ only in a single word"):
+    at the authors' sizes (``d = 768``, ``N ≥ 1100``) whether it reproduces; below them, only
+    the counts (the claim is then not tested at the authors' sizes)."""
+    counts = f"the output loss flips {flipped} of {runs} runs of random features"
+    if d < AUTHORS_D or N_max < AUTHORS_N_MIN:
+        return f"d = {d} and N up to {N_max}, below the authors' sizes: {counts}"
+    where = f"at the authors' sizes (d = {d}, N up to {N_max}) {counts}"
+    if flipped == 0:
+        return f"{where}, as the abstract's claim says"
+    return (
+        f"{where}, so the abstract's claim that random features cannot tell apart two "
+        f"texts that differ in one word does not reproduce in this setting"
+    )
+
+
+def regime_points(
+    *,
+    d: int,
+    n: int,
+    Ns: Sequence[int],
+    seeds: Sequence[int],
+    maps: Sequence[str] = ("rf", "raf"),
+    data: str = "planted",
+    starts: int = 4,
+    steps: int = 300,
+) -> list[dict]:
+    """Points for :func:`wsutils.run.sweep.run_grid` of :func:`wsutils.generalization.flip_point`
+    for the protection study (chapter ``generalization-n``): one point per ``(map, draw)``,
+    the output loss under both trainings, our search in float32, the ``N`` values nested.
+    Draw ``s`` has seed ``point_seed("regime", d, n, s)``, so every map sees the same
+    texts, and ``data="planted"`` and ``"independent"`` share them too."""
+    Ns = check_Ns(Ns)
+    return [
+        dict(
+            map=m,
+            n=n,
+            d=d,
+            Ns=list(Ns),
+            seed=point_seed("regime", d, n, s),
+            data=data,
+            losses=["output"],
+            starts=starts,
+            steps=steps,
+            search_dtype="float32",
+        )
+        for s in seeds
+        for m in maps
+    ]
+
+
+def regime_table(runs: Sequence[dict]) -> dict:
+    """Per ``(map, n, N)``: ``r = √N/n``, the number of runs ``flipped`` (``y·t_1^Δ < 0``) of
+    ``runs`` in all, and the means of the base-model term ``base = y(t_0^Δ − t_0)`` and of
+    ``y·t_1^Δ`` (``yD1``) over draws and trainings."""
+    groups = defaultdict(list)
+    for r in runs:
+        groups[(r["map"], r["n"], r["N"])].append(r)
+    return {
+        (m, n, N): dict(
+            r=math.sqrt(N) / n,
+            flipped=sum(x["y"] * x["D1"] < 0 for x in g),
+            runs=len(g),
+            base=float(np.mean([x["y"] * x["base_term"] for x in g])),
+            yD1=float(np.mean([x["y"] * x["D1"] for x in g])),
+        )
+        for (m, n, N), g in sorted(groups.items())
+    }
+
+
+def plot_regime(ax_share, ax_base, tables: dict) -> None:
+    """The protection study's figure. ``tables``: ``{label: table}`` of
+    :func:`regime_table`. Left: the share of runs flipped against ``√N/n``, one line per
+    ``(label, map)``; right: the mean base-model term ``−y(t_0^Δ − t_0)`` of random features
+    against ``√N/n``, with the margin ``1`` that it must stay under (condition (a) of
+    :prf:ref:`prop-flip-bound`)."""
+    colors = {"rf": "C0", "raf": "C3", "relu": "C2"}
+    markers = "osd^v"
+    for j, (label, table) in enumerate(tables.items()):
+        for m in sorted({k[0] for k in table}):
+            rows = [v for k, v in table.items() if k[0] == m]
+            r = [v["r"] for v in rows]
+            style = dict(marker=markers[j % 5], color=colors.get(m, "k"), ms=5)
+            ax_share.plot(
+                r,
+                [v["flipped"] / v["runs"] for v in rows],
+                "-",
+                label=f"{NAMES[m]}, {label}",
+                **style,
+            )
+            if m == "rf":
+                ax_base.plot(r, [-v["base"] for v in rows], "-", label=label, **style)
+    for ax in (ax_share, ax_base):
+        ax.set_xscale("log")
+        ax.set_xlabel(r"$\sqrt{N}/n$")
+    ax_base.set_yscale("log")
+    ax_base.axhline(1, color="0.5", ls="--", lw=0.8)
+    ax_share.set_ylabel("share of runs flipped")
+    ax_share.set_ylim(-0.05, 1.05)
+    ax_base.set_ylabel(r"RF: mean $-y(t_0^\Delta - t_0)$")
+    ax_share.legend(frameon=False, fontsize=8)
+    ax_base.legend(frameon=False, fontsize=8)
