@@ -285,3 +285,48 @@ def test_imdb_scale_sweep_points_and_search_precision():
     assert abs(r32["S"] - r64["S"]) <= 1e-4 * r64["S"]  # values certified in float64 either way
     with pytest.raises(ValueError, match="search_dtype"):
         sensitivity_point(map="RF", search_dtype="float32", **kw)
+
+
+class _NeverFinishes(__import__("concurrent.futures").futures.Executor):
+    """An executor whose first point fails and whose other points stay pending: their
+    futures accept a cancellation but never complete, as a cancelled future of Dask's
+    ``Client.get_executor()`` can."""
+
+    def submit(self, fn, *args, **kwargs):
+        from concurrent.futures import Future
+
+        class Stuck(Future):
+            def cancel(self):
+                return True  # accepted, yet the future never completes
+
+        fut = Stuck()
+        if not getattr(self, "_failed", False):
+            self._failed = True
+            fut.set_exception(RuntimeError("the first point failed"))
+        return fut
+
+
+def test_the_first_error_is_raised_even_when_cancelled_points_never_complete():
+    """Issue 36 class 4: run_grid waited, with no timeout, on futures that it had cancelled
+    after the first error; on an executor that never completes them it hung."""
+    import threading
+
+    outcome = {}
+
+    def target():
+        try:
+            run_grid(
+                square,
+                [{"x": x} for x in range(6)],
+                executor=_NeverFinishes(),
+                progress=False,
+                store=False,
+            )
+        except RuntimeError as exc:
+            outcome["error"] = str(exc)
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "run_grid hung after the first error"
+    assert outcome == {"error": "the first point failed"}

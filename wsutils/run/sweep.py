@@ -67,7 +67,7 @@ import tempfile
 import time
 import types
 import warnings
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -523,25 +523,30 @@ def _evaluate(fn: Callable[..., Mapping[str, Any]], point: Mapping[str, Any]) ->
 
 
 def _run_on(executor: Executor, fn, points: list[Record], todo: list[int], finish) -> None:
+    """Run the points ``todo`` on ``executor``, storing each result as it comes. After the
+    first error every other point is cancelled; only those that refuse (already running)
+    are waited on and stored, then the first error is raised. A future that accepted its
+    cancellation is never waited on: some executors, Dask's ``Client.get_executor()`` among
+    them, do not complete it, and waiting on it hung."""
     futures = {executor.submit(_evaluate, fn, points[i]): i for i in todo}
-    error: BaseException | None = None
     try:
         for fut in as_completed(futures):
-            if fut.cancelled():
-                continue
-            exc = fut.exception()
-            if exc is None:
+            exc = None if fut.cancelled() else fut.exception()
+            if exc is not None:
+                break
+            if not fut.cancelled():
                 finish(futures[fut], fut.result())
-            elif error is None:  # stop starting points; keep storing the running ones
-                error = exc
-                for other in futures:
-                    other.cancel()
-    except BaseException:  # an interrupt: start nothing more
+        else:
+            return
+    except BaseException:  # an interrupt: start nothing more, wait for nothing
         for other in futures:
             other.cancel()
         raise
-    if error is not None:
-        raise error
+    running = [f for f in futures if not f.done() and not f.cancel()]
+    for f in wait(running).done:  # running points finish: store them
+        if not f.cancelled() and f.exception() is None:
+            finish(futures[f], f.result())
+    raise exc
 
 
 def run_grid(
