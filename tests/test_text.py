@@ -455,3 +455,35 @@ def test_embedding_cache_key_covers_config_tokenizer_and_live_weights(tmp_path):
     finally:
         with torch.no_grad():
             enc.model.embeddings.word_embeddings.weight.copy_(saved)
+
+
+def test_embedding_cache_key_covers_the_code_that_computes_it(enc, tmp_path, monkeypatch):
+    """Issue 36 class 2: a change of the computation in wsutils.text.embeddings brought the
+    old arrays back. The key holds the module's code as imported (and the installed
+    packages): another code is another key, and the array is recomputed."""
+    texts = ["the movie was good", "a bad film"]
+    first = em.embed(texts, model=enc, max_length=8, cache_dir=tmp_path)
+    real = em._compute
+    monkeypatch.setattr(
+        em, "_compute", lambda *a: tuple(2 * x if x.dtype == np.float32 else x for x in real(*a))
+    )
+    monkeypatch.setattr(em, "_CODE", "another computation")
+    second = em.embed(texts, model=enc, max_length=8, cache_dir=tmp_path)
+    np.testing.assert_allclose(second, 2 * first)
+
+
+def test_a_model_with_forward_hooks_is_computed_and_not_cached(enc, tmp_path):
+    """Issue 36 class 2: a hook that scales a layer's output got the unhooked array back from
+    the cache. A hook is code no key names: the array is computed with it, not cached, and a
+    warning says so."""
+    texts = ["the movie was good", "a bad film"]
+    plain = em.embed(texts, model=enc, max_length=8, cache_dir=tmp_path)
+    handle = enc.model.embeddings.register_forward_hook(lambda m, i, out: 3 * out)
+    try:
+        with pytest.warns(RuntimeWarning, match="forward hooks"):
+            hooked = em.embed(texts, model=enc, max_length=8, cache_dir=tmp_path)
+    finally:
+        handle.remove()
+    np.testing.assert_allclose(hooked, 3 * plain, rtol=1e-6)
+    files = list((tmp_path / "embeddings").glob("*.npz"))
+    assert len(files) == 1  # only the unhooked array was stored

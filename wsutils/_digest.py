@@ -8,16 +8,25 @@ configuration and tokenizer, 0.12 CPU s for the embedded model's 22.7 M paramete
 measurement, ``benchmarks/bench_stale_checks.py``): meant for a check at a cache lookup or
 once per worker task, not per step of an inner loop.
 
+:func:`tree_digest` and :func:`installed_digest` key the caches on code and installed
+packages: the sweep store (:mod:`wsutils.run.sweep`) and the book's execution cache.
+
 With :mod:`wsutils._tensor`, one of the package's two shared internals: any module of
 ``wsutils``, in any subpackage, may import its public names (``tests/test_layers.py``)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import sysconfig
+import urllib.parse
+from importlib import metadata
+from pathlib import Path
 
 import torch
 
-__all__ = ["module_digest"]
+__all__ = ["module_digest", "tree_digest", "installed_digest"]
 
 
 def module_digest(*modules: torch.nn.Module) -> str:
@@ -35,4 +44,54 @@ def module_digest(*modules: torch.nn.Module) -> str:
             h.update(f"\0{name}:{t.dtype}:{tuple(t.shape)}\0".encode())
             flat = t.reshape(-1).contiguous().cpu()
             h.update(memoryview(flat.view(torch.uint8).numpy()))
+    return h.hexdigest()
+
+
+def tree_digest(path: str | os.PathLike) -> str:
+    """SHA-256 over every file under ``path`` (a folder, or one file): its path relative to
+    ``path`` and its bytes, in sorted order; ``__pycache__`` folders and ``.pyc`` files are
+    left out (they follow the sources)."""
+    root = Path(path)
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    h = hashlib.sha256()
+    for p in files:
+        if "__pycache__" in p.parts or p.suffix == ".pyc":
+            continue
+        name = p.name if p == root else str(p.relative_to(root))
+        h.update(name.encode() + b"\0")
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def installed_digest() -> str:
+    """SHA-256 of the installed Python distributions as this interpreter sees them: every
+    ``name==version``, and for a distribution installed from a local folder (``pip install
+    -e .`` or ``pip install ./dir``, whose version says nothing of its files) the
+    :func:`tree_digest` of each top-level package it provides. A package upgraded or
+    downgraded by hand, or a folder install edited in place, changes it. Files edited inside
+    ``site-packages`` of a regular install are not read (that would cost seconds): reinstall
+    instead."""
+    h = hashlib.sha256()
+    # the interpreter's install folders only: a folder that happens to be on sys.path (the
+    # checkout's wsutils.egg-info when the working directory is the checkout) installs nothing
+    paths = sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})
+    found: dict[str, metadata.Distribution] = {}
+    for d in metadata.distributions(path=paths):
+        found.setdefault((d.metadata["Name"] or "?").lower(), d)
+    dists = sorted(found.items())
+    for name, dist in dists:
+        h.update(f"{name}=={dist.version}\0".encode())
+        info = json.loads(dist.read_text("direct_url.json") or "{}")
+        url = info.get("url", "")
+        if "dir_info" not in info or not url.startswith("file://"):
+            continue
+        source = Path(urllib.parse.unquote(urllib.parse.urlparse(url).path))
+        tops = (dist.read_text("top_level.txt") or "").split() or [name.replace("-", "_")]
+        for top in sorted(tops):
+            for folder in (source / top, source / "src" / top, source / f"{top}.py"):
+                if folder.exists():
+                    h.update(f"{top}:{tree_digest(folder)}\0".encode())
+                    break
     return h.hexdigest()

@@ -94,6 +94,20 @@ def check_int(name: str, value, *, minimum: int | None = None) -> int:
     return value
 
 
+def check_real(name: str, value, *, positive: bool = False) -> float:
+    """``value`` as a finite Python ``float`` (a label, a target, a radius); ``positive``: also
+    above zero. A NaN or an infinity would otherwise come back as a NaN answer, and a negative
+    radius as a reversed vector: each is a ValueError that says what to pass."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}.")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}; pass a finite number.")
+    if positive and not value > 0:
+        raise ValueError(f"{name} must be positive, got {value}.")
+    return value
+
+
 #: Seeds are integers in ``[0, SEED_LIMIT)`` — torch's generator takes at most 64 bits, and
 #: ``−1`` would otherwise wrap to ``2**64 − 1`` (a second name for one stream).
 SEED_LIMIT = 2**63

@@ -24,7 +24,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ._tensor import Array, as_tensor, row_norms
-from .checks import check_finite, check_int, check_seed, check_text, check_unit_rows
+from .checks import check_finite, check_int, check_real, check_seed, check_text, check_unit_rows
 
 __all__ = [
     "BALL_DTYPES",
@@ -140,6 +140,7 @@ def project_ball(Delta: torch.Tensor, radius: float, *, exact: bool = True) -> t
     ValueError
         If ``Delta`` has non-finite entries.
     """
+    radius = check_real("radius", radius, positive=True)
     if Delta.dtype not in BALL_DTYPES:
         raise TypeError(
             f"project_ball works in float32 or float64, got {Delta.dtype}; "

@@ -11,9 +11,13 @@ with jupyter-cache's own API. myst-nb then finds every chapter in the cache and 
 
 What a cached page can depend on (:func:`environment_key`): the cache folder is
 ``_build/.jupyter_cache/<key>``, where ``key`` is a SHA-256 of the ``WSBOOK_*`` knobs (the
-scale, model, reviews, chat model; a local model or review path by its files' contents; a hub
+scale, model, reviews, chat model; a local model or review path by its files' contents, a
+relative one made absolute from where the build runs and handed so to the kernels; a hub
 name by the name alone), every file of ``wsutils/`` and ``data/``, the pinned requirements,
-``pyproject.toml``, ``book/matplotlibrc`` and the Python version. jupyter-cache itself keys
+``pyproject.toml``, ``book/matplotlibrc``, the Python version and the installed distributions
+(every ``name==version``, and the files of a folder install: a package installed by hand
+over the pins is another key). Not covered: files edited inside ``site-packages`` of a
+regular install. jupyter-cache itself keys
 each chapter on its code cells and kernelspec, so a change of prose re-renders from the cache,
 a change of one chapter's code re-executes that chapter only, and any change to the package,
 the data, the pins or a knob starts a fresh folder (the old ones are pruned, :data:`KEEP`). The
@@ -105,9 +109,44 @@ def _describe_path(value: str) -> str:
     return f"{value}|{h.hexdigest()}"
 
 
-def environment_key(env: dict[str, str] | None = None, root: Path = ROOT) -> str:
-    """SHA-256 (hex, 16 characters) of everything outside a chapter that its outputs depend on."""
-    env = os.environ if env is None else env
+#: The knobs that may name a local file or folder.
+PATH_KNOBS = ("WSBOOK_MODEL", "WSBOOK_IMDB", "WSBOOK_CHAT_MODEL")
+
+
+def resolve_path_knobs(env, root: Path = ROOT, cwd: Path | None = None) -> dict[str, str]:
+    """``env`` with every relative path knob made absolute the way the build means it: from
+    the directory the build runs in (``cwd``). The kernels run in ``book/`` and get the
+    absolute path, so the key and the kernels read the same files. A relative value that is a
+    path from ``book/`` but not from ``cwd`` would load one thing in the kernels and key
+    another (or a name): a ValueError that says to pass an absolute path."""
+    cwd = Path.cwd() if cwd is None else cwd
+    out = dict(env)
+    for name in PATH_KNOBS:
+        value = out.get(name, "").strip()
+        if not value or Path(value).expanduser().is_absolute():
+            continue
+        here, there = cwd / value, root / "book" / value
+        if here.exists():
+            out[name] = str(here.resolve())
+        elif there.exists():
+            raise ValueError(
+                f"{name}={value!r} is a path from book/ (where the chapters run) but not from "
+                f"{cwd}, where the build runs: set {name} to an absolute path."
+            )
+    return out
+
+
+def environment_key(
+    env: dict[str, str] | None = None, root: Path = ROOT, cwd: Path | None = None
+) -> str:
+    """SHA-256 (hex, 16 characters) of everything outside a chapter that its outputs depend on:
+    the knobs (:func:`resolve_path_knobs`; a local path by its files), the Python version,
+    the pins, every file of ``wsutils/`` and ``data/``, and the installed distributions
+    (:func:`wsutils._digest.installed_digest`: every version, and the files of a folder
+    install), which is what the kernels import."""
+    from wsutils import _digest
+
+    env = resolve_path_knobs(os.environ if env is None else env, root, cwd)
     h = hashlib.sha256()
     knobs = {k: v for k, v in env.items() if k.startswith("WSBOOK_") and k not in INTERNAL_ENV}
     knobs.setdefault("WSBOOK_SCALE", "quick")
@@ -121,6 +160,7 @@ def environment_key(env: dict[str, str] | None = None, root: Path = ROOT) -> str
     for folder in ("wsutils", "data"):
         if (root / folder).is_dir():
             _digest_tree(h, root / folder, root)
+    h.update(f"installed={_digest.installed_digest()}\0".encode())
     return h.hexdigest()[:16]
 
 
@@ -219,7 +259,7 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def kernel_environment(threads: int | None, progress: str | None, store: Path) -> dict[str, str]:
-    env = dict(os.environ)
+    env = resolve_path_knobs(os.environ)  # the paths the key read
     env[SWEEP_ENV] = str(store)
     if progress is not None:
         env["WSBOOK_PROGRESS"] = progress

@@ -4,8 +4,8 @@
   and the grid of the authors' deep-RF script (``d = 768``, ``n = 50, 60, 70, 80``,
   ``L ∈ {2, 4, 8}``); ``SCALES`` gives one per scale and :func:`scale` picks the current
   one.
-- :data:`DEPTHS` are the depths ``L`` of every grid, :data:`LEVEL` the level of the
-  two-sided intervals of the chapter's checks.
+- :data:`DEPTHS` are the depths ``L`` of every grid, :data:`LEVEL` the significance level
+  ``α`` of the two-sided intervals of the chapter's checks (coverage ``1 − α``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ __all__ = ["Scale", "SCALES", "scale", "DEPTHS", "LEVEL"]
 
 #: The depths ``L`` of every grid of the chapter (those of the authors' script).
 DEPTHS = (2, 4, 8)
-#: Level of the two-sided intervals of the chapter's checks.
+#: The significance level ``α`` of the two-sided intervals of the chapter's checks: each
+#: interval covers with probability ``1 − α`` under its model.
 LEVEL = 1e-3
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from .._tensor import Array, as_tensor, like
-from ..checks import check_finite
+from ..checks import check_finite, check_real
 
 # ---------------------------------------------------------------------------------------------
 # Min-norm interpolation, fine-tuning, re-training (all through the N × N Gram matrix)
@@ -105,6 +105,7 @@ def project_out(Phi: Array, phi: Array, *, L: torch.Tensor | None = None) -> Arr
 def fine_tune(theta0: Array, phi: Array, y: float) -> Array:
     """Fine-tuning (eq. :eq:`eq-fine-tune`): ``θ₁ = θ₀ + φ (y − ⟨φ, θ₀⟩)/‖φ‖²``, the closest
     ``θ`` to ``θ₀`` with ``⟨φ, θ⟩ = y``."""
+    y = check_real("y", y)
     th = as_tensor(theta0)
     if th.ndim != 1:
         raise ValueError(f"theta0 must be a vector, got shape {tuple(th.shape)}.")
@@ -130,6 +131,7 @@ def retrain(
 
     Raises a ValueError when ``φ`` lies in the row space of ``Φ`` (``‖Pφ‖ ≤ rtol·‖φ‖``).
     """
+    y = check_real("y", y)
     P = _matrix("Phi", Phi)
     L = gram_cholesky(P) if L is None else L
     theta0 = as_tensor(min_norm_interpolator(P, Y, L=L))

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import torch
 
 from .._tensor import as_tensor
-from ..checks import check_finite, check_int, check_seed
+from ..checks import check_finite, check_int, check_real, check_seed
 from ..maps import flat, normalise_scores
 from ..sensitivity import cosine_ascent, init_starts, perturb, project_ball
 from ._common import GENERAL, LOSSES, MAPS
@@ -145,8 +145,9 @@ def flip_target(
     """Read-out vector ``w`` and target ``τ`` of the search loss ``(⟨φ(X_Δ), w⟩ − τ)²``:
     ``"output"`` (eq. :eq:`eq-output-loss`): ``w = θ₁, τ = −y``; ``"align_ft"``
     (eq. :eq:`eq-align-loss`): ``w = φ/‖φ‖², τ = −1``; ``"align_rt"``: ``w = Pφ/‖Pφ‖², τ = −1``."""
+    y = check_real("y", y)
     if loss == "output":
-        return theta1, -float(y)
+        return theta1, -y
     if loss == "align_ft":
         return phi / (phi @ phi), -1.0
     if loss == "align_rt":
@@ -182,6 +183,7 @@ def search_flip(
     d = check_int("d", d, minimum=1)
     starts = check_int("starts", starts, minimum=1)
     steps = check_int("steps", steps, minimum=0)
+    target = check_real("target", target)
     radius = math.sqrt(d)
     g = torch.Generator().manual_seed(check_seed(seed))
     Delta = torch.randn(starts, d, generator=g, dtype=dtype)
@@ -267,6 +269,13 @@ def search_flips(
         )
     check_finite("Ws", Ws)
     check_finite("targets", tau)
+    with torch.no_grad():
+        p = model.phi_row(torch.zeros(1, d, dtype=torch.float64))[0].numel()
+    if Ws.shape[1] != p:
+        raise ValueError(
+            f"Ws has rows of width {Ws.shape[1]}, but the model's features have p = {p} "
+            "entries: pass one read-out vector of the features' length per search."
+        )
     radius = math.sqrt(d)
     batched = _batched_readout(model)
     idx = torch.arange(S).repeat_interleave(starts)

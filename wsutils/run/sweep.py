@@ -37,7 +37,16 @@ What the store trusts:
   with one name but different code get different keys, and so do two whose helpers in the
   package differ; what the digest does not reach (code outside those packages, data files,
   environment variables, lists and sets and ``…_CACHE`` dicts, which hold state) is *not* in
-  the key: clear the store when that changes.
+  the key: clear the store when that changes. Because tracing always misses some way of
+  reaching code (an inherited method, a function as a default argument, ``pkg.sub.f()``, a
+  module-level ``functools.partial``), the key also holds a digest of **every file** of
+  ``fn``'s top-level package and of ``wsutils`` and of the **installed distributions** (every
+  ``name==version``, and the files of a folder install): any edit to those files, and any
+  other version of any installed package, gives new keys. Not covered: files edited inside
+  ``site-packages`` of a regular install (reinstall instead), data files outside those
+  packages, environment variables. If a package's files change on disk while a process runs
+  (edited, not reloaded), that process runs its sweeps without the store, with a
+  :class:`StoreWarning`: no key would name the code it runs.
 - **Records are verified.** Each file holds the full point, ``fn``'s name and a SHA-256 of
   the canonical JSON of all of it and of the record. A file that does not parse, belongs to
   another point or whose checksum does not match (edited, truncated, emptied, written by an
@@ -54,6 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import dis
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -74,6 +84,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._digest import installed_digest, tree_digest
 from . import config
 
 __all__ = ["StoreWarning", "point_key", "process_pool", "run_grid"]
@@ -371,12 +382,64 @@ def _code_digest(fn: Callable) -> str:
     recursively, those of the functions and classes (and the plain constants) that its
     names reach in its own top-level package and in :mod:`wsutils`. Read from the objects in
     memory, not from the source file, so a module edited on disk but not reloaded keeps the
-    key of the code that actually runs."""
-    mod = getattr(fn, "__module__", None)
-    roots = {"wsutils"} | ({mod.split(".")[0]} if isinstance(mod, str) else set())
-    hasher = _CodeHasher(roots)
+    key of the code that actually runs. This tracing misses ways of reaching code (an
+    inherited method, a function as a default argument, ``pkg.sub.f()``, a module-level
+    ``functools.partial``); :func:`_store_digest` adds what it misses."""
+    hasher = _CodeHasher(_roots(fn))
     hasher.obj(fn)
     return hasher.h.hexdigest()
+
+
+def _roots(fn: Callable) -> set[str]:
+    """The top-level packages whose code the key covers: :mod:`wsutils` and ``fn``'s own."""
+    mod = getattr(fn, "__module__", None)
+    return {"wsutils"} | ({mod.split(".")[0]} if isinstance(mod, str) else set())
+
+
+def _package_path(root: str) -> Path | None:
+    """The folder (or file) of the top-level package or module ``root``, if it has one."""
+    module = sys.modules.get(root)
+    where = getattr(module, "__path__", None)
+    if where:
+        return Path(list(where)[0])
+    origin = getattr(module, "__file__", None)
+    return Path(origin) if origin else None
+
+
+#: The :func:`wsutils._digest.tree_digest` of each package as this process first saw it
+#: (``wsutils`` when this module was imported, another package at its first sweep).
+_LOADED: dict[str, str] = {}
+
+
+def _files_digest(root: str) -> str:
+    path = _package_path(root)
+    return tree_digest(path) if path is not None and path.exists() else "<no files>"
+
+
+@functools.lru_cache(maxsize=1)
+def _installed() -> str:
+    return installed_digest()  # once per process: what it imported cannot change under it
+
+
+def _store_digest(fn: Callable) -> str | None:
+    """The conservative part of a stored point's key: every file of ``fn``'s package and of
+    :mod:`wsutils` (:func:`wsutils._digest.tree_digest`: any edit to any of their files changes
+    the key, whichever way the code reaches it) and the installed distributions
+    (:func:`wsutils._digest.installed_digest`: every version, and the files of a folder
+    install), beside the traced :func:`_code_digest`. ``None`` when a package's files changed
+    on disk since this process loaded them: the code running is then not the code on disk,
+    no key names it, and the sweep runs without the store (restart the kernel)."""
+    h = hashlib.sha256()
+    for root in sorted(_roots(fn)):
+        now = _files_digest(root)
+        if _LOADED.setdefault(root, now) != now:
+            return None
+        h.update(f"{root}:{now}\0".encode())
+    h.update(_installed().encode())
+    return h.hexdigest()
+
+
+_LOADED["wsutils"] = _files_digest("wsutils")
 
 
 def _plain_point(point: Mapping[str, Any]) -> dict[str, Any]:
@@ -391,7 +454,8 @@ def point_key(fn: Callable, point: Mapping[str, Any]) -> str:
     canonical JSON of ``fn``'s qualified name, its code digest and the point's parameters.
     A TypeError for a parameter that is not plain JSON or an ``fn`` without a unique name
     (module docstring)."""
-    return _key(_fn_name(fn), _code_digest(fn), _plain_point(point))
+    files = _store_digest(fn) or "<changed on disk since import>"
+    return _key(_fn_name(fn), _code_digest(fn) + files, _plain_point(point))
 
 
 def _key(fn_name: str, code: str, plain: dict) -> str:
@@ -616,7 +680,18 @@ def run_grid(
     todo = list(range(len(points)))
     if folder is not None:
         fn_name = _fn_name(fn)
-        code = _code_digest(fn)  # once: it walks fn's package
+        files = _store_digest(fn)
+        if files is None:
+            warnings.warn(
+                f"sweep store: the files of {sorted(_roots(fn))} changed on disk since this "
+                "process imported them, so no key names the code that runs; running without "
+                "the store (restart the kernel or process to use it).",
+                StoreWarning,
+                stacklevel=2,
+            )
+            folder = None
+    if folder is not None:
+        code = _code_digest(fn) + files  # once: it walks fn's package
         keys = [_key(fn_name, code, p) for p in plain]
         folder.mkdir(parents=True, exist_ok=True)
         _remove_stale_tmp(folder)

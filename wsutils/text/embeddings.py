@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .._digest import module_digest
+from .._digest import installed_digest, module_digest, tree_digest
 from ..run import config
 from . import _hub
 from .data import _sha256
@@ -297,6 +297,43 @@ def model_key(enc: Encoder) -> dict:
     }
 
 
+#: The code that computes the arrays, as this process loaded it: this file's digest taken at
+#: import (an edit on disk after the import does not change what runs, nor this key).
+_CODE = tree_digest(__file__)
+
+
+@functools.lru_cache(maxsize=1)
+def _installed() -> str:
+    return installed_digest()  # transformers, torch, tokenizers: once per process
+
+
+def _foreign(hooks) -> bool:
+    """Whether ``hooks`` (a module's hook dict) holds a hook not installed by transformers
+    itself (its output-capturing hooks, ``transformers.utils.output_capturing``, only record
+    outputs that ``output_hidden_states``/``output_attentions`` ask for)."""
+    for h in hooks.values():
+        f = getattr(h, "func", h)
+        if not str(getattr(f, "__module__", "")).startswith("transformers."):
+            return True
+    return False
+
+
+def _hooks(model: torch.nn.Module) -> list[str]:
+    """The forward hooks that could change ``model``'s hidden states: on any submodule, or
+    registered globally for every module, other than transformers' own output capture. A
+    hook is arbitrary code, so no key can name it."""
+    from torch.nn.modules import module as tm
+
+    found = [
+        name or "<model>"
+        for name, m in model.named_modules()
+        if _foreign(m._forward_hooks) or _foreign(m._forward_pre_hooks)
+    ]
+    if _foreign(tm._global_forward_hooks) or _foreign(tm._global_forward_pre_hooks):
+        found.append("<global>")
+    return found
+
+
 def _as_encoder(model) -> Encoder:
     return model if isinstance(model, Encoder) else load_model(model)
 
@@ -422,7 +459,9 @@ def embed(
 
     The cache key covers what determines the result (:func:`model_key`: the model's
     identity, configuration, tokenizer and live parameters; the layer, ``max_length``, the
-    texts and ``ids``).
+    texts and ``ids``; the code of this module as it was imported and the installed
+    distributions, :func:`wsutils._digest.installed_digest`). A model with forward hooks is
+    not cached (a warning says so): a hook is code that no key names.
 
     Returns
     -------
@@ -479,8 +518,19 @@ def embed(
         progress = len(texts) > 16 * batch_size
 
     path = key = None
-    if cache_dir is not False:
+    hooks = _hooks(enc.model) if cache_dir is not False else []
+    if hooks:
+        warnings.warn(
+            f"{enc.name} has forward hooks ({', '.join(hooks[:3])}): the embeddings are "
+            "computed with them and not cached (no key can name a hook's code). Remove the "
+            "hooks, or pass cache_dir=False to silence this.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    if cache_dir is not False and not hooks:
         key = {
+            "code": _CODE,
+            "installed": _installed(),
             **(model_key(enc) if key_of_model is None else key_of_model),
             "layer": layer,
             "max_length": max_length,
