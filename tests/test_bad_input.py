@@ -177,3 +177,59 @@ def test_search_flips_refuses_read_out_vectors_of_the_wrong_width():
     model = G.rf_flip_model(u, Vi)  # features of width k = 20
     with pytest.raises(ValueError, match="p = 20"):
         G.search_flips(model, torch.ones(2, 1, dtype=torch.float64), [1.0, -1.0], 4, steps=1)
+
+
+# Issue 36 class 4, the sweep over the public functions (NaN, ±inf, negative or zero sizes,
+# lists holding NaN): what returned a number or failed with a cryptic error now refuses.
+def _bad_calls():
+    import torch
+
+    from wsutils import generalization as G
+    from wsutils import sensitivity as S
+    from wsutils import weights as Wt
+    from wsutils.estimators import rates
+    from wsutils.estimators import relu as R
+
+    nan, inf = float("nan"), float("inf")
+    ones = torch.ones(5, 4, dtype=torch.float64)
+    return {
+        "gaussian std nan": (lambda: Wt.gaussian((3,), nan, seed=0), "std must be finite"),
+        "gaussian std < 0": (lambda: Wt.gaussian((3,), -1.0, seed=0), "std must be at least 0"),
+        "ball_slack d = 0": (lambda: S.ball_slack(0, torch.float64), "d must be at least 1"),
+        "rf_flip_model h nan": (
+            lambda: G.rf_flip_model(torch.full((5,), nan, dtype=torch.float64), ones),
+            "h has 5 non-finite",
+        ),
+        "rf_flip_model h of another length": (
+            lambda: G.rf_flip_model(torch.ones(3, dtype=torch.float64), ones),
+            "one pre-activation per row",
+        ),
+        "search_flip lr < 0": (
+            lambda: G.search_flip(lambda D: D.sum(-1), 3, 1.0, steps=2, lr=-1.0),
+            "lr must be a finite positive",
+        ),
+        "search_flip lr inf": (
+            lambda: G.search_flip(lambda D: D.sum(-1), 3, 1.0, steps=2, lr=inf),
+            "lr must be a finite positive",
+        ),
+        "family_failure z nan": (lambda: rates.family_failure(nan, 3), "z must be a finite"),
+        "lse_model sigma2 nan": (lambda: R.lse_model(10, nan), "sigma2 must be finite"),
+        "lse_model sigma2 < 0": (lambda: R.lse_model(10, -1.0), "sigma2 is a variance"),
+        "slope_standard_error nan": (
+            lambda: R.slope_standard_error(
+                [10, 20, 40], np.array([[0.1, nan], [0.2, 0.3], [0.4, 0.5]])
+            ),
+            "NaN or an infinity",
+        ),
+        "slope_se_seeds nan": (
+            lambda: rates.slope_se_seeds([10, 20], np.array([[0.1, nan], [0.2, 0.3]])),
+            "NaN or an infinity",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_bad_calls()))
+def test_the_public_functions_refuse_bad_numbers(case):
+    call, match = _bad_calls()[case]
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -242,9 +242,10 @@ def test_the_key_follows_the_code_that_runs_not_the_file_on_disk(tmp_path, monke
             assert run_grid(m.f, [{"x": 1}], store=store, progress=False)[0]["y"] == 2
         assert not list(store.glob("*.json")) if store.exists() else True
         importlib.invalidate_caches()
-        m = importlib.reload(m)  # now the new code runs
+        m = importlib.reload(m)  # now the new code runs, and is right
         assert point_key(m.f, {"x": 1}) != before
-        assert run_grid(m.f, [{"x": 1}], store=store, progress=False)[0]["y"] == 100
+        with pytest.warns(StoreWarning, match="wsbook_edited_on_disk_probe changed on disk"):
+            assert run_grid(m.f, [{"x": 1}], store=store, progress=False)[0]["y"] == 100
     finally:
         sys.modules.pop(name, None)
 

@@ -105,6 +105,7 @@ def ball_slack(d: int, dtype: torch.dtype) -> float:
       with room to spare. In float64 the margin is ``(3d + 12)·1.1e-16``: ``2.6e-13`` at
       ``d = 768``, so a value computed at a projected ``Δ`` moves by at most about that much.
     """
+    d = check_int("d", d, minimum=1)
     u = torch.finfo(dtype).eps / 2
     return (3 * d + 12) * u
 

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import torch
 
-from .checks import SEED_LIMIT, check_int, check_seed
+from .checks import SEED_LIMIT, check_int, check_real, check_seed
 from .run.device import check_fits, optional_device
 
 __all__ = ["gaussian", "sample_V", "sample_Vs", "sample_W", "sample_X"]
@@ -85,7 +85,8 @@ def gaussian(
         If a size is not an integer (``2.7`` is refused, not read as ``2``) or the seed is not
         an integer (``1.7`` would silently be ``1``; ``True`` is refused).
     ValueError
-        If a size is not positive, the seed is outside ``[0, 2**63)`` (torch reads ``−1`` as
+        If a size is not positive, ``std`` is negative or not finite, the seed is outside
+        ``[0, 2**63)`` (torch reads ``−1`` as
         ``2**64 − 1``, a second name for one stream: ``wsutils.checks.check_seed``), or
         ``device="cuda"`` is asked for on a machine without a GPU (pass ``"cpu"`` or
         ``"auto"``; :func:`wsutils.run.device.pick_device`).
@@ -95,6 +96,9 @@ def gaussian(
     """
     dims = _dims(**{f"shape[{i}]": s for i, s in enumerate(shape)})
     seed = check_seed(seed)
+    std = check_real("std", std)
+    if std < 0:
+        raise ValueError(f"std must be at least 0 (a standard deviation), got {std}.")
     if draw not in _DRAWS:
         raise ValueError(f"draw must be torch.float64 or torch.float32, got {draw!r}.")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:

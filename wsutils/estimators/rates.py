@@ -153,6 +153,8 @@ def family_failure(z: float, m: int) -> float:
     ``m`` independent values that follow the model, fails for a fresh set of seeds."""
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 0:
         raise ValueError(f"m must be a non-negative integer, got {m!r}.")
+    if not (isinstance(z, (int, float, np.floating)) and z >= 0 and math.isfinite(z)):
+        raise ValueError(f"z must be a finite half-width of at least 0, got {z!r}.")
     return float(-math.expm1(m * math.log1p(-math.erfc(z / math.sqrt(2)))))
 
 
@@ -183,6 +185,10 @@ def slope_se_seeds(n, log_values) -> float:
         raise ValueError(
             "log_values must be (len(n), seeds) with at least 2 values of n and "
             f"2 seeds, got shape {y.shape} for {x.size} values of n."
+        )
+    if not np.all(np.isfinite(y)):
+        raise ValueError(
+            "log_values holds a NaN or an infinity: pass the logs of positive values."
         )
     sigma2 = float(y.var(axis=1, ddof=1).mean())
     return math.sqrt(sigma2 / (y.shape[1] * float(((x - x.mean()) ** 2).sum())))

@@ -24,9 +24,10 @@ import numpy as np
 import torch
 
 from .._tensor import Array, as_tensor, like
-from ..checks import check_int, check_seed, check_shape, check_text, check_unit_rows
+from ..checks import check_int, check_real, check_seed, check_shape, check_text, check_unit_rows
 from ..maps import attention_scores, relu_attention
 from ..sensitivity import project_ball, relative_change
+from ..weights import sample_W, sample_X
 from .rates import kappa_isotropic
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "slope_standard_error",
     "lse_model",
     "attention_fro2_model",
+    "attention_fro2_law",
     "sigma2_model",
     "relu_zeta_lower",
     "relu_certified_upper",
@@ -271,6 +273,10 @@ def slope_standard_error(ns: Sequence[int], log_values: np.ndarray) -> float:
             "log_values must be (len(ns), seeds) with at least 3 values of n and "
             f"4 values in all, got shape {y.shape} for {x.size} values of n."
         )
+    if not np.all(np.isfinite(y)):
+        raise ValueError(
+            "log_values holds a NaN or an infinity: pass the logs of positive values."
+        )
     p, a = np.polyfit(x, y.mean(axis=1), 1)
     resid = y - (a + p * x)[:, None]
     sigma2 = float((resid**2).sum()) / (y.size - 2)
@@ -299,6 +305,9 @@ def lse_model(n: int, sigma2: float) -> tuple[float, float]:
     ``≈ log(n − 1) + σ²/2`` and, by the delta method, standard deviation
     ``≈ √((e^{σ²} − 1)/(n − 1))``. Returns ``(mean, sd)``."""
     n = check_int("n", n, minimum=2)
+    sigma2 = check_real("sigma2", sigma2)
+    if sigma2 < 0:
+        raise ValueError(f"sigma2 is a variance: it must be at least 0, got {sigma2}.")
     return math.log(n - 1) + sigma2 / 2, math.sqrt(math.expm1(sigma2) / (n - 1))
 
 
@@ -325,6 +334,27 @@ def attention_fro2_model(n: int) -> tuple[float, float]:
     of these sd is conservative there."""
     n = check_int("n", n, minimum=2)
     return math.e * (1 - FRO2_BIAS / n), FRO2_SD / n
+
+
+def attention_fro2_law(n: int, d: int, *, draws: int = 400, seed: int = 0) -> tuple[float, float]:
+    """The law of ``‖A‖_F²``, ``A = softmax(X W Xᵀ/√d)``, at the chapter's sizes, by Monte
+    Carlo: ``draws`` independent texts (rows of norm ``√d``,
+    :func:`wsutils.weights.sample_X`) and weights (:func:`wsutils.weights.sample_W`), seeds
+    ``seed + 2j`` and ``seed + 2j + 1``. Unlike :func:`attention_fro2_model` it keeps what the
+    first-order model leaves out (the correlation of scores within and across rows, the heavy
+    right tail at small ``n``), so its standard deviation is the spread of a draw at ``(n, d)``.
+    Returns ``(mean, sd)`` of the draws."""
+    n = check_int("n", n, minimum=2)
+    d = check_int("d", d, minimum=1)
+    draws = check_int("draws", draws, minimum=2)
+    values = []
+    for j in range(draws):
+        X = sample_X(n, d, seed=seed + 2 * j)
+        W = sample_W(d, seed=seed + 2 * j + 1)
+        A = torch.softmax(X @ W @ X.T / math.sqrt(d), dim=1)
+        values.append(float(torch.linalg.matrix_norm(A) ** 2))
+    v = np.array(values)
+    return float(v.mean()), float(v.std(ddof=1))
 
 
 def sigma2_model(d: int, *, draws: int = 600, seed: int = 0) -> tuple[float, float]:

@@ -13,7 +13,7 @@ import torch
 from .._tensor import as_tensor
 from ..checks import check_finite, check_int, check_real, check_seed
 from ..maps import flat, normalise_scores
-from ..sensitivity import cosine_ascent, init_starts, perturb, project_ball
+from ..sensitivity import check_lr, cosine_ascent, init_starts, perturb, project_ball
 from ._common import GENERAL, LOSSES, MAPS
 from ._features import _attention_kind
 
@@ -37,7 +37,16 @@ class FlipModel:
 
 def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
     """RF seen from word ``i``: ``φ(X_i(Δ)) = ReLU(h + V_i Δ)`` with ``h = V flat(X)``
-    (eq. :eq:`eq-rf`); ReLU is 1-Lipschitz, so ``‖φ(X_i(Δ)) − φ(X)‖ ≤ ‖V_i‖_op √d``."""
+    (eq. :eq:`eq-rf`); ReLU is 1-Lipschitz, so ``‖φ(X_i(Δ)) − φ(X)‖ ≤ ‖V_i‖_op √d``.
+    A ValueError when ``h`` is not one pre-activation per row of ``V_i`` or either holds a
+    NaN or an infinity."""
+    if Vi.ndim != 2 or h.ndim != 1 or h.shape[0] != Vi.shape[0]:
+        raise ValueError(
+            f"h must hold one pre-activation per row of V_i: got h of shape {tuple(h.shape)} "
+            f"and V_i of shape {tuple(Vi.shape)} (want (k,) and (k, d))."
+        )
+    check_finite("h", h)
+    check_finite("Vi", Vi)
     d = Vi.shape[1]
 
     def phi_row(Delta):
@@ -184,6 +193,7 @@ def search_flip(
     starts = check_int("starts", starts, minimum=1)
     steps = check_int("steps", steps, minimum=0)
     target = check_real("target", target)
+    lr = check_lr(lr)
     radius = math.sqrt(d)
     g = torch.Generator().manual_seed(check_seed(seed))
     Delta = torch.randn(starts, d, generator=g, dtype=dtype)
@@ -256,6 +266,7 @@ def search_flips(
     starts = check_int("starts", starts, minimum=1)
     steps = check_int("steps", steps, minimum=0)
     dtype = _flip_dtype(search_dtype)
+    lr = check_lr(lr)
     Ws = as_tensor(Ws, dtype=torch.float64)
     if Ws.ndim != 2:
         raise ValueError(

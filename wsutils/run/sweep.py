@@ -406,7 +406,7 @@ def _package_path(root: str) -> Path | None:
     return Path(origin) if origin else None
 
 
-#: The :func:`wsutils._digest.tree_digest` of each package as this process first saw it
+#: The ``wsutils._digest.tree_digest`` of each package as this process first saw it
 #: (``wsutils`` when this module was imported, another package at its first sweep).
 _LOADED: dict[str, str] = {}
 
@@ -421,20 +421,30 @@ def _installed() -> str:
     return installed_digest()  # once per process: what it imported cannot change under it
 
 
-def _store_digest(fn: Callable) -> str | None:
-    """The conservative part of a stored point's key: every file of ``fn``'s package and of
-    :mod:`wsutils` (:func:`wsutils._digest.tree_digest`: any edit to any of their files changes
-    the key, whichever way the code reaches it) and the installed distributions
-    (:func:`wsutils._digest.installed_digest`: every version, and the files of a folder
-    install), beside the traced :func:`_code_digest`. ``None`` when a package's files changed
-    on disk since this process loaded them: the code running is then not the code on disk,
-    no key names it, and the sweep runs without the store (restart the kernel)."""
-    h = hashlib.sha256()
+def _changed_roots(fn: Callable) -> list[str]:
+    """The packages of ``fn``'s key whose files changed on disk since this process first saw
+    them (:data:`_LOADED`)."""
+    changed = []
     for root in sorted(_roots(fn)):
         now = _files_digest(root)
         if _LOADED.setdefault(root, now) != now:
-            return None
-        h.update(f"{root}:{now}\0".encode())
+            changed.append(root)
+    return changed
+
+
+def _store_digest(fn: Callable) -> str | None:
+    """The conservative part of a stored point's key: every file of ``fn``'s package and of
+    :mod:`wsutils` (``wsutils._digest.tree_digest``: any edit to any of their files changes
+    the key, whichever way the code reaches it) and the installed distributions
+    (``wsutils._digest.installed_digest``: every version, and the files of a folder
+    install), beside the traced :func:`_code_digest`. ``None`` when a package's files changed
+    on disk since this process loaded them: the code running is then not the code on disk,
+    no key names it, and the sweep runs without the store (restart the kernel)."""
+    if _changed_roots(fn):
+        return None
+    h = hashlib.sha256()
+    for root in sorted(_roots(fn)):
+        h.update(f"{root}:{_LOADED[root]}\0".encode())
     h.update(_installed().encode())
     return h.hexdigest()
 
@@ -683,9 +693,9 @@ def run_grid(
         files = _store_digest(fn)
         if files is None:
             warnings.warn(
-                f"sweep store: the files of {sorted(_roots(fn))} changed on disk since this "
-                "process imported them, so no key names the code that runs; running without "
-                "the store (restart the kernel or process to use it).",
+                f"sweep store: the files of {', '.join(_changed_roots(fn))} changed on disk "
+                "since this process imported them, so no key names the code that runs; "
+                "running without the store (restart the kernel or process to use it).",
                 StoreWarning,
                 stacklevel=2,
             )

@@ -460,7 +460,7 @@ def embed(
     The cache key covers what determines the result (:func:`model_key`: the model's
     identity, configuration, tokenizer and live parameters; the layer, ``max_length``, the
     texts and ``ids``; the code of this module as it was imported and the installed
-    distributions, :func:`wsutils._digest.installed_digest`). A model with forward hooks is
+    distributions, ``wsutils._digest.installed_digest``). A model with forward hooks is
     not cached (a warning says so): a hook is code that no key names.
 
     Returns
