@@ -27,7 +27,6 @@ from .._tensor import Array, as_tensor, like
 from ..checks import check_int, check_real, check_seed, check_shape, check_text, check_unit_rows
 from ..maps import attention_scores, relu_attention
 from ..sensitivity import project_ball, relative_change
-from ..weights import sample_W, sample_X
 from .rates import kappa_isotropic
 
 __all__ = [
@@ -41,7 +40,6 @@ __all__ = [
     "slope_standard_error",
     "lse_model",
     "attention_fro2_model",
-    "attention_fro2_law",
     "sigma2_model",
     "relu_zeta_lower",
     "relu_certified_upper",
@@ -334,27 +332,6 @@ def attention_fro2_model(n: int) -> tuple[float, float]:
     of these sd is conservative there."""
     n = check_int("n", n, minimum=2)
     return math.e * (1 - FRO2_BIAS / n), FRO2_SD / n
-
-
-def attention_fro2_law(n: int, d: int, *, draws: int = 400, seed: int = 0) -> tuple[float, float]:
-    """The law of ``‖A‖_F²``, ``A = softmax(X W Xᵀ/√d)``, at the chapter's sizes, by Monte
-    Carlo: ``draws`` independent texts (rows of norm ``√d``,
-    :func:`wsutils.weights.sample_X`) and weights (:func:`wsutils.weights.sample_W`), seeds
-    ``seed + 2j`` and ``seed + 2j + 1``. Unlike :func:`attention_fro2_model` it keeps what the
-    first-order model leaves out (the correlation of scores within and across rows, the heavy
-    right tail at small ``n``), so its standard deviation is the spread of a draw at ``(n, d)``.
-    Returns ``(mean, sd)`` of the draws."""
-    n = check_int("n", n, minimum=2)
-    d = check_int("d", d, minimum=1)
-    draws = check_int("draws", draws, minimum=2)
-    values = []
-    for j in range(draws):
-        X = sample_X(n, d, seed=seed + 2 * j)
-        W = sample_W(d, seed=seed + 2 * j + 1)
-        A = torch.softmax(X @ W @ X.T / math.sqrt(d), dim=1)
-        values.append(float(torch.linalg.matrix_norm(A) ** 2))
-    v = np.array(values)
-    return float(v.mean()), float(v.std(ddof=1))
 
 
 def sigma2_model(d: int, *, draws: int = 600, seed: int = 0) -> tuple[float, float]:
