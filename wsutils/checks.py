@@ -94,6 +94,18 @@ def check_int(name: str, value, *, minimum: int | None = None) -> int:
     return value
 
 
+def check_preactivations(name: str, u: torch.Tensor, Vi: torch.Tensor) -> None:
+    """Random features seen from one word: the pre-activations ``name`` (``k``) and the block
+    ``V_i`` (``k × d``) fit together and are finite; a ValueError that says what to pass."""
+    if Vi.ndim != 2 or u.ndim != 1 or u.shape[0] != Vi.shape[0]:
+        raise ValueError(
+            f"{name} must hold one pre-activation per row of V_i: got {name} of shape "
+            f"{tuple(u.shape)} and V_i of shape {tuple(Vi.shape)} (want (k,) and (k, d))."
+        )
+    check_finite(name, u)
+    check_finite("Vi", Vi)
+
+
 def check_real(name: str, value, *, positive: bool = False) -> float:
     """``value`` as a finite Python ``float`` (a label, a target, a radius); ``positive``: also
     above zero. A NaN or an infinity would otherwise come back as a NaN answer, and a negative

@@ -46,7 +46,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .._tensor import Array, as_tensor
-from ..checks import check_finite, check_int, check_seed, check_text
+from ..checks import check_finite, check_int, check_preactivations, check_seed, check_text
 from ..maps import flat
 from ..run.device import check_fits, optional_device, small_work_threads
 from ..sensitivity import SensitivityResult, check_rows, project_ball, search_setup, sphere_starts
@@ -265,7 +265,7 @@ def rf_relative_change(u: torch.Tensor, Vi: torch.Tensor, Delta: torch.Tensor) -
     Raises a ValueError when ``u`` does not have one entry per row of ``V_i``, when ``Δ`` is
     not ``d`` long (or ``B × d``) with ``d = V_i.shape[1]``, or when it holds a NaN or an
     infinity."""
-    _check_u_Vi(u, Vi)
+    check_preactivations("u", u, Vi)
     d = Vi.shape[1]
     if Delta.ndim not in (1, 2) or Delta.shape[-1] != d:
         raise ValueError(
@@ -329,17 +329,6 @@ def _lower_from(GJ, u, Vi) -> tuple[float, torch.Tensor]:
     return math.sqrt(d / 2) * sJ / float(torch.linalg.vector_norm(torch.relu(u))), Delta
 
 
-def _check_u_Vi(u: torch.Tensor, Vi: torch.Tensor) -> None:
-    """``u`` (pre-activations, ``k``) and ``V_i`` (``k × d``) fit together and are finite."""
-    if Vi.ndim != 2 or u.ndim != 1 or u.shape[0] != Vi.shape[0]:
-        raise ValueError(
-            f"u must hold one pre-activation per row of V_i: got u of shape {tuple(u.shape)} "
-            f"and V_i of shape {tuple(Vi.shape)} (want (k,) and (k, d))."
-        )
-    check_finite("u", u)
-    check_finite("Vi", Vi)
-
-
 def _check_active(u: torch.Tensor) -> torch.Tensor:
     active = u > 0
     if not bool(active.any()):
@@ -354,7 +343,7 @@ def rf_certified_upper(u: torch.Tensor, Vi: torch.Tensor) -> float:
 
     ``‖V_i‖_op`` is the square root of the top eigenvalue of the Gram matrix ``V_iᵀV_i``,
     computed in float64 (a relative rounding error of order ``1e-13``)."""
-    _check_u_Vi(u, Vi)
+    check_preactivations("u", u, Vi)
     _check_active(u)
     G, _ = _grams(Vi, None)
     return _upper_from(G, u, Vi.shape[1])

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 import torch
 
 from .._tensor import as_tensor
-from ..checks import check_finite, check_int, check_real, check_seed
+from ..checks import check_finite, check_int, check_preactivations, check_real, check_seed
 from ..maps import flat, normalise_scores
 from ..sensitivity import check_lr, cosine_ascent, init_starts, perturb, project_ball
 from ._common import GENERAL, LOSSES, MAPS
@@ -40,13 +40,7 @@ def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
     (eq. :eq:`eq-rf`); ReLU is 1-Lipschitz, so ``‖φ(X_i(Δ)) − φ(X)‖ ≤ ‖V_i‖_op √d``.
     A ValueError when ``h`` is not one pre-activation per row of ``V_i`` or either holds a
     NaN or an infinity."""
-    if Vi.ndim != 2 or h.ndim != 1 or h.shape[0] != Vi.shape[0]:
-        raise ValueError(
-            f"h must hold one pre-activation per row of V_i: got h of shape {tuple(h.shape)} "
-            f"and V_i of shape {tuple(Vi.shape)} (want (k,) and (k, d))."
-        )
-    check_finite("h", h)
-    check_finite("Vi", Vi)
+    check_preactivations("h", h, Vi)
     d = Vi.shape[1]
 
     def phi_row(Delta):
