@@ -83,30 +83,17 @@ EXPECTED_SECONDS = {
 TIMINGS = CACHE_ROOT / "timings.json"
 
 
-def _digest_tree(h: "hashlib._Hash", folder: Path, root: Path) -> None:
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        if "__pycache__" in path.parts or path.suffix == ".pyc":
-            continue
-        h.update(str(path.relative_to(root)).encode() + b"\0")
-        h.update(hashlib.sha256(path.read_bytes()).digest())
-
-
 def _describe_path(value: str) -> str:
     """A knob's value; for a local file or folder, also a SHA-256 of every file's contents.
 
     A hub name (``bert-base-uncased``, ``WSBOOK_IMDB=hub``) is keyed on the name alone: the
     revision the hub would serve is not known without asking it."""
+    from wsutils._digest import tree_digest
+
     path = Path(value).expanduser()
     if not path.exists():
         return value
-    h = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for p in files:
-        h.update(str(p.relative_to(path) if path.is_dir() else p.name).encode() + b"\0")
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return f"{value}|{h.hexdigest()}"
+    return f"{value}|{tree_digest(path)}"
 
 
 #: The knobs that may name a local file or folder.
@@ -157,9 +144,9 @@ def environment_key(
         path = root / name
         h.update(name.encode() + b"\0")
         h.update(path.read_bytes() if path.is_file() else b"<missing>")
-    for folder in ("wsutils", "data"):
+    for folder in ("wsutils", "data"):  # every file, __pycache__ left out
         if (root / folder).is_dir():
-            _digest_tree(h, root / folder, root)
+            h.update(f"{folder}:{_digest.tree_digest(root / folder)}\0".encode())
     h.update(f"installed={_digest.installed_digest()}\0".encode())
     return h.hexdigest()[:16]
 

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import dataclasses
 import dis
-import functools
 import hashlib
 import importlib
 import importlib.util
@@ -416,11 +415,6 @@ def _files_digest(root: str) -> str:
     return tree_digest(path) if path is not None and path.exists() else "<no files>"
 
 
-@functools.lru_cache(maxsize=1)
-def _installed() -> str:
-    return installed_digest()  # once per process: what it imported cannot change under it
-
-
 def _changed_roots(fn: Callable) -> list[str]:
     """The packages of ``fn``'s key whose files changed on disk since this process first saw
     them (:data:`_LOADED`)."""
@@ -445,7 +439,7 @@ def _store_digest(fn: Callable) -> str | None:
     h = hashlib.sha256()
     for root in sorted(_roots(fn)):
         h.update(f"{root}:{_LOADED[root]}\0".encode())
-    h.update(_installed().encode())
+    h.update(installed_digest().encode())
     return h.hexdigest()
 
 

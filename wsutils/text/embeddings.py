@@ -302,11 +302,6 @@ def model_key(enc: Encoder) -> dict:
 _CODE = tree_digest(__file__)
 
 
-@functools.lru_cache(maxsize=1)
-def _installed() -> str:
-    return installed_digest()  # transformers, torch, tokenizers: once per process
-
-
 def _foreign(hooks) -> bool:
     """Whether ``hooks`` (a module's hook dict) holds a hook not installed by transformers
     itself (its output-capturing hooks, ``transformers.utils.output_capturing``, only record
@@ -530,7 +525,7 @@ def embed(
     if cache_dir is not False and not hooks:
         key = {
             "code": _CODE,
-            "installed": _installed(),
+            "installed": installed_digest(),
             **(model_key(enc) if key_of_model is None else key_of_model),
             "layer": layer,
             "max_length": max_length,
