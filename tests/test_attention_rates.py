@@ -12,7 +12,10 @@ from wsutils.estimators import authors as au
 from wsutils.estimators.attention import _FastObjective
 from wsutils.estimators.authors import authors_estimator, authors_map, authors_replica
 from wsutils.estimators.relu import (
-    attention_fro2_model,
+    FRO2_BIAS,
+    FRO2_SD,
+    attention_fro2_draws,
+    attention_fro2_law,
     far_slope_prediction,
     lse_model,
     relu_orthogonal_takeover,
@@ -88,7 +91,6 @@ def test_far_model_and_slope_error():
         slope_standard_error(ns, exact[:2])
     mean, sd = lse_model(101, 3.5)
     assert mean == pytest.approx(math.log(100) + 1.75) and sd > 0
-    assert attention_fro2_model(1000)[0] == pytest.approx(math.e * (1 - 7.6 / 1000), rel=1e-2)
 
 
 @pytest.mark.parametrize("kind", ["raf", "relu"])
@@ -153,21 +155,37 @@ def test_authors_map_differs_only_by_float32_rounding():
         authors_map(X, W, kind="rf")
 
 
-def test_fro2_model_is_the_delta_method():
-    """Issue 23 item 8: the sd is the first-order delta method's, not the numerator's."""
+def test_fro2_law_mean_is_the_exact_draws_mean():
+    """Issue 32 item 2.10: the row model's mean is the exact mean of ``‖A‖_F²`` (each row's
+    law is exact), checked against full draws of ``(X, W)`` at a small size, where the
+    correlation across rows is strongest; the row model's sd leaves that correlation out
+    and is smaller, which is why the book takes the spread from the full draws."""
+    for n, d in ((40, 16), (100, 32)):
+        exact = attention_fro2_draws(n, d, draws=400, seed=3)
+        mean, sd = attention_fro2_law(n, d, draws=2000, seed=4)
+        se = math.hypot(exact.std(ddof=1) / math.sqrt(400), sd / math.sqrt(2000))
+        assert abs(exact.mean() - mean) < 4 * se, (n, d, exact.mean(), mean, se)
+        assert sd < exact.std(ddof=1)  # the rows' correlation adds variance
+
+
+def test_fro2_law_tends_to_the_delta_method():
+    """At large ``n`` and ``d`` the law approaches the delta method's ``e(1 − 7.6/n)`` and
+    ``16.1/n`` (the first-order sd overstates the spread of typical draws: within 30 %)."""
     e = math.e
-    mean, sd = attention_fro2_model(100)
-    assert sd == pytest.approx(math.sqrt(e**6 - 4 * e**4 + 4 * e**3 - e**2) / 100)
-    assert 16.0 < sd * 100 < 16.2
-    # at large n the i.i.d.-score model's spread approaches it (n = 400: within 20 %)
-    g = np.random.default_rng(0)
-    vals = []
-    for _ in range(200):
-        s = g.standard_normal((400, 400))
-        a = np.exp(s - s.max(axis=1, keepdims=True))
-        a /= a.sum(axis=1, keepdims=True)
-        vals.append(float((a**2).sum()))
-    assert 0.7 < np.std(vals, ddof=1) / attention_fro2_model(400)[1] < 1.2
+    assert FRO2_SD == pytest.approx(math.sqrt(e**6 - 4 * e**4 + 4 * e**3 - e**2))
+    assert 16.0 < FRO2_SD < 16.2 and 7.5 < FRO2_BIAS < 7.7
+    mean, sd = attention_fro2_law(400, 10**6, draws=200, seed=0)
+    assert mean == pytest.approx(e * (1 - FRO2_BIAS / 400), abs=4 * sd / math.sqrt(200))
+    assert 0.7 < sd / (FRO2_SD / 400) < 1.0
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(n=1, d=8), dict(n=8, d=1), dict(n=8, d=8, draws=1), dict(n=8, d=8, seed=-1)]
+)
+def test_fro2_law_refuses_bad_sizes(kw):
+    for f in (attention_fro2_law, attention_fro2_draws):
+        with pytest.raises(ValueError):
+            f(**kw)
 
 
 def test_sigma2_model_matches_the_construction():
