@@ -182,6 +182,18 @@ FORBIDDEN = [
         "r is the DRF ratio; hardmax's count of changed rows is n_\\Delta",
     ),
     (r"\\sigma_S\b|X_\{-S\}", "S is the word sensitivity; a set of searched rows is \\mathcal S"),
+    (
+        r"\\to\s*v\}|\\Delta_v\b|e_\{?v",
+        "v is the read-out direction; a candidate token is t', its row x_{t'i}",
+    ),
+    (
+        r"sigmoid\}?\([^)]*\+\s*b\)",
+        "b_{jk} are ReLU attention's scores; the sigmoid bias is b_{\\mathrm{sig}}",
+    ),
+    (
+        r"(?<![A-Za-z\\_{])e\^\\top|\|\s*e\s*=",
+        "e is Euler's number, e_i a basis vector; ReLU's compressed eigenvector is u_{\\mathcal K}",
+    ),
 ]
 
 
@@ -209,6 +221,9 @@ def test_forbidden_patterns_still_match_what_they_forbid():
         r"L = 12",
         r"\sqrt{r(\Delta)/n}",
         r"\sigma_S = \|\flat(X_{-S})\|",
+        r"X(t_{i\to v})",
+        r"\operatorname{sigmoid}(z_k + b)",
+        r"\|\tilde x_i\|\,e^\top \tilde x_i",
     ]
     for (pattern, _), sample in zip(FORBIDDEN, samples, strict=True):
         assert re.search(pattern, sample), (pattern, sample)
