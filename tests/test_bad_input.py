@@ -1,5 +1,7 @@
 """Every bad input gets a ValueError that says what is wrong."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -233,3 +235,183 @@ def test_the_public_functions_refuse_bad_numbers(case):
     call, match = _bad_calls()[case]
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# Issue 36 class 4, the sweep of trained/, text/ and experiments/: each case returned a number
+# from bad input, shortened its answer silently, or failed with a cryptic error (an IndexError
+# from the embedding, a torch shape mismatch, "range() arg 3 must not be zero") on 8088629.
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    import torch
+    from tiny_bert import save_tiny_bert
+
+    from wsutils.text.embeddings import load_model
+    from wsutils.trained import maps as M
+
+    torch.manual_seed(0)
+    enc = load_model(str(save_tiny_bert(tmp_path_factory.mktemp("tiny"))))
+    text = ["i love the movie very much and it was good"]
+    X = np.asarray(M.layer_inputs(enc, text, 6, cache_dir=False))[1, 0]  # layer 1's input
+    return enc, X
+
+
+def _bad_text_calls(enc, X):
+    from wsutils.text import attention as TA
+    from wsutils.text import data as TD
+    from wsutils.text import embeddings as E
+    from wsutils.trained import heads as H
+    from wsutils.trained import maps as M
+    from wsutils.trained import own_norm as O
+    from wsutils.trained import substitutions as SU
+
+    ids = [2, 5, 6, 3]
+    head = H.head_weights(enc, 1, 0)
+    A = np.full((4, 4), 0.25)
+    A_nan = A.copy()
+    A_nan[1, 2] = float("nan")
+    vocab = r"in \[0, 35\)"
+    return {
+        "head_word_sensitivity X of another width": (
+            lambda: H.head_word_sensitivity(head, X[:, :7], steps=1, starts=1),
+            "width 7, but the heads take width 32",
+        ),
+        "own_norm X of another width": (
+            lambda: O.own_norm_word_sensitivity(M.layer_map(enc, 1), X[:, :7], steps=1, starts=1),
+            "cannot be applied to X of shape",
+        ),
+        "substitution_changes token beyond the vocabulary": (
+            lambda: SU.substitution_changes(enc, ids, 1, [10**6]),
+            vocab,
+        ),
+        "substitution_changes negative token": (
+            lambda: SU.substitution_changes(enc, ids, 1, [-3]),
+            vocab,
+        ),
+        "substitution_changes no tokens": (
+            lambda: SU.substitution_changes(enc, ids, 1, []),
+            "at least one token id",
+        ),
+        "substitution_changes batch 0": (
+            lambda: SU.substitution_changes(enc, ids, 1, [5], batch=0),
+            "batch must be at least 1",
+        ),
+        "pair_changes no pairs": (lambda: SU.pair_changes(enc, []), "pairs is empty"),
+        "attention_shift NaN": (lambda: TA.attention_shift(A_nan, A, 1), "NaN or inf"),
+        "attention_shift no other query": (
+            lambda: TA.attention_shift(A[:3, :3], A[:3, :3], 1),
+            "T ≥ 4",
+        ),
+        "raf_attention W of another shape": (
+            lambda: TA.raf_attention(enc, ids, np.eye(3)),
+            "finite 32 × 32 matrix",
+        ),
+        "raf_attention W NaN": (
+            lambda: TA.raf_attention(enc, ids, np.full((32, 32), float("nan"))),
+            "NaN or inf entries",
+        ),
+        "raf_attention id beyond the vocabulary": (
+            lambda: TA.raf_attention(enc, [2, 10**6, 3], np.eye(32)),
+            vocab,
+        ),
+        "head_averaged_attention too long": (
+            lambda: TA.head_averaged_attention(enc, [5] * 65),
+            "max_position_embeddings = 64",
+        ),
+        "pair_shifts no pairs": (lambda: TA.pair_shifts(lambda ids: ids, []), "pairs is empty"),
+        "one_word_pairs count 0": (
+            lambda: TA.one_word_pairs(
+                ["i love the movie very much"], enc.tokenizer, count=0, seed=0
+            ),
+            "count must be at least 1",
+        ),
+        "one_word_pairs min_words > max_words": (
+            lambda: TA.one_word_pairs(
+                ["i love it"], enc.tokenizer, count=1, seed=0, min_words=10, max_words=5
+            ),
+            "max_words must be at least 10",
+        ),
+        "word_attention no words": (lambda: TA.word_attention(enc, ""), "no word tokens"),
+        "word_rows values other than 0 and 1": (
+            lambda: E.word_rows(np.array([[2, 1]])),
+            "0s and 1s",
+        ),
+        "random_model seed -1": (lambda: E.random_model(enc, seed=-1), r"seed must be in \[0"),
+        "token_lengths batch_size 0": (
+            lambda: TD.token_lengths(["a b"], enc.tokenizer, batch_size=0),
+            "batch_size must be at least 1",
+        ),
+    }
+
+
+def test_text_and_trained_functions_refuse_bad_input(tiny):
+    failures = []
+    for case, (call, match) in _bad_text_calls(*tiny).items():
+        try:
+            call()
+        except (ValueError, TypeError) as e:
+            if not re.search(match, str(e)):
+                failures.append(f"{case}: {type(e).__name__} {e}")
+        except Exception as e:  # a cryptic error is a failure too
+            failures.append(f"{case}: {type(e).__name__} {e}")
+        else:
+            failures.append(f"{case}: no error")
+    assert not failures, "\n".join(failures)
+
+
+def _bad_experiment_calls():
+    from wsutils.experiments import attention as XA
+    from wsutils.experiments import random_features as XR
+    from wsutils.experiments import trained as XT
+
+    nan = float("nan")
+    fit = ([10, 20, 40, 80], [0.3, 0.2, 0.15, 0.1], [0, 0, 1, 1])
+    return {
+        "rows_of more rows than words": (lambda: XT.rows_of(4, 9), "k = 9 word rows asked"),
+        "rows_of k 0": (lambda: XT.rows_of(4, 0), "k must be at least 1"),
+        "long_reviews too few long texts": (
+            lambda: XT.long_reviews(["a b"], _Whitespace(), 8, 1),
+            "only 0 of the 1 texts",
+        ),
+        "lower_order_bound delta NaN": (lambda: XR.lower_order_bound([10], 4, nan), "finite"),
+        "lower_order_bound delta 2": (lambda: XR.lower_order_bound([10], 4, 2.0), "(0, 1)"),
+        "lower_order_bound n NaN": (lambda: XR.lower_order_bound([10, nan], 4), "n must hold"),
+        "fitted_slope S NaN": (
+            lambda: XR.fitted_slope(fit[0], [0.3, nan, 0.15, 0.1], fit[2]),
+            "S must be positive and finite",
+        ),
+        "fitted_slope S = 0": (
+            lambda: XR.fitted_slope(fit[0], [0.3, 0.0, 0.15, 0.1], fit[2]),
+            "S must be positive and finite",
+        ),
+        "fitted_slope lengths": (
+            lambda: XR.fitted_slope(fit[0], fit[1][:3], fit[2]),
+            "one length",
+        ),
+        "fitted_slope level 2": (lambda: XR.fitted_slope(*fit, level=2), "significance level"),
+        "fitted_slope too few runs": (
+            lambda: XR.fitted_slope([10, 20], [0.3, 0.2], [0, 0]),
+            "full rank and more runs",
+        ),
+        "grid_points unknown kind": (lambda: XA.grid_points("bogus"), "kind must be one of"),
+    }
+
+
+class _Whitespace:
+    """A tokenizer stand-in for long_reviews: words split on spaces."""
+
+    def tokenize(self, text):
+        return text.split()
+
+
+@pytest.mark.parametrize("case", sorted(_bad_experiment_calls()))
+def test_experiment_helpers_refuse_bad_input(case):
+    call, match = _bad_experiment_calls()[case]
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_review_matrix_refuses_a_review_id_outside_the_data_set():
+    from wsutils.experiments import imdb as XI
+
+    with pytest.raises(ValueError, match="review must be at least 0"):
+        XI.review_matrix(-1, 4, 8)

@@ -192,7 +192,8 @@ FORBIDDEN = [
     ),
     (
         r"(?<![A-Za-z\\_{])e\^\\top|\|\s*e\s*=",
-        "e is Euler's number, e_i a basis vector; ReLU's compressed eigenvector is u_{\\mathcal K}",
+        "e is Euler's number, e_i a basis vector; "
+        "ReLU's compressed eigenvector is u_{\\mathcal K}",
     ),
 ]
 

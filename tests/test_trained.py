@@ -599,9 +599,13 @@ def test_experiment_sizes_and_rows(enc, monkeypatch):
     with pytest.raises(ValueError):
         trained.scale("huge")
     assert trained.rows_of(32, 4) == [1, 11, 20, 30]
-    assert trained.rows_of(4, 8) == [1, 2]  # coinciding rows kept once
+    assert trained.rows_of(5, 3) == [1, 2, 3]
+    with pytest.raises(ValueError, match="k = 8 word rows"):  # not fewer rows, silently
+        trained.rows_of(4, 8)
     lengths = [len(enc.tokenizer.tokenize(t)) for t in TEXTS]
-    assert trained.long_reviews(TEXTS, enc.tokenizer, max(lengths) + 2, 2) == [
+    assert trained.long_reviews(TEXTS, enc.tokenizer, max(lengths) + 2, 1) == [
         lengths.index(max(lengths))
     ]
-    assert trained.long_reviews(TEXTS, enc.tokenizer, 2, 1) == [0]
+    with pytest.raises(ValueError, match="only 1 of the"):  # not fewer texts, silently
+        trained.long_reviews(TEXTS, enc.tokenizer, max(lengths) + 2, 2)
+    assert trained.long_reviews(TEXTS, enc.tokenizer, 3, 1) == [0]

@@ -131,6 +131,8 @@ def grid_points(kind: str) -> list[dict]:
     chapter both take their softmax grid from here: the same list of points, hence the same
     keys in a sweep store (:func:`wsutils.run.sweep.point_key`), so a store shared by the two
     computes it once."""
+    if kind not in SEARCH_DTYPE:
+        raise ValueError(f"kind must be one of {tuple(SEARCH_DTYPE)}, got {kind!r}.")
     g = scale()
     return [
         dict(

@@ -181,7 +181,12 @@ def _dataset(imdb: str | None):
 @functools.lru_cache(maxsize=256)
 def _embedded(model: str, imdb: str | None, review: int, max_length: int):
     ds = _dataset(imdb)
-    text = ds[int(review)]["text"]
+    if not 0 <= review < len(ds):
+        raise ValueError(
+            f"review must be the id of a review, in [0, {len(ds)}) for this data set, got "
+            f"{review} (a negative id is not counted from the end)."
+        )
+    text = ds[review]["text"]
     E, mask = embed(
         [text],
         model=load_model(model),
@@ -211,7 +216,8 @@ def review_matrix(
         raise ValueError(f"keep must be one of {KEEP}, got {keep!r}.")
     model = config.model() if model is None else model
     imdb = None if imdb is None else str(imdb)
-    E, mask = _embedded(model, imdb, int(review), int(max_length))
+    review = check_int("review", review, minimum=0)
+    E, mask = _embedded(model, imdb, review, check_int("max_length", max_length, minimum=2))
     return sample_matrix(E, n, d, rows=word_rows(mask) if keep == "words" else None)
 
 

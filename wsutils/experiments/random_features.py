@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from ..checks import check_real
 from ..run import config
 
 __all__ = [
@@ -89,7 +90,15 @@ def scale(name: str | None = None) -> Scale:
 
 def lower_order_bound(n, k, delta: float = DELTA):
     """The lower bound ``1/(2√n (1 + ε√(2/k)))`` of :prf:ref:`prop-rf-lower-order` at
-    ``ε = ε_g = √(2 log(2/δ))`` (arrays ``n``, ``k`` broadcast)."""
+    ``ε = ε_g = √(2 log(2/δ))`` (arrays ``n``, ``k`` broadcast), for ``0 < δ < 1`` and
+    positive finite ``n``, ``k``."""
+    delta = check_real("delta", delta, positive=True)
+    if delta >= 1:
+        raise ValueError(f"delta is a probability: it must lie in (0, 1), got {delta}.")
+    for name, v in (("n", n), ("k", k)):
+        v = np.asarray(v, dtype=float)
+        if v.size == 0 or not np.all(np.isfinite(v)) or np.any(v <= 0):
+            raise ValueError(f"{name} must hold positive finite numbers, got {v!r}.")
     eps_g = math.sqrt(2 * math.log(2 / delta))
     return 1 / (2 * np.sqrt(n) * (1 + eps_g * np.sqrt(2 / np.asarray(k))))
 
@@ -97,12 +106,30 @@ def lower_order_bound(n, k, delta: float = DELTA):
 def fitted_slope(n, S, groups, level: float = LEVEL) -> tuple[float, float]:
     """The OLS slope of ``log S`` on ``log n`` with one intercept per group, and the
     half-width of its two-sided Student t interval at ``level`` (standard error from the
-    residual spread)."""
-    n, S, groups = np.asarray(n), np.asarray(S), np.asarray(groups)
+    residual spread). ``n`` and ``S`` positive and finite, ``n``, ``S`` and ``groups`` of
+    one length, more runs than fitted coefficients, ``0 < level < 1``."""
+    n, S, groups = np.asarray(n, dtype=float), np.asarray(S, dtype=float), np.asarray(groups)
+    if not (n.ndim == S.ndim == groups.ndim == 1 and len(n) == len(S) == len(groups)):
+        raise ValueError(
+            f"n, S and groups must be 1-d and of one length, got {n.shape}, {S.shape} and "
+            f"{groups.shape}."
+        )
+    for name, v in (("n", n), ("S", S)):
+        if not np.all(np.isfinite(v)) or np.any(v <= 0):
+            raise ValueError(f"{name} must be positive and finite (its log is fitted), got {v}.")
+    level = check_real("level", level, positive=True)
+    if level >= 1:
+        raise ValueError(f"level is a significance level: it must lie in (0, 1), got {level}.")
     keys = sorted(set(groups.tolist()))
     A = np.column_stack([np.log(n)] + [(groups == g).astype(float) for g in keys])
     coef, res, *_ = np.linalg.lstsq(A, np.log(S), rcond=None)
     dof = len(S) - A.shape[1]
+    if dof < 1 or np.linalg.matrix_rank(A) < A.shape[1]:
+        raise ValueError(
+            f"{len(S)} runs cannot fit a slope and {len(keys)} intercepts with an error: "
+            "the design (log n and one intercept per group) needs full rank and more runs than "
+            "coefficients."
+        )
     cov = (res[0] / dof) * np.linalg.inv(A.T @ A)
     return float(coef[0]), float(stats.t.ppf(1 - level / 2, dof) * math.sqrt(cov[0, 0]))
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import check_int
 from ..run import config
 from . import figure1
 
@@ -138,12 +139,29 @@ def scale(name: str | None = None) -> Scale:
 
 def rows_of(n: int, k: int) -> list[int]:
     """``k`` evenly spaced word rows of a text of ``n`` tokens, ``[CLS]`` (row 0) and
-    ``[SEP]`` (row ``n − 1``) excluded (fewer when two coincide)."""
-    return sorted(set(np.linspace(1, n - 2, k).round().astype(int).tolist()))
+    ``[SEP]`` (row ``n − 1``) excluded; ``1 ≤ k ≤ n − 2`` (with that many word rows the
+    spacing is at least one, so the ``k`` rounded rows are distinct)."""
+    n = check_int("n", n, minimum=3)
+    k = check_int("k", k, minimum=1)
+    if k > n - 2:
+        raise ValueError(
+            f"k = {k} word rows asked, but a text of n = {n} tokens has {n - 2} besides "
+            "[CLS] and [SEP]: ask for fewer rows or a longer text."
+        )
+    return np.linspace(1, n - 2, k).round().astype(int).tolist()
 
 
 def long_reviews(texts, tokenizer, n: int, count: int) -> list[int]:
     """The indices of the first ``count`` of ``texts`` with at least ``n − 2`` WordPiece
-    tokens (so that they fill ``n`` tokens with ``[CLS]`` and ``[SEP]``)."""
+    tokens (so that they fill ``n`` tokens with ``[CLS]`` and ``[SEP]``); an error when
+    fewer than ``count`` are that long (nothing is silently left out)."""
+    n = check_int("n", n, minimum=3)
+    count = check_int("count", count, minimum=1)
     long_enough = (k for k, t in enumerate(texts) if len(tokenizer.tokenize(t)) >= n - 2)
-    return list(itertools.islice(long_enough, count))
+    found = list(itertools.islice(long_enough, count))
+    if len(found) < count:
+        raise ValueError(
+            f"only {len(found)} of the {len(texts)} texts have at least n − 2 = {n - 2} "
+            f"WordPiece tokens, {count} asked: pass more texts, a smaller n or a smaller count."
+        )
+    return found

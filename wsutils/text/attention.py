@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..checks import check_int, check_seed
 from ..maps import attention_scores, normalise_rows
-from .embeddings import Encoder
+from .embeddings import Encoder, token_ids
 
 __all__ = [
     "Pair",
@@ -31,6 +32,23 @@ __all__ = [
 ]
 
 
+def _batch_ids(enc: Encoder, input_ids) -> torch.Tensor:
+    """Token ids ``(T,)`` or ``(B, T)`` as a ``(B, T)`` long tensor on the model's device, each
+    in the vocabulary and ``T`` within its positions (a clear error otherwise)."""
+    ids = token_ids("input_ids", input_ids, enc.device, vocab=enc.vocab_size, flat=False)
+    if ids.ndim == 1:
+        ids = ids[None]
+    if ids.ndim != 2:
+        raise ValueError(f"input_ids must be (T,) or (B, T), got shape {tuple(ids.shape)}.")
+    P = getattr(enc.model.config, "max_position_embeddings", None)
+    if P is not None and ids.shape[1] > int(P):
+        raise ValueError(
+            f"the texts have {ids.shape[1]} tokens, more than the model's "
+            f"max_position_embeddings = {int(P)}: cut them to at most {int(P)} tokens."
+        )
+    return ids
+
+
 def head_averaged_attention(enc: Encoder, input_ids, *, layer: int = 0) -> np.ndarray:
     """Attention probabilities of ``layer`` averaged over heads, ``(B, T, T)``, for token ids
     ``(B, T)`` without padding. Layer 0 runs only the embeddings and the first self-attention
@@ -38,9 +56,7 @@ def head_averaged_attention(enc: Encoder, input_ids, *, layer: int = 0) -> np.nd
     ``output_attentions=True``."""
     if not 0 <= layer < enc.layers:
         raise ValueError(f"layer must be between 0 and {enc.layers - 1}, got {layer}.")
-    ids = torch.as_tensor(input_ids, device=enc.device)
-    if ids.ndim == 1:
-        ids = ids[None]
+    ids = _batch_ids(enc, input_ids)
     with torch.no_grad():
         if layer == 0:
             h = enc.model.embeddings(input_ids=ids, token_type_ids=torch.zeros_like(ids))
@@ -62,15 +78,18 @@ def raf_attention(enc: Encoder, input_ids, W) -> np.ndarray:
     """The attention matrix of random attention features (eq. :eq:`eq-raf`) on the model's
     layer-0 embeddings: ``softmax(X W Xᵀ/√d)`` with ``X`` the embeddings of the tokens, rows
     rescaled to norm ``√d`` (``d`` = hidden size, ``W`` a ``d × d`` matrix), ``(B, T, T)``."""
-    ids = torch.as_tensor(input_ids, device=enc.device)
-    if ids.ndim == 1:
-        ids = ids[None]
+    ids = _batch_ids(enc, input_ids)
+    W = torch.as_tensor(np.asarray(W, dtype=np.float64), device=enc.device)
+    if W.shape != (enc.hidden, enc.hidden) or not bool(torch.isfinite(W).all()):
+        raise ValueError(
+            f"W must be a finite {enc.hidden} × {enc.hidden} matrix (the model's hidden size), "
+            f"got shape {tuple(W.shape)}"
+            + ("." if W.shape != (enc.hidden, enc.hidden) else " with NaN or inf entries.")
+        )
     with torch.no_grad():
         X = enc.model.embeddings(input_ids=ids, token_type_ids=torch.zeros_like(ids)).double()
         X = normalise_rows(X)
-        A = torch.softmax(
-            attention_scores(X, torch.as_tensor(W, dtype=X.dtype, device=X.device)), dim=-1
-        )
+        A = torch.softmax(attention_scores(X, W.to(X.dtype)), dim=-1)
     return A.cpu().numpy()
 
 
@@ -78,6 +97,8 @@ def pair_shifts(attend, pairs) -> dict[str, np.ndarray]:
     """:func:`attention_shift` for every pair, batched by sentence length: arrays ``tv`` and
     ``rerouting`` (one value per pair, in order). ``attend`` maps token ids ``(B, T)`` to
     attention matrices ``(B, T, T)``, e.g. ``lambda ids: head_averaged_attention(enc, ids)``."""
+    if not len(pairs):
+        raise ValueError("pairs is empty: pass at least one Pair (e.g. from one_word_pairs).")
     out = {"tv": np.empty(len(pairs)), "rerouting": np.empty(len(pairs))}
     by_len: dict[int, list[int]] = {}
     for k, p in enumerate(pairs):
@@ -97,6 +118,8 @@ def word_attention(enc: Encoder, text: str, *, layer: int = 0) -> tuple[list[str
     ``A[i, j]`` = weight of query word ``i`` on key word ``j`` (rows do not sum to one: the
     mass on ``[CLS]``/``[SEP]`` is left out, as in the paper's figure)."""
     ids = enc.tokenizer(text, return_tensors="pt")["input_ids"]
+    if ids.shape[1] <= 2:
+        raise ValueError(f"text has no word tokens besides [CLS] and [SEP]: {text!r}.")
     A = head_averaged_attention(enc, ids, layer=layer)[0]
     return enc.tokenizer.convert_ids_to_tokens(ids[0, 1:-1].tolist()), A[1:-1, 1:-1]
 
@@ -122,7 +145,10 @@ def one_word_pairs(
     ``min_words``–``max_words`` word tokens, and the same sentence with one whole word
     (alphabetic, not split into pieces) replaced by another whole word drawn at random from the
     words of ``texts`` (by frequency). Seeded; a ValueError when too few sentences qualify."""
-    rng = np.random.default_rng(int(seed))
+    count = check_int("count", count, minimum=1)
+    min_words = check_int("min_words", min_words, minimum=1)
+    max_words = check_int("max_words", max_words, minimum=min_words)
+    rng = np.random.default_rng(check_seed(seed))
     sentences, pool = [], []
     for text in texts:
         for s in re.split(r"(?<=[.!?])\s+|<br\s*/?>", text):
@@ -169,11 +195,15 @@ def attention_shift(A: np.ndarray, B: np.ndarray, j: int) -> dict[str, float]:
       attention *among the unchanged tokens* is redistributed (zero if only the weight on the
       changed word moved and the rest scaled uniformly).
     """
-    T = A.shape[-1]
-    if A.shape != (T, T) or B.shape != (T, T) or not 0 < j < T - 1:
+    A, B = np.asarray(A, dtype=float), np.asarray(B, dtype=float)
+    T = A.shape[-1] if A.ndim else 0
+    if A.shape != (T, T) or B.shape != (T, T) or T < 4 or not 0 < j < T - 1:
         raise ValueError(
-            f"need two (T, T) matrices and 0 < j < T − 1, got {A.shape}, {B.shape}, j={j}."
+            f"need two (T, T) matrices, T ≥ 4 (a query word besides j), and 0 < j < T − 1, "
+            f"got {A.shape}, {B.shape}, j={j}."
         )
+    if not (np.isfinite(A).all() and np.isfinite(B).all()):
+        raise ValueError("A and B must be finite attention matrices: they hold NaN or inf.")
     queries = [i for i in range(1, T - 1) if i != j]
     keys = [k for k in range(T) if k != j]
     tv = 0.5 * np.abs(A[queries] - B[queries]).sum(axis=1)

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import check_int
 from ..run import config
 from . import _hub
 
@@ -341,6 +342,7 @@ def token_lengths(texts, tokenizer, *, batch_size: int = 512) -> np.ndarray:
     """WordPiece length of each text as the authors count it (``utils_data.py``:
     ``len(tokenizer.tokenize(text))``): ``[CLS]`` and ``[SEP]`` **not** counted, no truncation.
     A text embedded with :func:`wsutils.text.embeddings.embed` has this many tokens plus two."""
+    batch_size = check_int("batch_size", batch_size, minimum=1)
     out = []
     for j in range(0, len(texts), batch_size):
         enc = tokenizer(

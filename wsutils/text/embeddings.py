@@ -43,6 +43,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .._digest import installed_digest, module_digest, tree_digest
+from ..checks import check_seed
 from ..run import config
 from . import _hub
 from .data import _sha256
@@ -55,6 +56,7 @@ __all__ = [
     "model_key",
     "random_model",
     "sample_matrix",
+    "token_ids",
     "word_rows",
 ]
 
@@ -86,8 +88,41 @@ class Encoder:
         return int(self.model.config.num_attention_heads)
 
     @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+    @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+
+def token_ids(
+    name: str, x, device=None, *, vocab: int | None = None, flat: bool = True
+) -> torch.Tensor:
+    """``x`` (a list, array or tensor of token ids) as a ``torch.long`` tensor (flat unless
+    ``flat=False``); a TypeError unless every entry is an integer (a float id is not rounded,
+    a bool is not an id). With ``vocab``: also a ValueError for no ids or an id outside
+    ``[0, vocab)`` (the embedding would fail with an ``IndexError``)."""
+    if isinstance(x, torch.Tensor):
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integer token ids, got a {x.dtype} tensor.")
+        t = x.detach().to(device=device, dtype=torch.long)
+    else:
+        a = np.asarray(x)
+        if a.size and a.dtype.kind not in "iu":
+            raise TypeError(
+                f"{name} must hold integer token ids, got {a.dtype} entries (e.g. "
+                f"{a.flatten()[0]!r}); pass ints: a float id is not rounded."
+            )
+        t = torch.as_tensor(a.astype(np.int64), device=device)
+    t = t.flatten() if flat else t
+    if vocab is not None and (t.numel() == 0 or int(t.min()) < 0 or int(t.max()) >= vocab):
+        raise ValueError(
+            f"{name} must hold at least one token id, each in [0, {vocab}) (the model's "
+            f"vocabulary), got {t.numel()} ids"
+            + (f" in [{int(t.min())}, {int(t.max())}]." if t.numel() else ".")
+        )
+    return t
 
 
 def default_cache_dir() -> Path:
@@ -234,8 +269,9 @@ def random_model(encoder: Encoder, *, seed: int) -> Encoder:
     initialisation, seeded): the control "same shape, nothing learned"."""
     from transformers import AutoModel
 
+    seed = check_seed(seed)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))
+        torch.manual_seed(seed)
         model = AutoModel.from_config(encoder.model.config, attn_implementation="eager")
     model.eval().to(encoder.device)
     return Encoder(
@@ -556,7 +592,14 @@ def embed(
 def word_rows(mask: np.ndarray) -> np.ndarray:
     """Boolean mask of the word tokens: real tokens (``mask == 1``) except ``[CLS]`` (the
     first) and ``[SEP]`` (the last real one). Works on one mask ``(T,)`` or a batch."""
-    m = np.asarray(mask).astype(bool)
+    mask = np.asarray(mask)
+    if mask.ndim == 0 or mask.shape[-1] < 2 or not np.isin(mask, (0, 1)).all():
+        raise ValueError(
+            f"mask must be an attention mask of 0s and 1s with at least [CLS] and [SEP], "
+            f"(T,) or (B, T), got shape {mask.shape}"
+            + (" with other values." if mask.ndim and mask.shape[-1] >= 2 else ".")
+        )
+    m = mask.astype(bool)
     words = m.copy()
     words[..., 0] = False
     last = m.shape[-1] - 1 - np.argmax(m[..., ::-1], axis=-1)

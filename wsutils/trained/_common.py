@@ -1,12 +1,11 @@
 """Helpers shared by the modules of :mod:`wsutils.trained`: an encoder from a name or an
-Encoder, a layer's index, token ids, the length check, and the type of a map.
+Encoder, a layer's index, the length check, and the type of a map.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 import torch
 
 from ..checks import check_int
@@ -34,25 +33,6 @@ def _layer_index(enc: Encoder, layer) -> int:
             f"counted from 1, as hidden_states[layer] is their output), got {layer}."
         )
     return layer
-
-
-def _token_ids(name: str, x, device=None) -> torch.Tensor:
-    """``x`` (a list, array or tensor of token ids) as a flat ``torch.long`` tensor; a
-    TypeError unless every entry is an integer (a float id is not rounded, a bool is not an
-    id)."""
-    if isinstance(x, torch.Tensor):
-        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
-            raise TypeError(f"{name} must hold integer token ids, got a {x.dtype} tensor.")
-        return x.detach().to(device=device, dtype=torch.long).flatten()
-    a = np.asarray(x)
-    if a.size == 0:
-        return torch.zeros(0, dtype=torch.long, device=device)
-    if a.dtype.kind not in "iu":
-        raise TypeError(
-            f"{name} must hold integer token ids, got {a.dtype} entries (e.g. "
-            f"{a.flatten()[0]!r}); pass ints: a float id is not rounded."
-        )
-    return torch.as_tensor(a.astype(np.int64), device=device).flatten()
 
 
 def _check_length(enc: Encoder, n: int) -> None:

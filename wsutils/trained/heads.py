@@ -48,6 +48,16 @@ class Head:
         return float(torch.linalg.matrix_norm(self.W_Q @ self.W_K.T))
 
 
+def _check_width(X: torch.Tensor, heads: Sequence[Head]) -> None:
+    """A ValueError unless the width of the text ``X`` is every head's ``d``."""
+    widths = sorted({h.d for h in heads})
+    if widths != [X.shape[1]]:
+        raise ValueError(
+            f"X has width {X.shape[1]}, but the heads take width {', '.join(map(str, widths))}: "
+            "pass the inputs of their layer (wsutils.trained.maps.layer_inputs)."
+        )
+
+
 def head_weights(enc, layer: int, head: int) -> Head:
     """The weights of head ``head`` (from 0) of layer ``layer`` (from 1), read from the model's
     own ``nn.Linear`` modules: ``query``/``key``/``value`` compute ``x Wᵀ + b`` with ``W`` of
@@ -163,6 +173,7 @@ def head_word_sensitivity(
     start and step. Every reported value is recomputed with :func:`head_map` in float64;
     ``Delta`` is in the coordinates of ``X``."""
     Z, phi_Z, r = own_norm_problem(head_map(head), X, device=device)
+    _check_width(Z, [head])
     Zs, row_list, _ = search_setup(
         Z.to(dtype), rows=rows, starts=starts, steps=steps, check_norms=False, device=device
     )
@@ -247,6 +258,7 @@ def heads_word_sensitivity(
     if not heads:
         raise ValueError("heads is empty: pass at least one Head.")
     Z, _, r = own_norm_problem(head_map(heads[0]), X, device=device)
+    _check_width(Z, heads)
     n = Z.shape[0]
     Zs, row_list, _ = search_setup(
         Z.to(dtype), rows=rows, starts=starts, steps=steps, check_norms=False, device=device

@@ -74,7 +74,13 @@ def own_norm_word_sensitivity(
     seed, lr = check_seed(seed), check_lr(lr)
     max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     with torch.no_grad():
-        base = phi_Z(Zs[None])[0]
+        try:
+            base = phi_Z(Zs[None])[0]
+        except RuntimeError as e:  # a torch shape mismatch, typically
+            raise ValueError(
+                f"phi cannot be applied to X of shape {tuple(Z.shape)}: {e}. X must have the "
+                "width the map takes (the model's hidden size for its layers)."
+            ) from e
     found = search_rows(
         phi_Z,
         Zs,

@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 from ..checks import check_int
-from ._common import _check_length, _encoder, _token_ids
+from ..text.embeddings import token_ids
+from ._common import _check_length, _encoder
 from .heads import head_map, head_weights
 
 
@@ -25,15 +26,18 @@ def substitution_changes(enc, input_ids, position: int, tokens, *, batch: int = 
     TypeError
         If ``input_ids`` or ``tokens`` holds non-integer ids.
     ValueError
-        If the text is longer than the model's ``max_position_embeddings`` or ``position``
-        is not below its length."""
+        If the text is longer than the model's ``max_position_embeddings``, ``position``
+        is not below its length, an id lies outside the vocabulary, ``tokens`` is empty or
+        ``batch`` is below one."""
     enc = _encoder(enc)
-    ids = _token_ids("input_ids", input_ids, enc.device)
+    V = int(enc.model.config.vocab_size)
+    ids = token_ids("input_ids", input_ids, enc.device, vocab=V)
     _check_length(enc, len(ids))
     position = check_int("position", position, minimum=0)
     if position >= len(ids):
         raise ValueError(f"position must be below n = {len(ids)}, got {position}.")
-    tokens = _token_ids("tokens", tokens)
+    tokens = token_ids("tokens", tokens, vocab=V)
+    batch = check_int("batch", batch, minimum=1)
     out = []
     with torch.no_grad():
         H = torch.stack(
@@ -61,6 +65,8 @@ def pair_changes(enc, pairs) -> dict[str, np.ndarray]:
     the own-norm ball of :prf:ref:`def-own-norm-ws`). Batched by sentence length; runs on the
     model's device."""
     enc = _encoder(enc)
+    if not len(pairs):
+        raise ValueError("pairs is empty: pass at least one Pair (e.g. from one_word_pairs).")
     heads = [head_map(head_weights(enc, 1, h)) for h in range(enc.heads)]
     P = len(pairs)
     out = {

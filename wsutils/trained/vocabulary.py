@@ -17,8 +17,8 @@ import torch
 
 from ..checks import check_int
 from ..run.device import small_work_threads
-from ..text.embeddings import Encoder, load_model, model_key
-from ._common import _check_length, _encoder, _token_ids
+from ..text.embeddings import Encoder, load_model, model_key, token_ids
+from ._common import _check_length, _encoder
 
 
 @dataclass
@@ -414,20 +414,18 @@ def vocabulary_changes(
     if method not in ("factored", "direct"):
         raise ValueError(f"method must be 'factored' or 'direct', got {method!r}.")
     dev = torch.device(device) if device is not None else enc.device
-    ids = _token_ids("input_ids", input_ids, dev)
+    V = int(enc.model.config.vocab_size)
+    ids = token_ids("input_ids", input_ids, dev, vocab=V)
     n = len(ids)
     _check_length(enc, n)
     position = check_int("position", position, minimum=0)
     if position >= n:
         raise ValueError(f"position must be below n = {n}, got {position}.")
     batch = check_int("batch", batch, minimum=1)
-    V = int(enc.model.config.vocab_size)
     if tokens is None:
         tokens = torch.arange(V)
         tokens = tokens[tokens != int(ids[position])]
-    tokens = _token_ids("tokens", tokens)
-    if len(tokens) == 0 or int(tokens.min()) < 0 or int(tokens.max()) >= V:
-        raise ValueError(f"tokens must be a non-empty list of ids in [0, {V}).")
+    tokens = token_ids("tokens", tokens, vocab=V)
     t0 = time.perf_counter()
     f64 = torch.float64
     tab = _tables(enc, dev)
@@ -658,7 +656,7 @@ def vocabulary_search(
         raise ValueError(f"pass at least one text and positions in [0, {n}).")
     _check_length(enc, n)
     if tokens is not None:
-        tokens = _token_ids("tokens", tokens).numpy()
+        tokens = token_ids("tokens", tokens, vocab=int(enc.model.config.vocab_size)).numpy()
     texts = list(texts)
     digest = _encoder_digest(enc)
     keys = [_text_key(digest, t, n, positions, tokens, batch) for t in texts]
