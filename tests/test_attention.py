@@ -56,7 +56,7 @@ def test_candidates_in_ball_and_certificate_below_exact(n, d, seed):
 def test_fast_objective_equals_full_map(kind):
     n, d = 9, 7
     X, W = _text(n, d, 3)
-    obj = at._FastObjective(X, W, kind)
+    obj = at._FastObjective(X, W, at._normalisation(kind))
     g = torch.Generator().manual_seed(0)
     rows = torch.tensor([0, 4, 8, 4])
     Delta = torch.randn(4, d, generator=g, dtype=torch.float64) * 2
@@ -92,7 +92,7 @@ def test_relu_all_zero_rows_handled():
     X = torch.tensor([[r2, 0.0], [0.0, r2], [1.0, 1.0]], dtype=torch.float64)
     W = torch.tensor([[1.0, 0.0], [0.0, -1.0]], dtype=torch.float64)
     assert float(torch.linalg.vector_norm(ws.relu_attention(X, W)[1])) == 0.0
-    obj = at._FastObjective(X, W, "relu")
+    obj = at._FastObjective(X, W, at._normalisation("relu"))
     rows = torch.tensor([0, 0, 1, 2])
     Delta = torch.tensor([[0.3, 0.2], [-1.0, 0.9], [1.0, -1.0], [0.0, -1.4]], dtype=torch.float64)
     fast = obj(rows, Delta)
@@ -114,7 +114,7 @@ def test_takeovers_and_init_only_help():
 def test_bad_input():
     X, W = _text(4, 3)
     with pytest.raises(ValueError, match="kind"):
-        at.attention_word_sensitivity(X, W, kind="softmax")
+        at.attention_word_sensitivity(X, W, kind="softermax")
     with pytest.raises(ValueError, match="out of range"):
         at.row_takeover(X, W, 4)
     with pytest.raises(ValueError, match="d × d"):

@@ -102,10 +102,10 @@ def test_authors_replica_takes_their_steps(kind):
     each loss gives the same next iterate (to 1e-12 of the ball's radius; the two gradients
     agree to ~1e-15, measured)."""
     X, W = _text(8, 12, 7)
-    Xt, Wt, n, d, steps, lr, x0 = au._setup(X, W, kind, 3, 10.0, 60)
-    fn = au._MAPS[kind]
+    Xt, Wt, n, d, steps, lr, x0, norm = au._setup(X, W, kind, 3, 10.0, 60)
+    fn = au._map_fn(norm)
     phi = fn(Xt, Wt).reshape(-1)
-    obj = _FastObjective(Xt, Wt, kind)
+    obj = _FastObjective(Xt, Wt, norm)
     scale = obj.base_norm / math.sqrt(n * d)
     xt, rest, row = x0.clone(), Xt[1:], torch.zeros(1, dtype=torch.long)
     for _ in range(steps):

@@ -415,3 +415,17 @@ def test_review_matrix_refuses_a_review_id_outside_the_data_set():
 
     with pytest.raises(ValueError, match="review must be at least 0"):
         XI.review_matrix(-1, 4, 8)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_sparsemax_refuses_scores_that_are_not_finite(bad):
+    """Issue 36 class 4: a NaN score gave an IndexError from the threshold's search."""
+    import torch
+
+    from wsutils.maps import sparsemax
+
+    z = torch.tensor([[0.3, bad, -1.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="all finite"):
+        sparsemax(z)
+    with pytest.raises(ValueError, match="at least one score"):
+        sparsemax(torch.zeros(2, 0))

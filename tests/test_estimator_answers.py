@@ -52,7 +52,7 @@ def test_fast_update_matches_full_map_at_every_score_scale(kind):
     rows = torch.arange(3 * n) % n
     for scale in [0.01, 1, 10, 30, 100, 1e3, 1e4, 1e6]:
         W = ws.sample_W(d, seed=4) * scale
-        obj = at._FastObjective(X, W, kind)
+        obj = at._FastObjective(X, W, at._normalisation(kind))
         fast = obj(rows, Deltas)
         smax = float(attention_scores(X, W).abs().max())
         tol = 100 * 4 * (n + d) * max(1.0, smax) * 1.1e-16
@@ -101,7 +101,7 @@ def test_fast_and_generic_agree_at_a_converged_maximum():
     gen = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, steps=300, starts=3, seed=0)
     rows = torch.arange(n)
     base = ws.raf(X, W)
-    obj = at._FastObjective(X, W, "raf")
+    obj = at._FastObjective(X, W, at._normalisation("raf"))
     objectives = {
         "fast": lambda D: obj(rows, D),
         "full": lambda D: (

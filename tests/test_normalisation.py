@@ -542,3 +542,30 @@ def test_scale_is_the_chapters_sizes(monkeypatch):
     assert quick.grid_text() == "d = 16: n = 16, 64, 256 (2 seeds)" and quick.workers == 1
     for P in (quick, paper):  # the flip experiment lies beyond softmax's boundary
         assert math.log(P.flip_n) > math.sqrt(2 * P.flip_d) + 1
+
+
+def test_parse_is_the_one_way_in():
+    """Issue 33 step 1: every way the book names a map reads the same Normalisation."""
+    from wsutils.maps import Normalisation as N
+
+    sparse = N("sparsemax")
+    assert N.parse(sparse) is sparse
+    assert N.parse("raf") == N.parse("softmax") == N("softmax")
+    assert N.parse("relu") == N("relu")
+    assert N.parse({"name": "scalable", "s": 2.0}) == N("scalable", s=2.0)
+    assert N.parse({"name": "raf", "beta": 2.0}) == N("softmax", beta=2.0)
+    with pytest.raises(ValueError, match="the paper's 'raf'"):
+        N.parse("softermax")
+    with pytest.raises(ValueError, match="needs 'name'"):
+        N.parse({"s": 2.0})
+    with pytest.raises(TypeError, match="normalisation must be a name"):
+        N.parse(3)
+    # the parsers that read through it: the estimators, the flip experiment, the chapter's
+    from wsutils.estimators.attention import _normalisation
+    from wsutils.experiments.normalisation import _norm
+    from wsutils.generalization import flip_normalisation
+
+    assert _normalisation("raf") == _norm("softmax") == flip_normalisation("attention", "raf")
+    assert _norm("tempered") == N("softmax", beta=2.0)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        _normalisation("softermax")

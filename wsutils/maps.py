@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ._tensor import Array, as_tensor, like, pow2_above, row_norms
-from .checks import check_finite, check_shape, check_text
+from .checks import all_finite, check_finite, check_shape, check_text
 
 __all__ = [
     "flat",
@@ -347,6 +347,49 @@ class Normalisation:
                 raise ValueError(f"bias must be a finite real number, got {b!r}.")
             object.__setattr__(self, "bias", float(b))
 
+    @classmethod
+    def parse(cls, normalisation) -> Normalisation:
+        """The one way in: a :class:`Normalisation` from any of the ways the book names an
+        attention map. ``normalisation`` is a Normalisation (returned as it is), a name of
+        :data:`NORMALISATIONS`, the paper's ``"raf"`` (random attention features: softmax,
+        ``β = 1``, eq. :eq:`eq-raf`; ``"relu"`` is already a name, eq.
+        :eq:`eq-relu-attention`), or a dict of the fields (``{"name": "scalable", "s": 2.0}``).
+
+        Raises
+        ------
+        TypeError
+            If ``normalisation`` is none of these types.
+        ValueError
+            If the name is unknown, a dict has other keys or no ``"name"``, or a field is out
+            of range (see the class)."""
+        if isinstance(normalisation, cls):
+            return normalisation
+        if isinstance(normalisation, str):
+            if normalisation == "raf":
+                return cls("softmax")
+            if normalisation not in NORMALISATIONS:
+                raise ValueError(
+                    f"normalisation must be one of {NORMALISATIONS} or the paper's 'raf' "
+                    f"(softmax), a dict of Normalisation's fields or a Normalisation, got "
+                    f"{normalisation!r}."
+                )
+            return cls(normalisation)
+        if isinstance(normalisation, dict):
+            fields = {"name", "beta", "s", "alpha", "bias"}
+            if not set(normalisation) <= fields or "name" not in normalisation:
+                raise ValueError(
+                    "a normalisation dict needs 'name' and may have 'beta', 's', 'alpha', "
+                    f"'bias'; got keys {sorted(normalisation)}."
+                )
+            if not isinstance(normalisation["name"], str):
+                raise TypeError(f"a normalisation dict's 'name' is a name, got {normalisation!r}.")
+            name = cls.parse(normalisation["name"]).name  # "raf" is softmax
+            return cls(**{**normalisation, "name": name})
+        raise TypeError(
+            "normalisation must be a name, a dict of Normalisation fields or a "
+            f"Normalisation, got {type(normalisation).__name__}."
+        )
+
     def scale(self, n: int) -> float:
         """The factor ``c_n`` multiplying the scores in a row of length ``n``."""
         c = self.beta
@@ -391,7 +434,25 @@ def sparsemax_threshold(z: torch.Tensor) -> torch.Tensor:
 def sparsemax(z: torch.Tensor) -> torch.Tensor:
     """Sparsemax along the last axis (Martins & Astudillo 2016): the Euclidean projection of
     ``z`` onto the probability simplex, ``[z − τ]_+`` with ``τ`` from a sort (torch,
-    differentiable almost everywhere, batched, unchecked)."""
+    differentiable almost everywhere, batched).
+
+    Raises
+    ------
+    ValueError
+        If ``z`` is not a floating tensor with at least one entry on its last axis, or holds
+        NaN or an infinity (the threshold has no meaning there)."""
+    if not isinstance(z, torch.Tensor) or not z.is_floating_point() or z.ndim == 0:
+        raise ValueError(f"z must be a floating torch tensor of scores, got {type(z).__name__}.")
+    if z.shape[-1] == 0 or not all_finite(z):
+        raise ValueError(
+            "z must hold at least one score on its last axis, all finite (no NaN or inf); "
+            f"got shape {tuple(z.shape)}."
+        )
+    return _sparsemax(z)
+
+
+def _sparsemax(z: torch.Tensor) -> torch.Tensor:
+    """:func:`sparsemax` without the checks, for the hot path (trusted scores)."""
     return torch.clamp(z - sparsemax_threshold(z), min=0)
 
 
@@ -417,7 +478,7 @@ def normalise_scores(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
     if name in ("softmax", "scalable"):
         return torch.softmax(z, dim=-1)
     if name == "sparsemax":
-        return sparsemax(z)
+        return _sparsemax(z)
     if name == "entmax":
         try:
             from entmax import entmax15, entmax_bisect
@@ -470,9 +531,7 @@ def general_attention(X: torch.Tensor, W: torch.Tensor, norm: Normalisation) -> 
 
 def _finite(out: torch.Tensor, what: str) -> torch.Tensor:
     """``out``, or a ValueError if any entry is NaN or infinite (a map never returns them)."""
-    from .checks import all_finite  # one pass, no temporary (the entrywise test was the cost)
-
-    if not all_finite(out.detach()):
+    if not all_finite(out.detach()):  # one pass, no temporary
         raise ValueError(
             f"the output of the {what} map is not finite "
             f"({int((~torch.isfinite(out.detach())).sum())} NaN or infinite "
@@ -515,11 +574,13 @@ def attention(
 
 
 def _as_normalisation(normalisation, *, beta=1.0, s=None, alpha=None, bias=None) -> Normalisation:
-    if isinstance(normalisation, Normalisation):
-        if not (isinstance(beta, numbers.Real) and beta == 1.0) or (s, alpha, bias) != (None,) * 3:
-            raise ValueError(
-                "normalisation is a Normalisation already: set beta, s, alpha and "
-                "bias in it, not beside it."
-            )
-        return normalisation
-    return Normalisation(normalisation, beta=beta, s=s, alpha=alpha, bias=bias)
+    """:meth:`Normalisation.parse`, with :func:`attention`'s loose parameters for a name."""
+    if isinstance(normalisation, str):
+        name = Normalisation.parse(normalisation).name
+        return Normalisation(name, beta=beta, s=s, alpha=alpha, bias=bias)
+    if not (isinstance(beta, numbers.Real) and beta == 1.0) or (s, alpha, bias) != (None,) * 3:
+        raise ValueError(
+            "normalisation is a Normalisation already: set beta, s, alpha and "
+            "bias in it, not beside it."
+        )
+    return Normalisation.parse(normalisation)

@@ -78,7 +78,13 @@ class SensitivityResult:
 
 def perturb(X: torch.Tensor, rows: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
     """``X_i(Δ)`` for a batch: ``X`` is ``(n, d)``, ``rows`` ``(B,)`` and ``Delta`` ``(B, d)``;
-    returns ``(B, n, d)`` with row ``rows[b]`` of copy ``b`` moved by ``Delta[b]``."""
+    returns ``(B, n, d)`` with row ``rows[b]`` of copy ``b`` moved by ``Delta[b]``. Shapes
+    are checked (a ValueError), values are not: the searches call it at every step."""
+    if X.ndim != 2 or rows.ndim != 1 or Delta.shape != (rows.shape[0], X.shape[-1]):
+        raise ValueError(
+            f"perturb needs X (n, d), rows (B,) and Delta (B, d), got {tuple(X.shape)}, "
+            f"{tuple(rows.shape)} and {tuple(Delta.shape)}."
+        )
     onehot = torch.nn.functional.one_hot(rows, X.shape[-2]).to(X.dtype)
     return X + onehot[:, :, None] * Delta[:, None, :]
 
@@ -618,6 +624,9 @@ def sphere_starts(xi: torch.Tensor, radius: float) -> torch.Tensor:
     """Turn standard-normal draws ``xi`` of shape ``(..., s, d)`` into the estimators' starts,
     in place: the first is the authors' start ``0.1·ξ``, the others are uniform on the sphere
     ``‖Δ‖ = radius`` (projected onto the exact ball by the callers)."""
+    radius = check_real("radius", radius, positive=True)
+    if xi.ndim < 2:
+        raise ValueError(f"xi must be (..., s, d), got shape {tuple(xi.shape)}.")
     xi[..., 1:, :] *= radius / row_norms(xi[..., 1:, :])
     xi[..., :1, :] *= 0.1
     return xi
@@ -636,6 +645,11 @@ def cosine_ascent(
     recompute values there. ``exact_result=False`` returns the iterates themselves, for a
     caller that projects them exactly itself (in float64, with its smaller margin). A
     search whose gradient is not finite stays where it is. Minimise a loss by passing ``-loss``."""
+    steps = check_int("steps", steps, minimum=0)
+    lr = check_real("lr", lr, positive=True)
+    radius = check_real("radius", radius, positive=True)
+    if Delta.ndim != 2:
+        raise ValueError(f"Delta must be (B, d), one start per row, got {tuple(Delta.shape)}.")
     best_val = torch.full((Delta.shape[0],), -math.inf, dtype=Delta.dtype, device=Delta.device)
     best_Delta = Delta.clone()
     for t in range(steps + 1):

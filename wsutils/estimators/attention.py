@@ -108,21 +108,21 @@ def _one_row(row, n: int) -> int:
 
 def _normalisation(kind) -> Normalisation:
     """``kind``: ``"raf"`` (softmax, eq. :eq:`eq-raf`), ``"relu"`` (eq. :eq:`eq-relu-attention`)
-    or a :class:`wsutils.maps.Normalisation` (eq. :eq:`eq-general-attention`)."""
-    if isinstance(kind, Normalisation):
-        return kind
-    if not isinstance(kind, str) or kind not in KINDS:
+    or a :class:`wsutils.maps.Normalisation` (eq. :eq:`eq-general-attention`), read by
+    :meth:`wsutils.maps.Normalisation.parse` (which also takes its other names and dicts)."""
+    try:
+        return Normalisation.parse(kind)
+    except (TypeError, ValueError) as e:
         raise ValueError(
             f"kind must be one of {KINDS} (softmax or ReLU attention) or a "
-            f"wsutils.maps.Normalisation (any other normalisation), got {kind!r}."
-        )
-    return Normalisation("softmax" if kind == "raf" else "relu")
+            f"wsutils.maps.Normalisation (any other normalisation), got {kind!r}: {e}"
+        ) from e
 
 
-def _kernel(kind):
-    """The map ``(X, W) ↦ φ(X)`` of ``kind`` (trusted input); for ``"raf"`` and ``"relu"`` it
-    returns the very floats of :func:`wsutils.maps.raf` and :func:`wsutils.maps.relu_attention`."""
-    norm = _normalisation(kind)
+def _kernel(norm: Normalisation):
+    """The map ``(X, W) ↦ φ(X)`` of ``norm`` (trusted input); for softmax (``β = 1``) and
+    ReLU attention it returns the very floats of :func:`wsutils.maps.raf` and
+    :func:`wsutils.maps.relu_attention`."""
     return lambda X, W: general_attention(X, W, norm)
 
 
@@ -208,7 +208,9 @@ def takeover_candidates(
     return like(_takeover_candidates(Xt, _weights64(W, Xt), _one_row(row, n), blends), X)
 
 
-def _constructions(Xt: torch.Tensor, Wt: torch.Tensor, i: int, kind) -> torch.Tensor:
+def _constructions(
+    Xt: torch.Tensor, Wt: torch.Tensor, i: int, norm: Normalisation
+) -> torch.Tensor:
     """Every explicit ``Δ`` the book proves something for at row ``i``, as an ``m × d`` array
     in the exact ball, in ``Xt``'s dtype: the take-over candidates of :prf:ref:`def-takeover`
     (:func:`takeover_candidates`), the doubling ``Δ = x_i`` of :prf:ref:`prop-norm-double`,
@@ -217,7 +219,7 @@ def _constructions(Xt: torch.Tensor, Wt: torch.Tensor, i: int, kind) -> torch.Te
     none where ``K_i = {0}``, i.e. typically ``n − 1 ≥ d``)."""
     d = Xt.shape[1]
     cands = [_takeover_candidates(Xt, Wt, i), project_ball(Xt[i : i + 1].clone(), math.sqrt(d))]
-    if _normalisation(kind).name == "relu":
+    if norm.name == "relu":
         points = _orthogonal_cached(Xt.to(torch.float64), Wt.to(torch.float64), i)
         if points is not None:
             cands.append(project_ball(points.to(Xt.dtype), math.sqrt(d)))
@@ -282,11 +284,12 @@ def certified_lower_bound(
         If ``X`` is not one finite ``n × d`` text, ``W`` not a finite ``d × d`` matrix,
         ``row`` is out of range, or ``kind`` unknown.
     """
-    fn = _kernel(kind)
+    norm = _normalisation(kind)
+    fn = _kernel(norm)
     Xt, Wt, n, d = _prepare(X, W)
     i = _one_row(row, n)
     X64, W64 = Xt.to(torch.float64), _weights64(W, Xt)  # the caller's W, not Wt
-    cands = _constructions(X64, W64, i, kind)
+    cands = _constructions(X64, W64, i, norm)
     vals = relative_changes(lambda Z: fn(Z, W64), X64, [i] * cands.shape[0], cands)
     return float(vals.max())
 
@@ -482,8 +485,7 @@ class _FastObjective:
       search, which looks for large changes; every reported value is recomputed with the map).
     """
 
-    def __init__(self, X: torch.Tensor, W: torch.Tensor, kind):
-        norm = _normalisation(kind)
+    def __init__(self, X: torch.Tensor, W: torch.Tensor, norm: Normalisation):
         self.X = X
         self.n, self.d = n, d = X.shape
         self.sqd = math.sqrt(d)
@@ -812,7 +814,8 @@ def attention_word_sensitivity(
         undefined), ``init`` is neither ``(d,)`` nor ``(m, d)``, ``lr`` is NaN or not
         positive, or the other input checks of :func:`wsutils.sensitivity.search_setup` fail.
     """
-    fn = _kernel(kind)
+    norm = _normalisation(kind)  # the one parse of the map
+    fn = _kernel(norm)
     Xt, row_list, extra = search_setup(
         X, rows=rows, starts=starts, steps=steps, init=init, device=device
     )
@@ -823,7 +826,7 @@ def attention_word_sensitivity(
     Xs, Ws = Xt.to(work), Wt.to(work)  # what the search sees
     if extra is not None:
         extra = extra.to(work)
-    obj = _FastObjective(Xs, Ws, kind)
+    obj = _FastObjective(Xs, Ws, norm)
     if not math.isfinite(obj.base_norm):
         raise ValueError(
             "φ(X) is not finite (NaN or infinite entries): the scores or the "
@@ -839,7 +842,7 @@ def attention_word_sensitivity(
         S = starts + (0 if extra is None else extra.shape[0])
         found, most = {}, 0
         for r in row_list:
-            cands = _constructions(Xt, W64, r, kind).to(work)
+            cands = _constructions(Xt, W64, r, norm).to(work)
             most = max(most, cands.shape[0])
             init_r = cands if extra is None else torch.cat([extra, cands])
             found.update(

@@ -30,13 +30,32 @@ import torch
 
 from .._tensor import Array, as_tensor
 from ..checks import check_int, check_seed, check_shape, check_text
-from ..maps import raf, relu_attention
+from ..maps import Normalisation, raf, relu_attention
 from ..sensitivity import project_ball, relative_change
 from .attention import _FastObjective
 
 __all__ = ["AuthorsRun", "authors_estimator", "authors_replica", "authors_map"]
 
-_MAPS = {"raf": raf, "relu": relu_attention}
+#: The two maps the authors' search runs on here: RAF (softmax) and ReLU attention.
+_PAPER_MAPS = (Normalisation("softmax"), Normalisation("relu"))
+
+
+def _paper_map(kind) -> Normalisation:
+    """``kind`` read by :meth:`wsutils.maps.Normalisation.parse`, softmax or ReLU attention."""
+    try:
+        norm = Normalisation.parse(kind)
+    except (TypeError, ValueError):
+        norm = None
+    if norm not in _PAPER_MAPS:
+        raise ValueError(
+            f"kind must be 'raf' or 'relu' (the maps the authors' search runs on here), "
+            f"got {kind!r}."
+        )
+    return norm
+
+
+def _map_fn(norm: Normalisation):
+    return raf if norm.name == "softmax" else relu_attention
 
 
 class AuthorsRun(NamedTuple):
@@ -55,13 +74,12 @@ def authors_map(X: Array, W: Array, *, kind: str = "raf") -> torch.Tensor:
     float32, their ``relu_attention_numpy`` (which gives the value they report) rounds the
     scores to float32 before the ReLU and the row normalisation. Otherwise the same maps as
     eq. :eq:`eq-raf` and :eq:`eq-relu-attention` (no value matrix), in float64."""
-    if kind not in _MAPS:
-        raise ValueError(f"kind must be 'raf' or 'relu', got {kind!r}.")
+    norm = _paper_map(kind)
     Xt = as_tensor(X, dtype=torch.float64)
     n, d = check_text(Xt)
     Wt = as_tensor(W, dtype=torch.float64)
     check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
-    if kind == "raf":
+    if norm.name == "softmax":
         root = float(torch.sqrt(torch.tensor(float(d), dtype=torch.float32)))
         return torch.softmax(Xt @ Wt @ Xt.T / root, dim=1) @ Xt
     s = (Xt @ Wt @ Xt.T / math.sqrt(d)).to(torch.float32)
@@ -71,11 +89,7 @@ def authors_map(X: Array, W: Array, *, kind: str = "raf") -> torch.Tensor:
 
 
 def _setup(X: Array, W: Array, kind: str, seed, lr, steps):
-    if kind not in _MAPS:
-        raise ValueError(
-            f"kind must be 'raf' or 'relu' (the maps the authors' search runs on "
-            f"here), got {kind!r}."
-        )
+    norm = _paper_map(kind)
     Xt = as_tensor(X, dtype=torch.float64)
     n, d = check_text(Xt)
     if Xt.ndim != 2 or n < 2:
@@ -88,7 +102,7 @@ def _setup(X: Array, W: Array, kind: str, seed, lr, steps):
         raise ValueError(f"lr must be a positive number (the authors use 10), got {lr!r}.")
     g = torch.Generator().manual_seed(seed)
     x0 = Xt[0] + 0.1 * torch.randn(d, generator=g, dtype=torch.float64)
-    return Xt, Wt, n, d, steps, float(lr), x0
+    return Xt, Wt, n, d, steps, float(lr), x0, norm
 
 
 def _project(xt: torch.Tensor, x0: torch.Tensor, radius: float) -> torch.Tensor:
@@ -97,9 +111,11 @@ def _project(xt: torch.Tensor, x0: torch.Tensor, radius: float) -> torch.Tensor:
     return x0 + step * (radius / norm) if norm > radius else xt
 
 
-def _read_out(X: torch.Tensor, W: torch.Tensor, kind: str, Delta: torch.Tensor) -> AuthorsRun:
+def _read_out(
+    X: torch.Tensor, W: torch.Tensor, norm: Normalisation, Delta: torch.Tensor
+) -> AuthorsRun:
     d = X.shape[1]
-    fn = _MAPS[kind]
+    fn = _map_fn(norm)
     phi = lambda Z: fn(Z, W)  # noqa: E731
     as_run = relative_change(phi, X, 0, Delta)
     in_ball = relative_change(phi, X, 0, project_ball(Delta[None], math.sqrt(d))[0])
@@ -112,8 +128,8 @@ def authors_estimator(
     """The authors' search (module docstring) with full forward passes of the map
     (eq. :eq:`eq-raf` or :eq:`eq-relu-attention`): ``50·n`` steps unless ``steps`` is given,
     ``ξ`` drawn from ``seed``."""
-    Xt, Wt, n, d, steps, lr, x0 = _setup(X, W, kind, seed, lr, steps)
-    fn = _MAPS[kind]
+    Xt, Wt, n, d, steps, lr, x0, norm = _setup(X, W, kind, seed, lr, steps)
+    fn = _map_fn(norm)
     phi = fn(Xt, Wt).reshape(-1)
     xt, rest = x0.clone(), Xt[1:]
     for _ in range(steps):
@@ -121,7 +137,7 @@ def authors_estimator(
         feats = fn(torch.cat([x[None], rest]), Wt).reshape(-1)
         (grad,) = torch.autograd.grad(-torch.sqrt(torch.mean((feats - phi) ** 2)), x)
         xt = _project(xt - lr * grad, x0, math.sqrt(d))
-    return _read_out(Xt, Wt, kind, xt - Xt[0])
+    return _read_out(Xt, Wt, norm, xt - Xt[0])
 
 
 def authors_replica(
@@ -130,12 +146,12 @@ def authors_replica(
     """The iterates of :func:`authors_estimator` (same start, loss, steps, projection, last
     iterate), with the loss ``−(‖φ(X)‖/√(nd))·rel(Δ)`` evaluated in ``O(n·d)`` per step by the
     objective of :func:`wsutils.estimators.attention.attention_word_sensitivity`."""
-    Xt, Wt, n, d, steps, lr, x0 = _setup(X, W, kind, seed, lr, steps)
-    obj = _FastObjective(Xt, Wt, kind)
+    Xt, Wt, n, d, steps, lr, x0, norm = _setup(X, W, kind, seed, lr, steps)
+    obj = _FastObjective(Xt, Wt, norm)
     scale = obj.base_norm / math.sqrt(n * d)
     xt, row = x0.clone(), torch.zeros(1, dtype=torch.long)
     for _ in range(steps):
         D = (xt - Xt[0]).requires_grad_(True)
         (grad,) = torch.autograd.grad(-scale * obj(row, D[None])[0], D)
         xt = _project(xt - lr * grad.detach(), x0, math.sqrt(d))
-    return _read_out(Xt, Wt, kind, xt - Xt[0])
+    return _read_out(Xt, Wt, norm, xt - Xt[0])

@@ -76,11 +76,11 @@ PHASE = ("softmax", "scalable", "sparsemax")
 
 
 def _norm(name) -> Normalisation:
-    if isinstance(name, Normalisation):
-        return name
-    if name not in CHAPTER:
-        raise ValueError(f"name must be one of {tuple(CHAPTER)} or a Normalisation, got {name!r}.")
-    return CHAPTER[name]
+    """A label of :data:`CHAPTER` (``"tempered"``: softmax with ``β = 2``), else anything
+    :meth:`wsutils.maps.Normalisation.parse` reads."""
+    if isinstance(name, str) and name in CHAPTER:
+        return CHAPTER[name]
+    return Normalisation.parse(name)
 
 
 def required_margin(name, n: int, eps: float = 0.0) -> float:

@@ -35,22 +35,7 @@ def flip_normalisation(map: str, normalisation=None) -> Normalisation | None:
                 "map='attention' needs normalisation=..., e.g. 'sparsemax' or "
                 "{'name': 'scalable', 's': 1.0} (see wsutils.maps.Normalisation)."
             )
-        if isinstance(normalisation, Normalisation):
-            return normalisation
-        if isinstance(normalisation, str):
-            return Normalisation(normalisation)
-        if isinstance(normalisation, dict):
-            unknown = sorted(set(normalisation) - {"name", "beta", "s", "alpha", "bias"})
-            if unknown or "name" not in normalisation:
-                raise ValueError(
-                    "a normalisation dict needs 'name' and may have 'beta', 's', "
-                    f"'alpha', 'bias'; got keys {sorted(normalisation)}."
-                )
-            return Normalisation(**normalisation)
-        raise TypeError(
-            "normalisation must be a name, a dict of Normalisation fields or a "
-            f"Normalisation, got {type(normalisation).__name__}."
-        )
+        return Normalisation.parse(normalisation)
     if map not in MAPS:
         raise ValueError(f"map must be one of {MAPS} or {GENERAL!r}, got {map!r}.")
     if normalisation is not None:
