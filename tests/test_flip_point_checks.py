@@ -47,7 +47,7 @@ def test_feature_rows_are_those_of_the_concatenation(kind, N):
     W = sample_W(8, seed=2)
     norm = "sparsemax" if kind == "attention" else None
     want = G.attention_features(torch.cat([Xs, X[None]]), W, kind, normalisation=norm)
-    got = _features._attention_rows(Xs, X, W, kind, 64, norm)
+    got = _features._attention_rows(Xs, X, W, _features._attention_norm(kind, norm), 64)
     assert torch.equal(got, want)
     assert torch.equal(G.attention_features(Xs, W, kind, normalisation=norm), want[:-1])
 
@@ -57,7 +57,7 @@ def test_rf_rows_are_those_of_the_concatenation():
     allX = torch.cat([Xs, X[None]])
     H, Vi = G.rf_preactivations(allX, 12, seed=5, row=1, block_rows=5)
     Phi, phi, _ = _flip._features(
-        "rf", Xs, X, seed=5, row=1, block_rows=5, progress=False, normalisation=None
+        "rf", Xs, X, seed=5, row=1, block_rows=5, progress=False, norm=None
     )
     assert torch.equal(Phi, torch.relu(H[:-1])) and torch.equal(phi, torch.relu(H[-1]))
 

@@ -46,6 +46,14 @@ def flip_normalisation(map: str, normalisation=None) -> Normalisation | None:
     return None
 
 
+def map_normalisation(map: str, normalisation=None) -> Normalisation | None:
+    """The one parse of a flip point's map: :func:`flip_normalisation`'s checks, and the
+    :class:`~wsutils.maps.Normalisation` of every attention map (``"raf"``: softmax,
+    ``"relu"``: rownorm of ReLU, ``"attention"``: the one given); ``None`` for ``"rf"``."""
+    norm = flip_normalisation(map, normalisation)
+    return norm if norm is not None or map == "rf" else Normalisation.parse(map)
+
+
 def check_Ns(Ns: Sequence[int]) -> list[int]:
     """The list of training-set sizes ``N`` as Python ints (at least one, each ``≥ 1``); an
     empty list is a ValueError that says so (not a bare ``max()`` error)."""

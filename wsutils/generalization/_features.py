@@ -13,9 +13,9 @@ from tqdm.auto import tqdm
 from .._tensor import Array, as_tensor
 from ..checks import check_finite, check_int, check_seed
 from ..estimators.rf import rf_block_seed
-from ..maps import Normalisation, attention, flat, raf, relu_attention
+from ..maps import Normalisation, attention, flat
 from ..weights import gaussian, sample_X
-from ._common import GENERAL, flip_normalisation
+from ._common import GENERAL, MAPS, map_normalisation
 
 # ---------------------------------------------------------------------------------------------
 # Data and features
@@ -172,20 +172,20 @@ def _rf_rows(Xf, k, n, d, seed, row, block_rows, dtype, progress):
     return H, Vi
 
 
-def _attention_kind(kind: str, normalisation=None):
-    """The map ``φ(X, W)`` and the :class:`~wsutils.maps.Normalisation` of its weights for an
-    attention ``kind``: ``"raf"`` (:func:`~wsutils.maps.raf`, softmax), ``"relu"``
-    (:func:`~wsutils.maps.relu_attention`, rownorm of ReLU) or ``GENERAL`` with
-    ``normalisation`` (:func:`~wsutils.maps.attention`; :func:`flip_normalisation`)."""
-    if kind == GENERAL:
-        norm = flip_normalisation(kind, normalisation)
-        return (lambda Z, Wt: attention(Z, Wt, normalisation=norm)), norm
-    if normalisation is not None:
-        flip_normalisation(kind, normalisation)  # refuses it, saying why
-    fn = {"raf": raf, "relu": relu_attention}.get(kind)
-    if fn is None:
+def _attention_norm(kind: str, normalisation=None) -> Normalisation:
+    """The :class:`~wsutils.maps.Normalisation` of an attention ``kind`` (the public
+    functions' door): ``"raf"`` (softmax), ``"relu"`` (rownorm of ReLU) or ``GENERAL`` with
+    ``normalisation`` (``map_normalisation``)."""
+    if kind == "rf" or kind not in (*MAPS, GENERAL):
         raise ValueError(f"kind must be 'raf', 'relu' or {GENERAL!r}, got {kind!r}.")
-    return fn, Normalisation("softmax" if kind == "raf" else "relu")
+    return map_normalisation(kind, normalisation)
+
+
+def _attention_fn(norm: Normalisation):
+    """``φ(X, W)`` with the weights of ``norm`` (:func:`wsutils.maps.attention`: for softmax
+    and ReLU attention the very floats of :func:`~wsutils.maps.raf` and
+    :func:`~wsutils.maps.relu_attention`)."""
+    return lambda Z, Wt: attention(Z, Wt, normalisation=norm)
 
 
 def attention_features(
@@ -195,19 +195,20 @@ def attention_features(
     (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`), or ``"attention"`` with
     ``normalisation`` (eq. :eq:`eq-general-attention`, :func:`wsutils.maps.attention`), in
     chunks of texts."""
+    norm = _attention_norm(kind, normalisation)
     X = as_tensor(Xs)
-    return _attention_rows(X, None, as_tensor(W, dtype=X.dtype), kind, chunk, normalisation)
+    return _attention_rows(X, None, as_tensor(W, dtype=X.dtype), norm, chunk)
 
 
 def _attention_rows(
-    Xs: torch.Tensor, X: torch.Tensor | None, W: torch.Tensor, kind: str, chunk: int, normalisation
+    Xs: torch.Tensor, X: torch.Tensor | None, W: torch.Tensor, norm: Normalisation, chunk: int
 ) -> torch.Tensor:
     """:func:`attention_features` of the texts ``Xs`` followed by the text ``X`` (if not
     ``None``), written chunk by chunk into one preallocated ``(B, n·d)`` tensor: the chunks
     are those of ``torch.cat([Xs, X[None]])`` (so the same floats), but neither that copy of
     the texts nor a concatenation of the chunks' outputs is made (two passes over ``B × n·d``
     fewer)."""
-    fn, _ = _attention_kind(kind, normalisation)
+    fn = _attention_fn(norm)
     B = Xs.shape[0] + (X is not None)
     out = None
     with torch.no_grad():

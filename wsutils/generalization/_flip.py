@@ -12,14 +12,14 @@ from .._tensor import Array, as_tensor
 from ..checks import check_finite, check_shape, check_unit_rows
 from ..maps import Normalisation, flat
 from ..weights import sample_W
-from ._common import DATA, LOSSES, SEARCHES, TRAININGS, check_Ns, flip_normalisation
+from ._common import DATA, LOSSES, SEARCHES, TRAININGS, check_Ns, map_normalisation
 from ._features import _attention_rows, _rf_rows, authors_data, independent_data, planted_data
 from ._linalg import _gram_solve, fine_tune, gram_cholesky
 from ._search import (
     FlipModel,
     FlipResult,
+    _attention_flip_model,
     _flip_dtype,
-    attention_flip_model,
     authors_lr_steps,
     authors_search,
     authors_searches,
@@ -43,9 +43,10 @@ def _features(
     row: int,
     block_rows: int,
     progress: bool,
-    normalisation: Normalisation | None = None,
+    norm: Normalisation | None,
 ):
-    """Features of the training texts and of the new text, and the :class:`FlipModel`."""
+    """Features of the training texts and of the new text, and the :class:`FlipModel`
+    (``norm``: the attention map's weights, ``None`` for ``map="rf"``)."""
     n, d = X.shape
     # The texts are checked (_check_flip_data); the training texts and the new one are
     # stacked where the features are computed, never copied together first.
@@ -55,8 +56,8 @@ def _features(
         H, Vi = _rf_rows(Xf, n * d, n, d, seed, row, block_rows, torch.float32, progress)
         return torch.relu(H[:-1]), torch.relu(H[-1]), rf_flip_model(H[-1], Vi)
     W = sample_W(d, seed=seed)
-    F = _attention_rows(Xs, X, W, map, 64, normalisation)
-    return F[:-1], F[-1], attention_flip_model(X, W, map, row, normalisation=normalisation)
+    F = _attention_rows(Xs, X, W, norm, 64)
+    return F[:-1], F[-1], _attention_flip_model(X, W, norm, row)
 
 
 def _check_flip_data(
@@ -231,7 +232,9 @@ def flip_runs(
     not, each search follows the same path in exact arithmetic; float32 iterations follow it to
     single-precision rounding.
     """
-    return _flip_runs(**locals(), built=False)  # every parameter above, by name
+    kw = dict(locals())  # every parameter above, by name; the map parsed once, here
+    norm = map_normalisation(map, kw.pop("normalisation"))
+    return _flip_runs(**kw, norm=norm, built=False)
 
 
 def _flip_runs(
@@ -253,13 +256,13 @@ def _flip_runs(
     unit_rows,
     block_rows,
     progress,
-    normalisation,
+    norm,
     batch_searches,
     search_dtype,
     built: bool,
 ) -> dict:
-    """:func:`flip_runs`; ``built`` as in :func:`_check_flip_data`."""
-    norm = flip_normalisation(map, normalisation)
+    """:func:`flip_runs` with the map parsed (``norm``, ``map_normalisation``); ``built``
+    as in :func:`_check_flip_data`."""
     search_dtype = _flip_dtype(search_dtype)
     bad = [x for x in losses if x not in LOSSES] + [x for x in trainings if x not in TRAININGS]
     if bad:
@@ -288,7 +291,7 @@ def _flip_runs(
         row=row,
         block_rows=block_rows,
         progress=progress,
-        normalisation=norm,
+        norm=norm,
     )
     several = len(searches) > 1
     all_opts = {}
@@ -434,7 +437,7 @@ def flip_point(
     :class:`~wsutils.maps.Normalisation`'s fields, so that the point stays plain JSON for
     :func:`wsutils.run.sweep.run_grid`; :func:`flip_normalisation`). ``batch_searches`` and
     ``search_dtype`` (``"float32"`` or ``"float64"``) as in :func:`flip_runs`."""
-    flip_normalisation(map, normalisation)
+    norm = map_normalisation(map, normalisation)  # the one parse of the map
     if data not in DATA:
         raise ValueError(f"data must be one of {DATA}, got {data!r}.")
     Ns = check_Ns(Ns)
@@ -463,7 +466,7 @@ def flip_point(
         unit_rows=data != "authors",
         block_rows=block_rows,
         progress=progress,
-        normalisation=normalisation,
+        norm=norm,
         batch_searches=batch_searches,
         search_dtype=search_dtype,
         built=True,

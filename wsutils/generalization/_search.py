@@ -12,10 +12,10 @@ import torch
 
 from .._tensor import as_tensor
 from ..checks import check_finite, check_int, check_preactivations, check_real, check_seed
-from ..maps import flat, normalise_scores
+from ..maps import Normalisation, flat, normalise_scores
 from ..sensitivity import check_lr, cosine_ascent, init_starts, perturb, project_ball
 from ._common import GENERAL, LOSSES, MAPS
-from ._features import _attention_kind
+from ._features import _attention_fn, _attention_norm
 
 
 @dataclass
@@ -69,7 +69,14 @@ def attention_flip_model(
     scores ``S = XWXᵀ/√d``; with ``G = Θ X_Δᵀ`` (``Θ`` = ``w`` as an ``n × d`` matrix) the
     read-out is ``⟨A(Δ) X_Δ, Θ⟩ = Σ_rc A_rc G_rc``, ``A(Δ)`` the normalised scores
     (:func:`wsutils.maps.normalise_scores` for ``"attention"``)."""
-    fn, norm = _attention_kind(kind, normalisation)
+    return _attention_flip_model(X, W, _attention_norm(kind, normalisation), row)
+
+
+def _attention_flip_model(
+    X: torch.Tensor, W: torch.Tensor, norm: Normalisation, row: int
+) -> FlipModel:
+    """:func:`attention_flip_model` for a parsed map (the flip point's own path)."""
+    fn = _attention_fn(norm)
     n, d = X.shape
     s = math.sqrt(d)
     Q = X @ W
