@@ -360,6 +360,7 @@ def test_text_and_trained_functions_refuse_bad_input(tiny):
 
 def _bad_experiment_calls():
     from wsutils.experiments import attention as XA
+    from wsutils.experiments import normalisation as XN
     from wsutils.experiments import random_features as XR
     from wsutils.experiments import trained as XT
 
@@ -393,6 +394,14 @@ def _bad_experiment_calls():
             "full rank and more runs",
         ),
         "grid_points unknown kind": (lambda: XA.grid_points("bogus"), "kind must be one of"),
+        "sensitivity_point more rows than words": (
+            lambda: XA.sensitivity_point("raf", 8, 4, 0, rows=5, steps=2),
+            "out of range for a text of n = 4",
+        ),
+        "normalisation_point more rows than words": (
+            lambda: XN.normalisation_point("softmax", 8, 4, 0, rows=5, steps=2),
+            "out of range for a text of n = 4",
+        ),
     }
 
 

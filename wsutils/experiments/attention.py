@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import check_int
 from ..estimators.attention import (
     attention_word_sensitivity,
     certified_lower_bound,
@@ -23,6 +24,7 @@ from ..estimators.attention import (
 from ..estimators.rf import rf_word_sensitivity
 from ..run import config
 from ..run.seeds import point_seed
+from ..sensitivity import check_rows
 from ..weights import sample_W, sample_X
 
 __all__ = [
@@ -181,7 +183,7 @@ def sensitivity_point(
     torch.set_num_threads(1)
     X = sample_X(n, d, seed=seed)
     W = sample_W(d, seed=seed + 1)
-    searched = list(range(min(rows, n)))
+    searched = check_rows(list(range(check_int("rows", rows, minimum=1))), n)  # not fewer
     t0 = time.perf_counter()
     res = attention_word_sensitivity(
         X,

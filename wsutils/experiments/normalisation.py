@@ -37,7 +37,7 @@ from ..checks import check_int
 from ..estimators.attention import attention_word_sensitivity, key_takeover, row_takeover
 from ..maps import Normalisation, attention_scores, general_attention, normalise_scores
 from ..run.seeds import point_seed
-from ..sensitivity import perturb, project_ball
+from ..sensitivity import check_rows, perturb, project_ball
 from ..weights import sample_W, sample_X
 
 __all__ = [
@@ -206,7 +206,7 @@ def normalisation_point(
     cpu0 = time.process_time()
     norm = _norm(name)
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
-    searched = list(range(min(rows, n)))
+    searched = check_rows(list(range(check_int("rows", rows, minimum=1))), n)  # not fewer
     double = project_ball(X[:1].clone(), math.sqrt(d))[0]  # Δ = x_0, in the ball exactly
     t0 = time.perf_counter()
     res = attention_word_sensitivity(
