@@ -40,12 +40,7 @@ def _batch_ids(enc: Encoder, input_ids) -> torch.Tensor:
         ids = ids[None]
     if ids.ndim != 2:
         raise ValueError(f"input_ids must be (T,) or (B, T), got shape {tuple(ids.shape)}.")
-    P = getattr(enc.model.config, "max_position_embeddings", None)
-    if P is not None and ids.shape[1] > int(P):
-        raise ValueError(
-            f"the texts have {ids.shape[1]} tokens, more than the model's "
-            f"max_position_embeddings = {int(P)}: cut them to at most {int(P)} tokens."
-        )
+    enc.check_length(ids.shape[1])
     return ids
 
 

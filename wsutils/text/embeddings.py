@@ -91,6 +91,17 @@ class Encoder:
     def vocab_size(self) -> int:
         return int(self.model.config.vocab_size)
 
+    def check_length(self, n: int) -> None:
+        """A ValueError for a text of ``n`` tokens beyond the model's position embeddings."""
+        P = getattr(self.model.config, "max_position_embeddings", None)
+        if P is not None and n > int(P):
+            raise ValueError(
+                f"the text has {n} tokens, more than the model's "
+                f"max_position_embeddings = {int(P)} ({self.name}): cut it to at most "
+                f"{int(P)} tokens (tokenizer(..., truncation=True, "
+                f"max_length={int(P)}))."
+            )
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device

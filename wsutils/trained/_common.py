@@ -1,5 +1,5 @@
 """Helpers shared by the modules of :mod:`wsutils.trained`: an encoder from a name or an
-Encoder, a layer's index, the length check, and the type of a map.
+Encoder, a layer's index, and the type of a map.
 """
 
 from __future__ import annotations
@@ -33,15 +33,3 @@ def _layer_index(enc: Encoder, layer) -> int:
             f"counted from 1, as hidden_states[layer] is their output), got {layer}."
         )
     return layer
-
-
-def _check_length(enc: Encoder, n: int) -> None:
-    """A ValueError for a text of ``n`` tokens beyond the model's position embeddings."""
-    P = getattr(enc.model.config, "max_position_embeddings", None)
-    if P is not None and n > int(P):
-        raise ValueError(
-            f"the text has {n} tokens, more than the model's "
-            f"max_position_embeddings = {int(P)} ({enc.name}): cut it to at most "
-            f"{int(P)} tokens (tokenizer(..., truncation=True, "
-            f"max_length={int(P)}))."
-        )

@@ -9,7 +9,7 @@ import torch
 
 from ..checks import check_int
 from ..text.embeddings import token_ids
-from ._common import _check_length, _encoder
+from ._common import _encoder
 from .heads import head_map, head_weights
 
 
@@ -30,9 +30,9 @@ def substitution_changes(enc, input_ids, position: int, tokens, *, batch: int = 
         is not below its length, an id lies outside the vocabulary, ``tokens`` is empty or
         ``batch`` is below one."""
     enc = _encoder(enc)
-    V = int(enc.model.config.vocab_size)
+    V = enc.vocab_size
     ids = token_ids("input_ids", input_ids, enc.device, vocab=V)
-    _check_length(enc, len(ids))
+    enc.check_length(len(ids))
     position = check_int("position", position, minimum=0)
     if position >= len(ids):
         raise ValueError(f"position must be below n = {len(ids)}, got {position}.")

@@ -18,7 +18,7 @@ import torch
 from ..checks import check_int
 from ..run.device import small_work_threads
 from ..text.embeddings import Encoder, load_model, model_key, token_ids
-from ._common import _check_length, _encoder
+from ._common import _encoder
 
 
 @dataclass
@@ -414,10 +414,10 @@ def vocabulary_changes(
     if method not in ("factored", "direct"):
         raise ValueError(f"method must be 'factored' or 'direct', got {method!r}.")
     dev = torch.device(device) if device is not None else enc.device
-    V = int(enc.model.config.vocab_size)
+    V = enc.vocab_size
     ids = token_ids("input_ids", input_ids, dev, vocab=V)
     n = len(ids)
-    _check_length(enc, n)
+    enc.check_length(n)
     position = check_int("position", position, minimum=0)
     if position >= n:
         raise ValueError(f"position must be below n = {n}, got {position}.")
@@ -654,9 +654,9 @@ def vocabulary_search(
     positions = [check_int("positions[]", i, minimum=0) for i in positions]
     if not texts or not positions or max(positions) >= n:
         raise ValueError(f"pass at least one text and positions in [0, {n}).")
-    _check_length(enc, n)
+    enc.check_length(n)
     if tokens is not None:
-        tokens = token_ids("tokens", tokens, vocab=int(enc.model.config.vocab_size)).numpy()
+        tokens = token_ids("tokens", tokens, vocab=enc.vocab_size).numpy()
     texts = list(texts)
     digest = _encoder_digest(enc)
     keys = [_text_key(digest, t, n, positions, tokens, batch) for t in texts]
