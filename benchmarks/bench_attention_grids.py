@@ -64,9 +64,16 @@ def baseline_point(
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
     searched = list(range(min(rows, n)))
     res = attention_word_sensitivity(
-        X, W, kind=kind, rows=searched, starts=starts, steps=steps, seed=seed, takeovers=True
+        X,
+        W,
+        normalisation=kind,
+        rows=searched,
+        starts=starts,
+        steps=steps,
+        seed=seed,
+        takeovers=True,
     )
-    cert = max(certified_lower_bound(X, W, r, kind=kind) for r in searched)
+    cert = max(certified_lower_bound(X, W, r, normalisation=kind) for r in searched)
     phi = (raf if kind == "raf" else relu_attention)(X, W)
     out = {
         "S": res.value,
@@ -113,7 +120,7 @@ def _calls(part: str, point):
     """``(label, before, after)``: two zero-argument calls of the same point."""
     if part in ("grid", "far"):
         kind, d, n = point
-        p = dict(kind=kind, d=d, n=n, seed=point_seed("attention", d, n, 0), **SEARCH)
+        p = dict(normalisation=kind, d=d, n=n, seed=point_seed("attention", d, n, 0), **SEARCH)
         new = dict(search_dtype=SEARCH_DTYPE[kind], certificates=part == "grid")
         return (
             f"{kind} {d}x{n}",
@@ -125,7 +132,7 @@ def _calls(part: str, point):
 
         name, d, n = point
         p = dict(
-            name=name,
+            normalisation=name,
             d=d,
             n=n,
             seed=point_seed("normalisation", d, n, 0),

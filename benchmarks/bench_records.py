@@ -31,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 
 #: Parameter names that the redesign changes: old name → new name.
-RENAMED = {"kind": "normalisation"}
+RENAMED = {"kind": "normalisation", "name": "normalisation"}
 
 #: Fields that measure time, not the answer.
 TIMINGS = {"seconds", "cpu", "cpu_seconds", "wall", "wall_seconds", "time", "elapsed"}

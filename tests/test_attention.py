@@ -11,7 +11,7 @@ from justified import assert_justified, stochastic_upper
 
 import wsutils as ws
 from wsutils.estimators import attention as at
-from wsutils.maps import attention_scores
+from wsutils.maps import Normalisation, attention_scores
 
 MAPS = {"raf": ws.raf, "relu": ws.relu_attention}
 
@@ -56,7 +56,7 @@ def test_candidates_in_ball_and_certificate_below_exact(n, d, seed):
 def test_fast_objective_equals_full_map(kind):
     n, d = 9, 7
     X, W = _text(n, d, 3)
-    obj = at._FastObjective(X, W, at._normalisation(kind))
+    obj = at._FastObjective(X, W, Normalisation.parse(kind))
     g = torch.Generator().manual_seed(0)
     rows = torch.tensor([0, 4, 8, 4])
     Delta = torch.randn(4, d, generator=g, dtype=torch.float64) * 2
@@ -74,12 +74,14 @@ def test_fast_estimator_and_generic_are_each_justified(kind):
     X, W = _text(10, 6, 5)
     phi = lambda Z: MAPS[kind](Z, W)  # noqa: E731
     cands = torch.cat([at.takeover_candidates(X, W, r) for r in range(10)])
-    lower = {r: at.certified_lower_bound(X, W, r, kind=kind) for r in range(10)}
+    lower = {r: at.certified_lower_bound(X, W, r, normalisation=kind) for r in range(10)}
     upper = stochastic_upper(X, phi(X))
     # the fast update's rounding (error model of test_fast_update_matches_full_map_...)
     tol = 2 * 100 * 4 * (10 + 6) * max(1.0, float(attention_scores(X, W).abs().max())) * 1.1e-16
     gen = ws.word_sensitivity(phi, X, init=cands, steps=25, starts=3, seed=7)
-    fast = at.attention_word_sensitivity(X, W, kind=kind, init=cands, steps=25, starts=3, seed=7)
+    fast = at.attention_word_sensitivity(
+        X, W, normalisation=kind, init=cands, steps=25, starts=3, seed=7
+    )
     for res in (gen, fast):
         assert res.per_row.keys() == set(range(10))
         assert_justified(res, phi, X, lower=lower, upper=upper, tol=tol)
@@ -92,7 +94,7 @@ def test_relu_all_zero_rows_handled():
     X = torch.tensor([[r2, 0.0], [0.0, r2], [1.0, 1.0]], dtype=torch.float64)
     W = torch.tensor([[1.0, 0.0], [0.0, -1.0]], dtype=torch.float64)
     assert float(torch.linalg.vector_norm(ws.relu_attention(X, W)[1])) == 0.0
-    obj = at._FastObjective(X, W, at._normalisation("relu"))
+    obj = at._FastObjective(X, W, Normalisation.parse("relu"))
     rows = torch.tensor([0, 0, 1, 2])
     Delta = torch.tensor([[0.3, 0.2], [-1.0, 0.9], [1.0, -1.0], [0.0, -1.4]], dtype=torch.float64)
     fast = obj(rows, Delta)
@@ -113,8 +115,8 @@ def test_takeovers_and_init_only_help():
 
 def test_bad_input():
     X, W = _text(4, 3)
-    with pytest.raises(ValueError, match="kind"):
-        at.attention_word_sensitivity(X, W, kind="softermax")
+    with pytest.raises(ValueError, match="normalisation must be one of"):
+        at.attention_word_sensitivity(X, W, normalisation="softermax")
     with pytest.raises(ValueError, match="out of range"):
         at.row_takeover(X, W, 4)
     with pytest.raises(ValueError, match="d × d"):
@@ -137,11 +139,11 @@ def test_certified_lower_bound_is_the_best_construction(kind):
 
     n, d = 64, 128
     X, W = _text(n, d, 11)
-    norm = kind if kind in at.KINDS else Normalisation(kind)
+    norm = kind if kind in ("raf", "relu") else Normalisation(kind)
     name = {"raf": "softmax"}.get(kind, kind)
     phi = lambda Z: attention(Z, W, normalisation=name)  # noqa: E731
     for row in (0, 17):
-        cert = at.certified_lower_bound(X, W, row, kind=norm)
+        cert = at.certified_lower_bound(X, W, row, normalisation=norm)
         each = [ws.relative_change(phi, X, row, D) for D in at.takeover_candidates(X, W, row)]
         each.append(ws.relative_change(phi, X, row, X[row]))  # the doubling
         if kind == "relu":
@@ -151,7 +153,7 @@ def test_certified_lower_bound_is_the_best_construction(kind):
             assert cert >= doubling_bound(X, W, row, name)["bound"] * (1 - 1e-12)
         # the estimator started from the constructions ends at or above the certificate
         est = at.attention_word_sensitivity(
-            X, W, kind=norm, rows=row, starts=1, steps=2, takeovers=True
+            X, W, normalisation=norm, rows=row, starts=1, steps=2, takeovers=True
         )
         assert est.value >= cert * (1 - 1e-9)
 
@@ -173,19 +175,19 @@ def test_float32_X_with_float64_W_is_certified_for_the_callers_W(kind):
     assert not np.array_equal(W.astype(np.float32).astype(np.float64), W)
     X32 = torch.as_tensor(X, dtype=torch.float32)  # a float32 tensor: searched in float32
     X64 = X32.double()  # the same text, exactly
-    norm = at._normalisation(kind)
+    norm = Normalisation.parse(kind)
 
     def phi(Z):
         return ws.maps.attention(Z, W, normalisation=norm)
 
-    res = at.attention_word_sensitivity(X32, W, kind=kind, starts=2, steps=15, seed=0)
+    res = at.attention_word_sensitivity(X32, W, normalisation=kind, starts=2, steps=15, seed=0)
     assert res.value == pytest.approx(relative_change(phi, X64, res.row, res.Delta), rel=1e-12)
     for r, v in res.per_row.items():
         assert v == pytest.approx(relative_change(phi, X64, r, res.per_row_Delta[r]), rel=1e-12)
     for row in range(6):
-        assert at.certified_lower_bound(X32, W, row, kind=kind) == at.certified_lower_bound(
-            X64, W, row, kind=kind
-        )
+        assert at.certified_lower_bound(
+            X32, W, row, normalisation=kind
+        ) == at.certified_lower_bound(X64, W, row, normalisation=kind)
     if kind == "raf":
         assert at.takeover_certificate(X32, W, 2) == at.takeover_certificate(X64, W, 2)
 
@@ -209,7 +211,7 @@ def test_grid_points_without_certificates_give_the_same_values():
     from wsutils.experiments.attention import sensitivity_point, takeover_point
 
     for kind in ("raf", "relu"):
-        p = dict(kind=kind, d=16, n=40, seed=3, rows=2, starts=2, steps=10)
+        p = dict(normalisation=kind, d=16, n=40, seed=3, rows=2, starts=2, steps=10)
         full, light = sensitivity_point(**p), sensitivity_point(**p, certificates=False)
         assert set(light) == {"S", "phi_norm", "kappa", "seconds"}
         assert {k: light[k] for k in ("S", "phi_norm", "kappa")} == {
@@ -231,7 +233,7 @@ def test_float32_search_is_certified_on_the_float64_text(kind):
     r32 = at.attention_word_sensitivity(
         X,
         W,
-        kind=kind,
+        normalisation=kind,
         rows=[0, 5],
         starts=3,
         steps=30,
@@ -240,7 +242,7 @@ def test_float32_search_is_certified_on_the_float64_text(kind):
         search_dtype="float32",
     )
     r64 = at.attention_word_sensitivity(
-        X, W, kind=kind, rows=[0, 5], starts=3, steps=30, seed=2, takeovers=True
+        X, W, normalisation=kind, rows=[0, 5], starts=3, steps=30, seed=2, takeovers=True
     )
     assert isinstance(r32.value, float) and r32.Delta.dtype == np.float64
     for r, Delta in r32.per_row_Delta.items():
@@ -248,11 +250,11 @@ def test_float32_search_is_certified_on_the_float64_text(kind):
         exact = ws.relative_change(lambda Z: MAPS[kind](Z, W), X, r, Delta)
         np.testing.assert_allclose(r32.per_row[r], exact, rtol=1e-12)
     assert abs(r32.value / r64.value - 1) < 1e-2  # a search, not one path: loose
-    assert r32.value >= at.certified_lower_bound(X, W, 0, kind=kind) * (1 - 1e-6)
+    assert r32.value >= at.certified_lower_bound(X, W, 0, normalisation=kind) * (1 - 1e-6)
     default = at.attention_word_sensitivity(
         X,
         W,
-        kind=kind,
+        normalisation=kind,
         rows=[0, 5],
         starts=3,
         steps=30,
@@ -287,7 +289,7 @@ def test_both_chapters_softmax_grid_is_one_list_of_store_keys(monkeypatch, scale
         assert g.ds == (192, 384, 768) and g.ns == (10, 20, 50, 100, 150, 200, 250)
     raf, relu = grid_points("raf"), grid_points("relu")
     assert len(raf) == len(g.ds) * len(g.ns) * g.seeds
-    assert [dict(p, kind="relu", search_dtype=SEARCH_DTYPE["relu"]) for p in raf] == relu
+    assert [dict(p, normalisation="relu", search_dtype=SEARCH_DTYPE["relu"]) for p in raf] == relu
     keys = [point_key(sensitivity_point, p) for p in raf]
     assert len(set(keys)) == len(keys)
     assert keys == [point_key(sensitivity_point, p) for p in grid_points("raf")]

@@ -70,7 +70,7 @@ def test_upper_bound_holds_for_random_and_searched_perturbations():
         D = D / D.norm() * math.sqrt(d) * float(torch.rand(1, generator=g))
         assert ws.relative_change(phi, X, 0, D) <= b.value
     best = ws.attention_word_sensitivity(
-        X, W, kind="relu", rows=[0], starts=8, steps=60, seed=0
+        X, W, normalisation="relu", rows=[0], starts=8, steps=60, seed=0
     ).value
     assert 0 < best <= b.value
 
@@ -119,8 +119,8 @@ def test_authors_replica_takes_their_steps(kind):
         assert float(torch.linalg.vector_norm(nxt - alt)) <= 1e-12 * math.sqrt(d)
         xt = nxt
     for run in (
-        authors_estimator(X, W, seed=3, kind=kind, steps=60),
-        authors_replica(X, W, seed=3, kind=kind, steps=60),
+        authors_estimator(X, W, seed=3, normalisation=kind, steps=60),
+        authors_replica(X, W, seed=3, normalisation=kind, steps=60),
     ):
         assert math.isfinite(run.as_run) and 0 <= run.in_ball
         assert run.in_ball <= run.as_run * (1 + 1e-9) or run.ratio <= 1
@@ -135,8 +135,8 @@ def test_authors_ball_is_centred_at_the_noisy_start():
 
 def test_authors_refuses_bad_input():
     X, W = _text(5, 4, 1)
-    with pytest.raises(ValueError, match="kind"):
-        authors_replica(X, W, seed=0, kind="rf")
+    with pytest.raises(ValueError, match="normalisation must be 'raf' or 'relu'"):
+        authors_replica(X, W, seed=0, normalisation="rf")
     with pytest.raises(TypeError):
         authors_replica(X, W, seed=0, steps=True)
     with pytest.raises(ValueError, match="lr"):
@@ -146,13 +146,14 @@ def test_authors_refuses_bad_input():
 def test_authors_map_differs_only_by_float32_rounding():
     X, W = _text(12, 48, 4)
     for kind, fn in (("raf", ws.raf), ("relu", ws.relu_attention)):
-        theirs, ours = authors_map(X, W, kind=kind), fn(X, W)
+        theirs, ours = authors_map(X, W, normalisation=kind), fn(X, W)
         rel = float(torch.linalg.vector_norm(theirs - ours) / torch.linalg.vector_norm(ours))
         assert 0 < rel < 1e-6
     X, W = _text(12, 64, 4)  # √64 is exact in float32
-    torch.testing.assert_close(authors_map(X, W, kind="raf"), ws.raf(X, W), rtol=1e-15, atol=0)
-    with pytest.raises(ValueError, match="kind"):
-        authors_map(X, W, kind="rf")
+    theirs = authors_map(X, W, normalisation="raf")
+    torch.testing.assert_close(theirs, ws.raf(X, W), rtol=1e-15, atol=0)
+    with pytest.raises(ValueError, match="normalisation must be 'raf' or 'relu'"):
+        authors_map(X, W, normalisation="rf")
 
 
 def test_fro2_law_mean_is_the_exact_draws_mean():

@@ -393,7 +393,10 @@ def _bad_experiment_calls():
             lambda: XR.fitted_slope([10, 20], [0.3, 0.2], [0, 0]),
             "full rank and more runs",
         ),
-        "grid_points unknown kind": (lambda: XA.grid_points("bogus"), "kind must be one of"),
+        "grid_points unknown normalisation": (
+            lambda: XA.grid_points("bogus"),
+            "normalisation must be one of",
+        ),
         "sensitivity_point more rows than words": (
             lambda: XA.sensitivity_point("raf", 8, 4, 0, rows=5, steps=2),
             "out of range for a text of n = 4",

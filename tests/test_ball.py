@@ -100,11 +100,17 @@ def test_generic_and_attention_estimators_return_deltas_in_the_ball(n, d, seed, 
     X = _text(n, d, seed, dtype)
     W = ws.sample_W(d, seed=seed + 1).to(X.dtype)
     res = [ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, steps=3, starts=2, seed=seed)]
-    for kind in at.KINDS:
+    for kind in ("raf", "relu"):
         try:
             res.append(
                 at.attention_word_sensitivity(
-                    X, W, kind=kind, steps=3, starts=2, seed=seed, takeovers=bool(seed % 2)
+                    X,
+                    W,
+                    normalisation=kind,
+                    steps=3,
+                    starts=2,
+                    seed=seed,
+                    takeovers=bool(seed % 2),
                 )
             )
         except ValueError as e:  # ReLU attention with every score ≤ 0: φ(X) = 0, refused

@@ -18,7 +18,7 @@ def _models(n=5, d=4, row=2, seed=0):
         "rf": G.rf_flip_model(H[0], Vi),
         "raf": G.attention_flip_model(X, W, "raf", row),
         "relu": G.attention_flip_model(X, W, "relu", row),
-        "sparsemax": G.attention_flip_model(X, W, "attention", row, normalisation="sparsemax"),
+        "sparsemax": G.attention_flip_model(X, W, "sparsemax", row),
     }
 
 

@@ -11,6 +11,7 @@ import torch
 from wsutils import generalization as G
 from wsutils.checks import all_finite, check_finite
 from wsutils.generalization import _features, _flip
+from wsutils.maps import Normalisation
 from wsutils.weights import sample_W
 
 
@@ -40,16 +41,15 @@ def test_all_finite_integers_and_check_finite_message():
         check_finite("X", torch.zeros(0))
 
 
-@pytest.mark.parametrize("kind", ["raf", "relu", "attention"])
+@pytest.mark.parametrize("normalisation", ["raf", "relu", "sparsemax"])
 @pytest.mark.parametrize("N", [5, 63, 64, 70, 127, 128])
-def test_feature_rows_are_those_of_the_concatenation(kind, N):
+def test_feature_rows_are_those_of_the_concatenation(normalisation, N):
     Xs, _, X, _ = G.planted_data(N, 6, 8, seed=1)
     W = sample_W(8, seed=2)
-    norm = "sparsemax" if kind == "attention" else None
-    want = G.attention_features(torch.cat([Xs, X[None]]), W, kind, normalisation=norm)
-    got = _features._attention_rows(Xs, X, W, _features._attention_norm(kind, norm), 64)
+    want = G.attention_features(torch.cat([Xs, X[None]]), W, normalisation)
+    got = _features._attention_rows(Xs, X, W, Normalisation.parse(normalisation), 64)
     assert torch.equal(got, want)
-    assert torch.equal(G.attention_features(Xs, W, kind, normalisation=norm), want[:-1])
+    assert torch.equal(G.attention_features(Xs, W, normalisation), want[:-1])
 
 
 def test_rf_rows_are_those_of_the_concatenation():

@@ -33,7 +33,7 @@ def test_general_map_reproduces_the_paper_maps_bit_for_bit(kind, name):
 def test_general_readout_equals_the_full_forward_pass(name):
     n, d, row = 7, 3, 2
     X, W = ws.sample_X(n, d, seed=5), ws.sample_W(d, seed=6)
-    model = G.attention_flip_model(X, W, "attention", row, normalisation=name)
+    model = G.attention_flip_model(X, W, name, row)
     g = torch.Generator().manual_seed(1)
     Delta = torch.randn(4, d, generator=g, dtype=torch.float64)
     w = torch.randn(n * d, generator=g, dtype=torch.float64)
@@ -43,7 +43,7 @@ def test_general_readout_equals_the_full_forward_pass(name):
     torch.testing.assert_close(
         model.phi_row(Delta[1:2])[0], ws.flat(ws.maps.attention(Xp, W, normalisation=name))
     )
-    F = G.attention_features(torch.stack([X, Xp]), W, "attention", normalisation=name)
+    F = G.attention_features(torch.stack([X, Xp]), W, name)
     torch.testing.assert_close(F[1], model.phi_row(Delta[1:2])[0])
 
 
@@ -54,7 +54,7 @@ def test_general_readout_gradient_matches_finite_differences(name):
     no support or maximiser changes within ±h, with probability one)."""
     n, d, row = 9, 4, 0
     X, W = ws.sample_X(n, d, seed=11), ws.sample_W(d, seed=12)
-    model = G.attention_flip_model(X, W, "attention", row, normalisation=name)
+    model = G.attention_flip_model(X, W, name, row)
     g = torch.Generator().manual_seed(3)
     w = torch.randn(n * d, generator=g, dtype=torch.float64)
     Delta = torch.randn(1, d, generator=g, dtype=torch.float64).requires_grad_(True)
@@ -146,8 +146,8 @@ def test_general_map_bad_input():
     with pytest.raises(ValueError, match="map must be one of"):
         G.flip_point(map="sparsemax", **kw)
     X, W = ws.sample_X(5, 4, seed=0), ws.sample_W(4, seed=1)
-    with pytest.raises(ValueError, match="applies only"):
-        G.attention_flip_model(X, W, "relu", 0, normalisation="relu")
-    with pytest.raises(ValueError, match="kind must be"):
+    with pytest.raises(ValueError, match="normalisation must be one of"):
+        G.attention_flip_model(X, W, "attention", 0)
+    with pytest.raises(ValueError, match="normalisation must be one of"):
         G.attention_features(X[None], W, "rf")
     assert G.authors_lr_steps("attention", 7) == G.authors_lr_steps("raf", 7)

@@ -231,10 +231,12 @@ def test_fast_estimator_and_generic_are_each_justified(norm):
     X, W = _text(10, 6, 5)
     phi = lambda Z: attention(Z, W, normalisation=norm)  # noqa: E731
     cands = torch.cat([at.takeover_candidates(X, W, r) for r in range(10)])
-    lower = {r: at.certified_lower_bound(X, W, r, kind=norm) for r in range(10)}
+    lower = {r: at.certified_lower_bound(X, W, r, normalisation=norm) for r in range(10)}
     upper = stochastic_upper(X, phi(X), row_stochastic=norm.name != "sigmoid")
     gen = ws.word_sensitivity(phi, X, init=cands, steps=20, starts=3, seed=7)
-    fast = at.attention_word_sensitivity(X, W, kind=norm, init=cands, steps=20, starts=3, seed=7)
+    fast = at.attention_word_sensitivity(
+        X, W, normalisation=norm, init=cands, steps=20, starts=3, seed=7
+    )
     for res in (gen, fast):
         assert_justified(res, phi, X, lower=lower, upper=upper, tol=2e-9 * max(lower.values()))
 
@@ -491,7 +493,7 @@ def test_entmax_refuses_inaccurate_alpha_and_is_finite_at_large_alpha(monkeypatc
     big = attention(X, W, normalisation="entmax", alpha=1e20)
     np.testing.assert_allclose(big, attention(X, W, normalisation="hardmax"), rtol=1e-12)
     S = at.attention_word_sensitivity(
-        X, W, kind=Normalisation("entmax", alpha=1e20), starts=1, steps=3
+        X, W, normalisation=Normalisation("entmax", alpha=1e20), starts=1, steps=3
     )
     assert math.isfinite(S.value)
     monkeypatch.setattr(ws.maps, "normalise_scores", lambda s, norm: s * math.nan)
@@ -506,7 +508,7 @@ def test_float32_search_keeps_every_certificate_in_float64(name):
     point (the certificate exactly, S as a search: loosely), and S ≥ the certificate."""
     from wsutils.experiments.normalisation import SEARCH_DTYPE, normalisation_point
 
-    p = dict(name=name, d=8, n=48, seed=4, rows=1, starts=2, steps=15)
+    p = dict(normalisation=name, d=8, n=48, seed=4, rows=1, starts=2, steps=15)
     r64, r32 = normalisation_point(**p), normalisation_point(**p, search_dtype="float32")
     assert r32["certified"] == r64["certified"] and r32["margin"] == r64["margin"]
     assert r32["certified"] <= r32["S"] * (1 + 1e-9)
@@ -561,11 +563,12 @@ def test_parse_is_the_one_way_in():
     with pytest.raises(TypeError, match="normalisation must be a name"):
         N.parse(3)
     # the parsers that read through it: the estimators, the flip experiment, the chapter's
-    from wsutils.estimators.attention import _normalisation
+    from wsutils.estimators.attention import certified_lower_bound
     from wsutils.experiments.normalisation import _norm
     from wsutils.generalization import flip_normalisation
 
-    assert _normalisation("raf") == _norm("softmax") == flip_normalisation("attention", "raf")
+    assert _norm("softmax") == flip_normalisation("attention", "raf")
     assert _norm("tempered") == N("softmax", beta=2.0)
-    with pytest.raises(ValueError, match="kind must be one of"):
-        _normalisation("softermax")
+    X, W = ws.sample_X(5, 4, seed=0), ws.sample_W(4, seed=1)
+    with pytest.raises(ValueError, match="normalisation must be one of"):
+        certified_lower_bound(X, W, 0, normalisation="softermax")

@@ -15,9 +15,10 @@
   other output row is a two-point mixture of cached quantities (``_FastObjective``),
   evaluated without cancellation for every score scale.
 
-``kind`` is ``"raf"`` (softmax), ``"relu"`` or, for every other row normalisation of the
-normalisation chapter (eq. :eq:`eq-general-attention`), a :class:`wsutils.maps.Normalisation`:
-the constructions, the certified bound and the fast estimator take any of them.
+``normalisation`` is anything :meth:`wsutils.maps.Normalisation.parse` reads: the paper's
+``"raf"`` (softmax) and ``"relu"``, any other row normalisation of the normalisation chapter
+(eq. :eq:`eq-general-attention`) by name, dict or :class:`wsutils.maps.Normalisation`: the
+constructions, the certified bound and the fast estimator take any of them.
 
 Every ``Δ`` returned lies in the ball exactly (:func:`wsutils.sensitivity.project_ball`) and
 every certified value is computed in float64 whatever the input's dtype.
@@ -57,7 +58,6 @@ from ..sensitivity import (
 from .relu import _orthogonal_points
 
 __all__ = [
-    "KINDS",
     "row_takeover",
     "key_takeover",
     "takeover_candidates",
@@ -67,8 +67,6 @@ __all__ = [
     "row_competition",
     "attention_word_sensitivity",
 ]
-
-KINDS = ("raf", "relu")
 
 
 def _prepare(X: Array, W: Array, device=None, check_norms: bool = False):
@@ -104,19 +102,6 @@ def _one_row(row, n: int) -> int:
     if len(rows) != 1:
         raise ValueError(f"row must be a single row index, got {rows}.")
     return rows[0]
-
-
-def _normalisation(kind) -> Normalisation:
-    """``kind``: ``"raf"`` (softmax, eq. :eq:`eq-raf`), ``"relu"`` (eq. :eq:`eq-relu-attention`)
-    or a :class:`wsutils.maps.Normalisation` (eq. :eq:`eq-general-attention`), read by
-    :meth:`wsutils.maps.Normalisation.parse` (which also takes its other names and dicts)."""
-    try:
-        return Normalisation.parse(kind)
-    except (TypeError, ValueError) as e:
-        raise ValueError(
-            f"kind must be one of {KINDS} (softmax or ReLU attention) or a "
-            f"wsutils.maps.Normalisation (any other normalisation), got {kind!r}: {e}"
-        ) from e
 
 
 def _kernel(norm: Normalisation):
@@ -257,9 +242,9 @@ def _orthogonal_cached(X64: torch.Tensor, W64: torch.Tensor, i: int):
 
 
 def certified_lower_bound(
-    X: Array, W: Array, row: int, *, kind: str | Normalisation = "raf"
+    X: Array, W: Array, row: int, *, normalisation: str | Normalisation = "raf"
 ) -> float:
-    """The best certificate the book proves for ``kind`` at word ``row``:
+    """The best certificate the book proves for ``normalisation`` at word ``row``:
     ``max_Δ ‖φ(X_row(Δ)) − φ(X)‖/‖φ(X)‖`` over every construction below, the
     row and key take-overs and their blends (:func:`takeover_candidates`,
     :prf:ref:`def-takeover`), the doubling ``Δ = x_row`` (:prf:ref:`prop-norm-double`) and,
@@ -267,8 +252,9 @@ def certified_lower_bound(
     :func:`wsutils.estimators.relu.relu_orthogonal_takeover`). Each is an explicit ``Δ`` in
     the ball, so the value is a certified lower bound on ``S_φ(X)``
     (:prf:ref:`def-word-sensitivity`), at least each construction's own relative change.
-    ``kind`` is ``"raf"`` (eq. :eq:`eq-raf`), ``"relu"`` (eq. :eq:`eq-relu-attention`) or a
-    :class:`wsutils.maps.Normalisation` (eq. :eq:`eq-general-attention`).
+    ``normalisation`` is ``"raf"`` (eq. :eq:`eq-raf`), ``"relu"``
+    (eq. :eq:`eq-relu-attention`) or any other of eq. :eq:`eq-general-attention`
+    (:meth:`wsutils.maps.Normalisation.parse`).
     Everything is computed in float64, whatever the dtype of ``X`` and ``W``.
 
     Returns
@@ -282,9 +268,9 @@ def certified_lower_bound(
         If ``X``/``W`` is complex or not numeric, or ``row`` is not an integer.
     ValueError
         If ``X`` is not one finite ``n × d`` text, ``W`` not a finite ``d × d`` matrix,
-        ``row`` is out of range, or ``kind`` unknown.
+        ``row`` is out of range, or ``normalisation`` unknown.
     """
-    norm = _normalisation(kind)
+    norm = Normalisation.parse(normalisation)
     fn = _kernel(norm)
     Xt, Wt, n, d = _prepare(X, W)
     i = _one_row(row, n)
@@ -463,7 +449,7 @@ class _FastObjective:
     stored as its own vector (``n × d``). Row ``i`` itself is recomputed from its ``n`` new scores.
     No ``(B, n, d)`` array is ever formed.
 
-    The other normalisations of eq. :eq:`eq-general-attention` (``kind`` a
+    The other normalisations of eq. :eq:`eq-general-attention` (a
     :class:`wsutils.maps.Normalisation`; the factor ``c_n`` is folded into ``W`` once):
 
     - softmax with ``β ≠ 1`` and scalable softmax: the softmax update above, on ``c_n·s``;
@@ -753,7 +739,7 @@ def attention_word_sensitivity(
     X: Array,
     W: Array,
     *,
-    kind: str | Normalisation = "raf",
+    normalisation: str | Normalisation = "raf",
     rows: int | Sequence[int] | None = None,
     starts: int = 8,
     steps: int = 200,
@@ -766,9 +752,9 @@ def attention_word_sensitivity(
     progress: bool = False,
     search_dtype: torch.dtype | str | None = None,
 ) -> SensitivityResult:
-    """Estimate ``S(X)`` for softmax (``kind="raf"``, eq. :eq:`eq-raf`), ReLU attention
-    (``kind="relu"``, eq. :eq:`eq-relu-attention`) or any normalisation of
-    eq. :eq:`eq-general-attention` (``kind`` a :class:`wsutils.maps.Normalisation`) with
+    """Estimate ``S(X)`` for softmax (``normalisation="raf"``, eq. :eq:`eq-raf`), ReLU
+    attention (``"relu"``, eq. :eq:`eq-relu-attention`) or any normalisation of
+    eq. :eq:`eq-general-attention` (a name, dict or :class:`wsutils.maps.Normalisation`) with
     weights ``W``.
 
     The search is exactly that of :func:`wsutils.sensitivity.word_sensitivity` (same starts
@@ -794,7 +780,7 @@ def attention_word_sensitivity(
         One text ``(n, d)``, real and finite.
     W
         The attention weights, ``d × d``.
-    kind, rows, starts, steps, seed, init, takeovers, lr, search_dtype
+    normalisation, rows, starts, steps, seed, init, takeovers, lr, search_dtype
         As above and as in :func:`wsutils.sensitivity.word_sensitivity`.
 
     Returns
@@ -814,7 +800,7 @@ def attention_word_sensitivity(
         undefined), ``init`` is neither ``(d,)`` nor ``(m, d)``, ``lr`` is NaN or not
         positive, or the other input checks of :func:`wsutils.sensitivity.search_setup` fail.
     """
-    norm = _normalisation(kind)  # the one parse of the map
+    norm = Normalisation.parse(normalisation)  # the one parse of the map
     fn = _kernel(norm)
     Xt, row_list, extra = search_setup(
         X, rows=rows, starts=starts, steps=steps, init=init, device=device

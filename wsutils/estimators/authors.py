@@ -40,16 +40,17 @@ __all__ = ["AuthorsRun", "authors_estimator", "authors_replica", "authors_map"]
 _PAPER_MAPS = (Normalisation("softmax"), Normalisation("relu"))
 
 
-def _paper_map(kind) -> Normalisation:
-    """``kind`` read by :meth:`wsutils.maps.Normalisation.parse`, softmax or ReLU attention."""
+def _paper_map(normalisation) -> Normalisation:
+    """``normalisation`` read by :meth:`wsutils.maps.Normalisation.parse`, softmax or ReLU
+    attention."""
     try:
-        norm = Normalisation.parse(kind)
+        norm = Normalisation.parse(normalisation)
     except (TypeError, ValueError):
         norm = None
     if norm not in _PAPER_MAPS:
         raise ValueError(
-            f"kind must be 'raf' or 'relu' (the maps the authors' search runs on here), "
-            f"got {kind!r}."
+            f"normalisation must be 'raf' or 'relu' (the maps the authors' search runs on "
+            f"here), got {normalisation!r}."
         )
     return norm
 
@@ -68,13 +69,13 @@ class AuthorsRun(NamedTuple):
     ratio: float
 
 
-def authors_map(X: Array, W: Array, *, kind: str = "raf") -> torch.Tensor:
-    """RAF (``kind="raf"``) or ReLU attention (``"relu"``) with the roundings of the authors'
-    ``utils.py``: their torch ``attention_softmax`` divides the scores by ``√d`` computed in
-    float32, their ``relu_attention_numpy`` (which gives the value they report) rounds the
-    scores to float32 before the ReLU and the row normalisation. Otherwise the same maps as
-    eq. :eq:`eq-raf` and :eq:`eq-relu-attention` (no value matrix), in float64."""
-    norm = _paper_map(kind)
+def authors_map(X: Array, W: Array, *, normalisation: str = "raf") -> torch.Tensor:
+    """RAF (``normalisation="raf"``) or ReLU attention (``"relu"``) with the roundings of the
+    authors' ``utils.py``: their torch ``attention_softmax`` divides the scores by ``√d``
+    computed in float32, their ``relu_attention_numpy`` (which gives the value they report)
+    rounds the scores to float32 before the ReLU and the row normalisation. Otherwise the same
+    maps as eq. :eq:`eq-raf` and :eq:`eq-relu-attention` (no value matrix), in float64."""
+    norm = _paper_map(normalisation)
     Xt = as_tensor(X, dtype=torch.float64)
     n, d = check_text(Xt)
     Wt = as_tensor(W, dtype=torch.float64)
@@ -88,8 +89,8 @@ def authors_map(X: Array, W: Array, *, kind: str = "raf") -> torch.Tensor:
     return (a / torch.where(mass > 0, mass, torch.ones_like(mass))).to(torch.float64) @ Xt
 
 
-def _setup(X: Array, W: Array, kind: str, seed, lr, steps):
-    norm = _paper_map(kind)
+def _setup(X: Array, W: Array, normalisation, seed, lr, steps):
+    norm = _paper_map(normalisation)
     Xt = as_tensor(X, dtype=torch.float64)
     n, d = check_text(Xt)
     if Xt.ndim != 2 or n < 2:
@@ -123,12 +124,18 @@ def _read_out(
 
 
 def authors_estimator(
-    X: Array, W: Array, *, seed: int, kind: str = "raf", lr: float = 10.0, steps: int | None = None
+    X: Array,
+    W: Array,
+    *,
+    seed: int,
+    normalisation: str = "raf",
+    lr: float = 10.0,
+    steps: int | None = None,
 ) -> AuthorsRun:
     """The authors' search (module docstring) with full forward passes of the map
     (eq. :eq:`eq-raf` or :eq:`eq-relu-attention`): ``50·n`` steps unless ``steps`` is given,
     ``ξ`` drawn from ``seed``."""
-    Xt, Wt, n, d, steps, lr, x0, norm = _setup(X, W, kind, seed, lr, steps)
+    Xt, Wt, n, d, steps, lr, x0, norm = _setup(X, W, normalisation, seed, lr, steps)
     fn = _map_fn(norm)
     phi = fn(Xt, Wt).reshape(-1)
     xt, rest = x0.clone(), Xt[1:]
@@ -141,12 +148,18 @@ def authors_estimator(
 
 
 def authors_replica(
-    X: Array, W: Array, *, seed: int, kind: str = "raf", lr: float = 10.0, steps: int | None = None
+    X: Array,
+    W: Array,
+    *,
+    seed: int,
+    normalisation: str = "raf",
+    lr: float = 10.0,
+    steps: int | None = None,
 ) -> AuthorsRun:
     """The iterates of :func:`authors_estimator` (same start, loss, steps, projection, last
     iterate), with the loss ``−(‖φ(X)‖/√(nd))·rel(Δ)`` evaluated in ``O(n·d)`` per step by the
     objective of :func:`wsutils.estimators.attention.attention_word_sensitivity`."""
-    Xt, Wt, n, d, steps, lr, x0, norm = _setup(X, W, kind, seed, lr, steps)
+    Xt, Wt, n, d, steps, lr, x0, norm = _setup(X, W, normalisation, seed, lr, steps)
     obj = _FastObjective(Xt, Wt, norm)
     scale = obj.base_norm / math.sqrt(n * d)
     xt, row = x0.clone(), torch.zeros(1, dtype=torch.long)

@@ -125,25 +125,28 @@ def scale(name: str | None = None) -> Scale:
     return config.pick(SCALES, name)
 
 
-def grid_points(kind: str) -> list[dict]:
-    """The points of the grid of :func:`scale` for ``kind`` (``"raf"`` or ``"relu"``), as
+def grid_points(normalisation: str) -> list[dict]:
+    """The points of the grid of :func:`scale` for ``normalisation`` (``"raf"`` or
+    ``"relu"``), as
     :func:`sensitivity_point` takes them: every ``(d, n)`` and seed index ``s``, with the text
     and weights of ``point_seed("attention", d, n, s)``, searched in the precision
-    :data:`SEARCH_DTYPE` gives ``kind``. The softmax chapter and the ReLU
+    :data:`SEARCH_DTYPE` gives ``normalisation``. The softmax chapter and the ReLU
     chapter both take their softmax grid from here: the same list of points, hence the same
     keys in a sweep store (:func:`wsutils.run.sweep.point_key`), so a store shared by the two
     computes it once."""
-    if kind not in SEARCH_DTYPE:
-        raise ValueError(f"kind must be one of {tuple(SEARCH_DTYPE)}, got {kind!r}.")
+    if normalisation not in SEARCH_DTYPE:
+        raise ValueError(
+            f"normalisation must be one of {tuple(SEARCH_DTYPE)}, got {normalisation!r}."
+        )
     g = scale()
     return [
         dict(
-            kind=kind,
+            normalisation=normalisation,
             d=d,
             n=n,
             seed=point_seed("attention", d, n, s),
             **g.search,
-            search_dtype=SEARCH_DTYPE[kind],
+            search_dtype=SEARCH_DTYPE[normalisation],
         )
         for d in g.ds
         for n in g.ns
@@ -152,7 +155,7 @@ def grid_points(kind: str) -> list[dict]:
 
 
 def sensitivity_point(
-    kind: str,
+    normalisation: str,
     d: int,
     n: int,
     seed: int,
@@ -162,7 +165,8 @@ def sensitivity_point(
     certificates: bool = True,
     search_dtype: str | None = None,
 ) -> dict:
-    """``S`` of softmax (``kind="raf"``) or ReLU (``"relu"``) attention at one text.
+    """``S`` of softmax (``normalisation="raf"``) or ReLU (``"relu"``) attention at one text
+    (or of any other normalisation :meth:`wsutils.maps.Normalisation.parse` reads by name).
 
     The estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) searches
     the first ``rows`` words from ``starts`` random starts plus the take-over constructions;
@@ -188,7 +192,7 @@ def sensitivity_point(
     res = attention_word_sensitivity(
         X,
         W,
-        kind=kind,
+        normalisation=normalisation,
         rows=searched,
         starts=starts,
         steps=steps,
@@ -205,8 +209,10 @@ def sensitivity_point(
     }
     if not certificates:
         return out
-    out["certified"] = max(certified_lower_bound(X, W, r, kind=kind) for r in searched)
-    if kind == "raf":
+    out["certified"] = max(
+        certified_lower_bound(X, W, r, normalisation=normalisation) for r in searched
+    )
+    if normalisation == "raf":
         c = takeover_certificate(X, W, 0)
         out.update(bound=c.bound, self_weight=c.self_weight, margin=c.margin, A_fro=c.A_fro)
     return out

@@ -309,7 +309,7 @@ def sensitivity_point(
         r = attention_word_sensitivity(
             X,
             sample_W(d, seed=seed),
-            kind=_KINDS[map],
+            normalisation=_KINDS[map],
             rows=picked,
             starts=starts,
             steps=steps,

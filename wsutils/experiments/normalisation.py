@@ -75,15 +75,15 @@ CHAPTER = {
 PHASE = ("softmax", "scalable", "sparsemax")
 
 
-def _norm(name) -> Normalisation:
+def _norm(normalisation) -> Normalisation:
     """A label of :data:`CHAPTER` (``"tempered"``: softmax with ``β = 2``), else anything
     :meth:`wsutils.maps.Normalisation.parse` reads."""
-    if isinstance(name, str) and name in CHAPTER:
-        return CHAPTER[name]
-    return Normalisation.parse(name)
+    if isinstance(normalisation, str) and normalisation in CHAPTER:
+        return CHAPTER[normalisation]
+    return Normalisation.parse(normalisation)
 
 
-def required_margin(name, n: int, eps: float = 0.0) -> float:
+def required_margin(normalisation, n: int, eps: float = 0.0) -> float:
     """The margin ``m = s_ii − max_{k≠i} s_ik`` (unscaled scores) that
     :prf:ref:`prop-norm-margin` proves sufficient for a self-weight ``a_ii ≥ 1 − ε``:
 
@@ -95,7 +95,7 @@ def required_margin(name, n: int, eps: float = 0.0) -> float:
 
     Sigmoid and ReLU attention have no margin condition (their self-weight depends on the other
     scores' sizes, not only on the gap): a ValueError."""
-    norm = _norm(name)
+    norm = _norm(normalisation)
     n = check_int("n", n, minimum=2)
     if norm.name in ("softmax", "scalable"):
         if not 0 < eps < 1:
@@ -110,13 +110,13 @@ def required_margin(name, n: int, eps: float = 0.0) -> float:
     raise ValueError(f"{norm.name} attention has no margin condition (see the chapter).")
 
 
-def row_margin(X, W, row: int, name) -> dict:
+def row_margin(X, W, row: int, normalisation) -> dict:
     """After the row take-over of word ``row``: its self-score ``s'_ii``, the margin
     ``m = s'_ii − max_{k≠i} s'_ik`` in its own row (unscaled scores), the largest other score,
-    its self-weight ``a'_ii`` under ``name`` and the largest weight of another key
+    its self-weight ``a'_ii`` under ``normalisation`` and the largest weight of another key
     ``others_weight`` (``0.0`` exactly when the row is one-hot). ``X``, ``W``: float64 tensors
     of a text and its weights (trusted)."""
-    norm = _norm(name)
+    norm = _norm(normalisation)
     i = row
     Delta = row_takeover(X, W, i)
     Xp = X.clone()
@@ -146,7 +146,7 @@ SEARCH_DTYPE = {name: "float32" for name in CHAPTER} | {"relu": None, "hardmax":
 DOUBLING = ("softmax", "tempered", "scalable", "sparsemax", "entmax", "hardmax")
 
 
-def doubling_bound(X, W, row: int, name) -> dict:
+def doubling_bound(X, W, row: int, normalisation) -> dict:
     """The lower bound :eq:`eq-norm-double` of :prf:ref:`prop-norm-double` on the relative
     change of the doubling ``Δ = x_row`` (``‖Δ‖ = √d``): ``√(Σ_{j≠row} (3ℓ_j − 2)_+² / n)``,
     ``ℓ_j`` the proposition's lower bound on key ``row``'s new weight in row ``j``, from its
@@ -156,7 +156,7 @@ def doubling_bound(X, W, row: int, name) -> dict:
     scalable softmax. Returns ``{"bound", "frac"}``, ``frac`` the fraction of rows with
     ``ℓ_j > 2/3``. ``X``, ``W``: float64 tensors (trusted); ``n ≥ 2``.
     """
-    norm = _norm(name)
+    norm = _norm(normalisation)
     if norm.name not in DOUBLING:
         raise ValueError(f"prop-norm-double covers {DOUBLING}, not {norm.name!r}.")
     n, i = X.shape[0], row
@@ -179,7 +179,7 @@ def doubling_bound(X, W, row: int, name) -> dict:
 
 
 def normalisation_point(
-    name: str,
+    normalisation: str,
     d: int,
     n: int,
     seed: int,
@@ -188,7 +188,7 @@ def normalisation_point(
     steps: int = 40,
     search_dtype: str | None = None,
 ) -> dict:
-    """``S`` of attention with normalisation ``name`` (:data:`CHAPTER`) at one synthetic text
+    """``S`` of attention with ``normalisation`` (a label of :data:`CHAPTER`) at one synthetic text
     (``X = sample_X(n, d, seed)``, ``W = sample_W(d, seed + 1)``, as in the attention
     chapters): the estimate ``S`` (fast estimator over the first ``rows`` words, random starts
     plus the take-over constructions), the certified lower bound ``certified`` (the best of
@@ -204,7 +204,7 @@ def normalisation_point(
     certificate are computed in float64 on the float64 text either way."""
     torch.set_num_threads(1)
     cpu0 = time.process_time()
-    norm = _norm(name)
+    norm = _norm(normalisation)
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
     searched = check_rows(list(range(check_int("rows", rows, minimum=1))), n)  # not fewer
     double = project_ball(X[:1].clone(), math.sqrt(d))[0]  # Δ = x_0, in the ball exactly
@@ -212,7 +212,7 @@ def normalisation_point(
     res = attention_word_sensitivity(
         X,
         W,
-        kind=norm,
+        normalisation=norm,
         rows=searched,
         starts=starts,
         steps=steps,
@@ -330,7 +330,7 @@ def _cosine_quantile(d: int, p: np.ndarray) -> np.ndarray:
     return np.where(p <= 0.5, tail(p), -tail(1 - p))
 
 
-def margin_interval(name, n: int, a_min: float) -> tuple[float, float]:
+def margin_interval(normalisation, n: int, a_min: float) -> tuple[float, float]:
     """``(necessary, sufficient)``: the margins ``m`` (unscaled scores) below which the
     self-weight cannot reach ``a_min`` and above which it must (:prf:ref:`prop-norm-margin`).
 
@@ -338,7 +338,7 @@ def margin_interval(name, n: int, a_min: float) -> tuple[float, float]:
     term alone) and ``a_i ≥ 1/(1 + (n−1)e^{−c m})``, so ``(log(a/(1−a))/c,
     (log(n−1) + log(a/(1−a)))/c)`` with ``a = a_min ∈ (0, 1)``; sparsemax and entmax, for the
     exactly one-hot row (``a_min = 1``): both ``1/β`` resp. ``1/((α−1)β)``."""
-    norm = _norm(name)
+    norm = _norm(normalisation)
     n = check_int("n", n, minimum=2)
     if norm.name in ("sparsemax", "entmax"):
         if a_min != 1:
@@ -405,12 +405,12 @@ class Scale:
         """The search's keyword arguments of :func:`normalisation_point`."""
         return dict(rows=self.search_rows, starts=self.search_starts, steps=self.search_steps)
 
-    def seeds(self, d: int, n: int, name: str | None = None) -> int:
-        """Seeds at grid point ``(d, n)`` for normalisation ``name``: ``seeds_fit`` at
-        ``d = d_fit`` and ``n < 4096``; at most 2 elsewhere (other widths: the figure only;
-        ``n = 4096``: the costliest points); 1 for 1.5-entmax at ``n ≥ 4096`` (about twice
-        the CPU time of the others there)."""
-        if name == "entmax" and n >= 4096:
+    def seeds(self, d: int, n: int, normalisation: str | None = None) -> int:
+        """Seeds at grid point ``(d, n)`` for ``normalisation`` (a label of :data:`CHAPTER`):
+        ``seeds_fit`` at ``d = d_fit`` and ``n < 4096``; at most 2 elsewhere (other widths:
+        the figure only; ``n = 4096``: the costliest points); 1 for 1.5-entmax at
+        ``n ≥ 4096`` (about twice the CPU time of the others there)."""
+        if normalisation == "entmax" and n >= 4096:
             return 1
         return self.seeds_fit if d == self.d_fit and n < 4096 else min(self.seeds_fit, 2)
 

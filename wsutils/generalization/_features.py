@@ -15,7 +15,6 @@ from ..checks import check_finite, check_int, check_seed
 from ..estimators.rf import rf_block_seed
 from ..maps import Normalisation, attention, flat
 from ..weights import gaussian, sample_X
-from ._common import GENERAL, MAPS, map_normalisation
 
 # ---------------------------------------------------------------------------------------------
 # Data and features
@@ -172,15 +171,6 @@ def _rf_rows(Xf, k, n, d, seed, row, block_rows, dtype, progress):
     return H, Vi
 
 
-def _attention_norm(kind: str, normalisation=None) -> Normalisation:
-    """The :class:`~wsutils.maps.Normalisation` of an attention ``kind`` (the public
-    functions' door): ``"raf"`` (softmax), ``"relu"`` (rownorm of ReLU) or ``GENERAL`` with
-    ``normalisation`` (``map_normalisation``)."""
-    if kind == "rf" or kind not in (*MAPS, GENERAL):
-        raise ValueError(f"kind must be 'raf', 'relu' or {GENERAL!r}, got {kind!r}.")
-    return map_normalisation(kind, normalisation)
-
-
 def _attention_fn(norm: Normalisation):
     """``φ(X, W)`` with the weights of ``norm`` (:func:`wsutils.maps.attention`: for softmax
     and ReLU attention the very floats of :func:`~wsutils.maps.raf` and
@@ -189,13 +179,13 @@ def _attention_fn(norm: Normalisation):
 
 
 def attention_features(
-    Xs: Array, W: Array, kind: str, *, chunk: int = 64, normalisation=None
+    Xs: Array, W: Array, normalisation: str | Normalisation, *, chunk: int = 64
 ) -> torch.Tensor:
-    """Flattened features ``flat(φ(X))`` of a batch of texts for ``kind`` ``"raf"``
-    (eq. :eq:`eq-raf`) or ``"relu"`` (eq. :eq:`eq-relu-attention`), or ``"attention"`` with
-    ``normalisation`` (eq. :eq:`eq-general-attention`, :func:`wsutils.maps.attention`), in
-    chunks of texts."""
-    norm = _attention_norm(kind, normalisation)
+    """Flattened features ``flat(φ(X))`` of a batch of texts for the attention map of
+    ``normalisation``: ``"raf"`` (eq. :eq:`eq-raf`), ``"relu"`` (eq. :eq:`eq-relu-attention`)
+    or any other name, dict or :class:`~wsutils.maps.Normalisation`
+    (eq. :eq:`eq-general-attention`, :func:`wsutils.maps.attention`), in chunks of texts."""
+    norm = Normalisation.parse(normalisation)
     X = as_tensor(Xs)
     return _attention_rows(X, None, as_tensor(W, dtype=X.dtype), norm, chunk)
 

@@ -15,7 +15,7 @@ from ..checks import check_finite, check_int, check_preactivations, check_real, 
 from ..maps import Normalisation, flat, normalise_scores
 from ..sensitivity import check_lr, cosine_ascent, init_starts, perturb, project_ball
 from ._common import GENERAL, LOSSES, MAPS
-from ._features import _attention_fn, _attention_norm
+from ._features import _attention_fn
 
 
 @dataclass
@@ -60,16 +60,16 @@ def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
 
 
 def attention_flip_model(
-    X: torch.Tensor, W: torch.Tensor, kind: str, row: int, *, normalisation=None
+    X: torch.Tensor, W: torch.Tensor, normalisation: str | Normalisation, row: int
 ) -> FlipModel:
-    """RAF (``kind="raf"``, eq. :eq:`eq-raf`), ReLU attention (``"relu"``,
-    eq. :eq:`eq-relu-attention`) or attention with a named normalisation (``"attention"`` with
-    ``normalisation``, eq. :eq:`eq-general-attention`; see :func:`flip_normalisation`) seen
+    """RAF (``normalisation="raf"``, eq. :eq:`eq-raf`), ReLU attention (``"relu"``,
+    eq. :eq:`eq-relu-attention`) or attention with any other normalisation (a name, dict or
+    :class:`~wsutils.maps.Normalisation`, eq. :eq:`eq-general-attention`) seen
     from word ``i = row``. Changing ``x_i`` changes only row ``i`` and column ``i`` of the
     scores ``S = XWXᵀ/√d``; with ``G = Θ X_Δᵀ`` (``Θ`` = ``w`` as an ``n × d`` matrix) the
     read-out is ``⟨A(Δ) X_Δ, Θ⟩ = Σ_rc A_rc G_rc``, ``A(Δ)`` the normalised scores
-    (:func:`wsutils.maps.normalise_scores` for ``"attention"``)."""
-    return _attention_flip_model(X, W, _attention_norm(kind, normalisation), row)
+    (:func:`wsutils.maps.normalise_scores`)."""
+    return _attention_flip_model(X, W, Normalisation.parse(normalisation), row)
 
 
 def _attention_flip_model(
