@@ -239,7 +239,7 @@ def test_float32_search_is_certified_on_the_float64_text(kind):
         steps=30,
         seed=2,
         takeovers=True,
-        search_dtype="float32",
+        dtype="float32",
     )
     r64 = at.attention_word_sensitivity(
         X, W, normalisation=kind, rows=[0, 5], starts=3, steps=30, seed=2, takeovers=True
@@ -260,11 +260,13 @@ def test_float32_search_is_certified_on_the_float64_text(kind):
         steps=30,
         seed=2,
         takeovers=True,
-        search_dtype="float64",
+        dtype="float64",
     )
     assert default.value == r64.value
-    with pytest.raises(ValueError, match="search_dtype"):
-        at.attention_word_sensitivity(X, W, search_dtype="float16")
+    with pytest.raises(ValueError, match="dtype must be None"):
+        at.attention_word_sensitivity(X, W, dtype="float16")
+    with pytest.raises(TypeError, match="unknown search setting"):
+        at.attention_word_sensitivity(X, W, search_dtype="float32")  # the old name
 
 
 @pytest.mark.parametrize("scale", ["quick", "paper"])

@@ -15,7 +15,6 @@ lower bounds on ``S`` that a reader can recompute.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -24,7 +23,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ._tensor import Array, as_tensor, row_norms
-from .checks import check_finite, check_int, check_real, check_seed, check_text, check_unit_rows
+from .checks import check_finite, check_int, check_real, check_text, check_unit_rows
+from .search import Search
 
 __all__ = [
     "BALL_DTYPES",
@@ -33,9 +33,9 @@ __all__ = [
     "ascend_and_certify",
     "ascend_rows",
     "certify",
-    "check_lr",
     "check_rows",
     "cosine_ascent",
+    "map_objective",
     "perturb",
     "project_ball",
     "relative_change",
@@ -322,31 +322,23 @@ def check_rows(rows, n: int) -> list[int]:
     return rows
 
 
-def check_lr(lr) -> float:
-    """The step size of a search: a finite positive real number."""
-    if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, numbers.Real):
-        raise TypeError(f"lr must be a real number, got {type(lr).__name__} {lr!r}.")
-    if not (math.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr must be a finite positive number, got lr={lr}.")
-    return float(lr)
-
-
 def search_setup(
     X: Array,
     *,
     rows,
-    starts: int,
-    steps: int,
+    starts: int | None = None,
+    steps: int | None = None,
     init: Array | None = None,
     check_norms: bool = True,
     device=None,
 ):
-    """Validate what every word-sensitivity estimator takes, once: a single text ``X``
-    (``n × d``, real, finite, rows of norm ``√d`` unless ``check_norms=False``), integers
-    ``starts ≥ 1`` and ``steps ≥ 0``, the rows to search (``None``: all; see ``check_rows``) and
-    extra starts ``init`` (a vector of length ``d`` or an ``m × d`` array, projected onto the
-    ball). Returns ``(X as a tensor in its search dtype, the list of rows, init as an m × d
-    tensor or None)``; the search dtype is ``X``'s if float32/float64, else float32
+    """Validate the text and rows every word-sensitivity estimator takes, once: a single text
+    ``X`` (``n × d``, real, finite, rows of norm ``√d`` unless ``check_norms=False``), the rows
+    to search (``None``: all; see ``check_rows``), extra starts ``init`` (a vector of length
+    ``d`` or an ``m × d`` array, projected onto the ball) and, where given (a search not made
+    by :class:`wsutils.search.Search`, which checks its own), integers ``starts ≥ 1`` and
+    ``steps ≥ 0``. Returns ``(X as a tensor in its search dtype, the list of rows, init as an
+    m × d tensor or None)``; the search dtype is ``X``'s if float32/float64, else float32
     (:func:`search_dtype`)."""
     Xt = as_tensor(X, device=device, name="X")
     n, d = check_text(Xt)
@@ -355,8 +347,10 @@ def search_setup(
     if check_norms:
         check_unit_rows(Xt)  # in X's own dtype: its rounding is allowed
     Xt = Xt.to(search_dtype(Xt.dtype))
-    check_int("starts", starts, minimum=1)
-    check_int("steps", steps, minimum=0)
+    if starts is not None:
+        check_int("starts", starts, minimum=1)
+    if steps is not None:
+        check_int("steps", steps, minimum=0)
     extra = None if init is None else init_starts(init, d, dtype=Xt.dtype, device=Xt.device)
     return Xt, check_rows(rows, n), extra
 
@@ -388,16 +382,12 @@ def word_sensitivity(
     X: Array,
     *,
     rows: int | Sequence[int] | None = None,
-    starts: int = 8,
-    steps: int = 200,
-    seed: int = 0,
     init: Array | None = None,
-    lr: float = 0.5,
+    search: Search | None = None,
     batched: bool = True,
-    max_batch_elements: int = 2**23,
     check_norms: bool = True,
     device=None,
-    progress: bool = False,
+    **settings,
 ) -> SensitivityResult:
     """Estimate ``S_φ(X)`` (:prf:ref:`def-word-sensitivity`) by projected gradient ascent.
 
@@ -412,8 +402,9 @@ def word_sensitivity(
     the result is the best over rows.
 
     ``phi`` maps a torch tensor ``(B, n, d)`` to ``(B, ...)``; set ``batched=False`` for a map
-    that only takes a single ``(n, d)`` text. The search runs in ``X``'s dtype (float32 for
-    half precision) and the final values in float64, so ``phi`` must accept both. ``X`` must
+    that only takes a single ``(n, d)`` text. The search runs in ``search.dtype`` (default:
+    ``X``'s dtype, float32 for half precision) and the final values in float64, so ``phi``
+    must accept both. ``X`` must
     have rows of norm ``√d`` (``check_norms=False`` skips that check). Same ``seed``, same
     result. A float16/float32 ``X`` is accepted: every returned ``Δ`` is float64 and every
     value the float64 relative change at that ``Δ`` (``per_row_Delta``).
@@ -424,9 +415,14 @@ def word_sensitivity(
         The map, batched ``(B, n, d) → (B, ...)`` (or one text with ``batched=False``).
     X
         One text ``(n, d)``, real and finite.
-    rows, starts, steps, seed, init, lr
-        As above: the rows searched, the random starts per row (``≥ 1``), the steps (``≥ 0``),
-        the seed of the starts, extra starts, the step size.
+    rows, init
+        As above: the rows searched and extra starts.
+    search
+        The search's settings (:class:`wsutils.search.Search`: starts per row, steps, step
+        size, seed, precision, batch size, progress); default ``Search()``.
+    **settings
+        Fields of :class:`~wsutils.search.Search` as keywords (``starts=4, steps=50``), which
+        replace those of ``search``.
 
     Returns
     -------
@@ -448,66 +444,30 @@ def word_sensitivity(
         NaN/inf at ``X``, a zero ``φ(X)``, or non-finite values at every iterate of a row
         (the search used to drop out and report ``value = −1.0``).
     """
+    search = Search.parse(search, **settings)
     Xt, row_list, extra = search_setup(
-        X, rows=rows, starts=starts, steps=steps, init=init, check_norms=check_norms, device=device
+        X, rows=rows, init=init, check_norms=check_norms, device=device
     )
-    seed, lr = check_seed(seed), check_lr(lr)
-    max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     phi_b = _batched(phi, batched)
-
+    work = search.work_dtype(Xt.dtype)
+    Xs = Xt.to(work)  # Xt itself in its own dtype
     with torch.no_grad():
-        base = phi(Xt)
+        base = phi(Xs)
     return ascend_and_certify(
-        _objective(phi_b, Xt, base),
+        map_objective(phi_b, Xs, base),
         phi_b,
-        Xt,
+        Xs,
         Xt,
         row_list,
-        starts=starts,
-        steps=steps,
-        seed=seed,
-        extra=extra,
-        lr=lr,
-        max_batch_elements=max_batch_elements,
-        progress=progress,
+        search,
+        extra=None if extra is None else extra.to(work),
     )
 
 
-def search_rows(
-    phi_b: Map,
-    Xt: torch.Tensor,
-    base: torch.Tensor,
-    row_list: list[int],
-    *,
-    starts: int,
-    steps: int,
-    seed: int,
-    extra,
-    lr: float,
-    max_batch_elements: int,
-    progress: bool = False,
-) -> dict[int, torch.Tensor]:
-    """The ascent of :func:`word_sensitivity` on checked inputs: ``phi_b`` (batched) at
-    ``Xt``, with ``base = φ(X)``; the relative change ``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` is
-    maximised for every row of ``row_list``; returns the best ``Δ`` of each row
-    (``ascend_rows``). A non-finite or zero ``φ(X)`` is a ValueError."""
-    return ascend_rows(
-        _objective(phi_b, Xt, base),
-        Xt,
-        row_list,
-        starts=starts,
-        steps=steps,
-        seed=seed,
-        extra=extra,
-        lr=lr,
-        max_batch_elements=max_batch_elements,
-        progress=progress,
-    )
-
-
-def _objective(phi_b: Map, Xt: torch.Tensor, base: torch.Tensor):
-    """The objective of :func:`ascend_rows` for the map ``phi_b`` at ``Xt``, ``base = φ(X)``:
-    the relative change through the full map. A non-finite or zero ``φ(X)`` is a ValueError."""
+def map_objective(phi_b: Map, Xt: torch.Tensor, base: torch.Tensor):
+    """The objective of :func:`ascend_rows` for the batched map ``phi_b`` at ``Xt``,
+    ``base = φ(X)``: the relative change ``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖`` through the full map
+    (:prf:ref:`def-word-sensitivity`). A non-finite or zero ``φ(X)`` is a ValueError."""
     if not bool(torch.isfinite(base).all()):
         raise ValueError(
             "φ(X) has non-finite entries (NaN or inf): the relative change is "
@@ -533,20 +493,15 @@ def ascend_and_certify(
     Xs: torch.Tensor,
     Xt: torch.Tensor,
     row_list: list[int],
+    search: Search,
     *,
-    starts: int,
-    steps: int,
-    seed: int,
-    extra: torch.Tensor | None,
-    lr: float,
-    max_batch_elements: int,
-    progress: bool = False,
+    extra: torch.Tensor | None = None,
 ) -> SensitivityResult:
-    """The tail every estimator shares: :func:`ascend_rows` with ``objective`` on the search
-    copy ``Xs`` of the text, then :func:`certify` of the iterates found, through the full map
-    ``phi_b`` at ``Xt`` in float64 (``Xs`` is ``Xt`` when the search runs in ``X``'s own
-    dtype). The result counts ``starts`` plus the rows of ``extra`` as its starts. Trusts its
-    caller as :func:`ascend_rows` does.
+    """The one search every estimator runs: :func:`ascend_rows` with ``objective`` on the
+    search copy ``Xs`` of the text, then :func:`certify` of the iterates found, through the
+    full map ``phi_b`` at ``Xt`` in float64 (``Xs`` is ``Xt`` when the search runs in ``X``'s
+    own dtype). The result counts ``search.starts`` plus the rows of ``extra`` as its starts.
+    Trusts its caller as :func:`ascend_rows` does.
 
     Returns
     -------
@@ -559,49 +514,29 @@ def ascend_and_certify(
         As :func:`ascend_rows` and :func:`certify`: every value of a row non-finite, or a
         non-finite or zero ``φ(X)``.
     """
-    found = ascend_rows(
-        objective,
-        Xs,
-        row_list,
-        starts=starts,
-        steps=steps,
-        seed=seed,
-        extra=extra,
-        lr=lr,
-        max_batch_elements=max_batch_elements,
-        progress=progress,
-    )
-    return certify(
-        phi_b,
-        Xt,
-        found,
-        starts=starts + (0 if extra is None else extra.shape[0]),
-        steps=steps,
-        seed=seed,
-        max_batch_elements=max_batch_elements,
-    )
+    found = ascend_rows(objective, Xs, row_list, search, extra=extra)
+    return certify(phi_b, Xt, found, search, extra_starts=0 if extra is None else extra.shape[0])
 
 
 def certify(
     phi_b: Map,
     Xt: torch.Tensor,
     found: dict[int, torch.Tensor],
+    search: Search,
     *,
-    starts: int,
-    steps: int,
-    seed: int,
-    max_batch_elements: int = 2**23,
+    extra_starts: int = 0,
 ) -> SensitivityResult:
     """The result of a search: for each row its best ``Δ`` (``found[row]``), cast to float64
     and projected onto the exact ball (a no-op unless the search dtype was coarser), and the
     float64 relative change there (``relative_changes``); ``value``/``row``/``Delta`` are the
-    best of them."""
+    best of them. The result records ``search``'s steps and seed and, as its starts,
+    ``search.starts + extra_starts``."""
     n, d = Xt.shape
     X64 = Xt.to(torch.float64)
     rows = list(found)
     D64 = project_ball(torch.stack([found[r] for r in rows]).to(torch.float64).cpu(), math.sqrt(d))
     vals, phi_norm = relative_changes(
-        phi_b, X64, rows, D64, max_batch_elements=max_batch_elements, with_base=True
+        phi_b, X64, rows, D64, max_batch_elements=search.max_batch_elements, with_base=True
     )
     vals = vals.cpu()
     per_row = {r: float(vals[j]) for j, r in enumerate(rows)}
@@ -612,9 +547,9 @@ def certify(
         row=rows[j],
         Delta=per_Delta[rows[j]],
         per_row=per_row,
-        starts=starts,
-        steps=steps,
-        seed=seed,
+        starts=search.starts + extra_starts,
+        steps=search.steps,
+        seed=search.seed,
         per_row_Delta=per_Delta,
         phi_norm=phi_norm,
     )
@@ -681,23 +616,20 @@ def ascend_rows(
     objective,
     Xt: torch.Tensor,
     row_list: list[int],
+    search: Search,
     *,
-    starts: int,
-    steps: int,
-    seed: int,
-    extra: torch.Tensor | None,
-    lr: float,
-    max_batch_elements: int,
-    progress: bool,
+    extra: torch.Tensor | None = None,
 ) -> dict[int, torch.Tensor]:
     """The projected gradient ascent shared by :func:`word_sensitivity`, the fast attention
     estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) and the
     trained heads (:mod:`wsutils.trained`), for every row of ``row_list``: ``objective(chunk)``
     returns a function ``values(row_idx, Delta) -> (B,)`` of relative changes for the rows of
-    ``chunk``, maximised by :func:`cosine_ascent` from ``starts`` seeded starts
-    (:func:`sphere_starts`) plus ``extra``. Same seed, same starts and same steps whichever
-    objective is used. Trusts its caller: ``Xt``, ``row_list`` and ``extra`` as
-    :func:`search_setup` returns them, ``seed`` and ``lr`` checked (:func:`check_lr`).
+    ``chunk``, maximised by :func:`cosine_ascent` from ``search.starts`` starts seeded by
+    ``search.seed`` (:func:`sphere_starts`) plus ``extra``, ``search.steps`` steps of size
+    ``search.lr``, at most ``search.max_batch_elements`` entries a step. Same seed, same starts
+    and same steps whichever objective is used. Trusts its caller: ``Xt``, ``row_list`` and
+    ``extra`` as :func:`search_setup` returns them, ``search`` a checked
+    :class:`~wsutils.search.Search`.
 
     Returns
     -------
@@ -711,13 +643,13 @@ def ascend_rows(
         If every value of a row was NaN or infinite.
     """
     n, d = Xt.shape
-    radius = math.sqrt(d)
+    radius, starts = math.sqrt(d), search.starts
     S = starts + (0 if extra is None else extra.shape[0])
-    g = torch.Generator().manual_seed(int(seed))
-    rows_per_chunk = max(1, max_batch_elements // (S * n * d))
+    g = torch.Generator().manual_seed(search.seed)
+    rows_per_chunk = max(1, search.max_batch_elements // (S * n * d))
     chunks = [row_list[j : j + rows_per_chunk] for j in range(0, len(row_list), rows_per_chunk)]
     found: dict[int, torch.Tensor] = {}
-    for chunk in tqdm(chunks, desc="word sensitivity", disable=not progress, leave=False):
+    for chunk in tqdm(chunks, desc="word sensitivity", disable=not search.progress, leave=False):
         R = len(chunk)
         xi = sphere_starts(torch.randn(R, starts, d, generator=g, dtype=torch.float64), radius)
         Delta = xi.to(device=Xt.device, dtype=Xt.dtype)
@@ -727,7 +659,12 @@ def ascend_rows(
         row_idx = torch.tensor(chunk, device=Xt.device).repeat_interleave(S)
         values = objective(chunk)
         best_val, best_Delta = cosine_ascent(
-            lambda D: values(row_idx, D), Delta, radius, steps=steps, lr=lr, exact_result=False
+            lambda D: values(row_idx, D),
+            Delta,
+            radius,
+            steps=search.steps,
+            lr=search.lr,
+            exact_result=False,
         )
         vals = best_val.reshape(R, S).cpu()
         lost = [r for j, r in enumerate(chunk) if not bool(torch.isfinite(vals[j]).any())]

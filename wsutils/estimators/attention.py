@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
 
 from .._tensor import Array, as_tensor, like, pow2_above
-from ..checks import check_int, check_seed, check_shape, check_text, check_unit_rows
+from ..checks import check_shape, check_text, check_unit_rows
 from ..maps import (
     Normalisation,
     attention_scores,
@@ -43,12 +43,12 @@ from ..maps import (
     softmax_attention,
     sparsemax_threshold,
 )
+from ..search import Search
 from ..sensitivity import (
     SensitivityResult,
     ascend_and_certify,
     ascend_rows,
     certify,
-    check_lr,
     check_rows,
     project_ball,
     relative_changes,
@@ -717,40 +717,17 @@ class _FastObjective:
         return torch.sqrt(sq.sum(-1)) / self.base_norm
 
 
-_PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
-
-
-def _search_precision(value, default: torch.dtype) -> torch.dtype:
-    """``search_dtype`` of :func:`attention_word_sensitivity` as a torch dtype: ``None`` is
-    ``default``; float32/float64 as a dtype or its name; anything else a ValueError."""
-    if value is None:
-        return default
-    if value in _PRECISIONS.values():
-        return value
-    if isinstance(value, str) and value.strip().lower().removeprefix("torch.") in _PRECISIONS:
-        return _PRECISIONS[value.strip().lower().removeprefix("torch.")]
-    raise ValueError(
-        f"search_dtype must be None, torch.float32, torch.float64, 'float32' or "
-        f"'float64', got {value!r}."
-    )
-
-
 def attention_word_sensitivity(
     X: Array,
     W: Array,
     *,
     normalisation: str | Normalisation = "raf",
     rows: int | Sequence[int] | None = None,
-    starts: int = 8,
-    steps: int = 200,
-    seed: int = 0,
     init: Array | None = None,
     takeovers: bool = False,
-    lr: float = 0.5,
-    max_batch_elements: int = 2**23,
+    search: Search | None = None,
     device=None,
-    progress: bool = False,
-    search_dtype: torch.dtype | str | None = None,
+    **settings,
 ) -> SensitivityResult:
     """Estimate ``S(X)`` for softmax (``normalisation="raf"``, eq. :eq:`eq-raf`), ReLU
     attention (``"relu"``, eq. :eq:`eq-relu-attention`) or any normalisation of
@@ -767,7 +744,7 @@ def attention_word_sensitivity(
     returned ``Delta``/``per_row_Delta``, with the caller's ``W`` (exactly; the search alone
     uses ``W`` in ``X``'s dtype).
 
-    ``search_dtype`` (``torch.float32``/``"float32"`` or ``torch.float64``/``"float64"``)
+    ``search.dtype`` (``"float32"`` or ``"float64"``, :class:`wsutils.search.Search`)
     runs the search (the fast objective, the starts, the steps) in that precision on ``X``
     and ``W`` rounded to it; ``None`` (default) searches in ``X``'s own search dtype. The
     search only proposes ``Δ``: every reported value is the float64 relative change at the
@@ -780,8 +757,11 @@ def attention_word_sensitivity(
         One text ``(n, d)``, real and finite.
     W
         The attention weights, ``d × d``.
-    normalisation, rows, starts, steps, seed, init, takeovers, lr, search_dtype
+    normalisation, rows, init, takeovers
         As above and as in :func:`wsutils.sensitivity.word_sensitivity`.
+    search, **settings
+        The search's settings (:class:`wsutils.search.Search`, default ``Search()``), its
+        fields as keywords replacing those of ``search``.
 
     Returns
     -------
@@ -801,14 +781,11 @@ def attention_word_sensitivity(
         positive, or the other input checks of :func:`wsutils.sensitivity.search_setup` fail.
     """
     norm = Normalisation.parse(normalisation)  # the one parse of the map
+    search = Search.parse(search, **settings)  # the one parse of the search
     fn = _kernel(norm)
-    Xt, row_list, extra = search_setup(
-        X, rows=rows, starts=starts, steps=steps, init=init, device=device
-    )
+    Xt, row_list, extra = search_setup(X, rows=rows, init=init, device=device)
     Wt, W64 = _weights(W, Xt), _weights64(W, Xt)  # the search's copy; the caller's W
-    seed, lr = check_seed(seed), check_lr(lr)
-    max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
-    work = _search_precision(search_dtype, Xt.dtype)
+    work = search.work_dtype(Xt.dtype)
     Xs, Ws = Xt.to(work), Wt.to(work)  # what the search sees
     if extra is not None:
         extra = extra.to(work)
@@ -824,48 +801,16 @@ def attention_word_sensitivity(
     def objective(chunk: list[int]):
         return obj
 
-    if takeovers:
-        S = starts + (0 if extra is None else extra.shape[0])
+    if takeovers:  # each row its own constructions as extra starts, its own seed
         found, most = {}, 0
         for r in row_list:
             cands = _constructions(Xt, W64, r, norm).to(work)
             most = max(most, cands.shape[0])
             init_r = cands if extra is None else torch.cat([extra, cands])
-            found.update(
-                ascend_rows(
-                    objective,
-                    Xs,
-                    [r],
-                    starts=starts,
-                    steps=steps,
-                    seed=(seed + r) % 2**63,
-                    extra=init_r,
-                    lr=lr,
-                    max_batch_elements=max_batch_elements,
-                    progress=False,
-                )
-            )
-        S += most  # the constructions of the row that has the most
-        return certify(
-            lambda Z: fn(Z, W64),
-            Xt,
-            found,
-            starts=S,
-            steps=steps,
-            seed=seed,
-            max_batch_elements=max_batch_elements,
-        )
+            row_search = replace(search, seed=(search.seed + r) % 2**63, progress=False)
+            found.update(ascend_rows(objective, Xs, [r], row_search, extra=init_r))
+        extra_starts = (0 if extra is None else extra.shape[0]) + most
+        return certify(lambda Z: fn(Z, W64), Xt, found, search, extra_starts=extra_starts)
     return ascend_and_certify(
-        objective,
-        lambda Z: fn(Z, W64),
-        Xs,
-        Xt,
-        row_list,
-        starts=starts,
-        steps=steps,
-        seed=seed,
-        extra=extra,
-        lr=lr,
-        max_batch_elements=max_batch_elements,
-        progress=progress,
+        objective, lambda Z: fn(Z, W64), Xs, Xt, row_list, search, extra=extra
     )

@@ -198,7 +198,7 @@ def sensitivity_point(
         steps=steps,
         seed=seed,
         takeovers=True,
-        search_dtype=search_dtype,
+        dtype=search_dtype,
     )
     elapsed = time.perf_counter() - t0
     out = {

@@ -314,7 +314,7 @@ def sensitivity_point(
             starts=starts,
             steps=steps,
             seed=seed,
-            search_dtype=search_dtype,
+            dtype=search_dtype,
         )
     return {
         "S": r.value,

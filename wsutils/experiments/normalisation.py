@@ -219,7 +219,7 @@ def normalisation_point(
         seed=seed,
         takeovers=True,
         init=double,
-        search_dtype=search_dtype,
+        dtype=search_dtype,
     )
     elapsed = time.perf_counter() - t0
     # the certificate: the row and the key take-over of each searched word, and the doubling

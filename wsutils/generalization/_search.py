@@ -13,7 +13,8 @@ import torch
 from .._tensor import as_tensor
 from ..checks import check_finite, check_int, check_preactivations, check_real, check_seed
 from ..maps import Normalisation, flat, normalise_scores
-from ..sensitivity import check_lr, cosine_ascent, init_starts, perturb, project_ball
+from ..search import check_lr
+from ..sensitivity import cosine_ascent, init_starts, perturb, project_ball
 from ._common import GENERAL, LOSSES, MAPS
 from ._features import _attention_fn
 

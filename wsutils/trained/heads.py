@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -14,9 +14,10 @@ import torch
 
 from .._tensor import Array
 from ..checks import check_int, check_seed
-from ..sensitivity import SensitivityResult, ascend_rows, certify, check_lr, search_setup
+from ..search import Search
+from ..sensitivity import SensitivityResult, ascend_and_certify, ascend_rows, certify, search_setup
 from ._common import Map, _encoder, _layer_index
-from .own_norm import _to_x, own_norm_problem
+from .own_norm import OWN_NORM_SEARCH, _to_x, own_norm_problem
 
 
 @dataclass(frozen=True)
@@ -153,55 +154,39 @@ class _HeadObjective:
         return torch.linalg.vector_norm(diff, dim=1) / self.base_norm
 
 
+#: The search of all the heads of a layer at once (:func:`heads_word_sensitivity`) by default.
+HEADS_SEARCH = Search(starts=2, steps=20, dtype="float32")
+
+
 def head_word_sensitivity(
     head: Head,
     X: Array,
     *,
     rows=None,
-    starts: int = 4,
-    steps: int = 50,
-    seed: int = 0,
-    lr: float = 0.5,
-    dtype: torch.dtype = torch.float32,
-    max_batch_elements: int = 2**23,
+    search: Search = OWN_NORM_SEARCH,
     device=None,
+    **settings,
 ) -> SensitivityResult:
     """``S^own`` (:prf:ref:`def-own-norm-ws`) of one head (:func:`head_map`) at ``X``: the
     search of :func:`wsutils.sensitivity.word_sensitivity` (same starts from ``seed``, same
     steps, best iterate kept; so the same answer as :func:`own_norm_word_sensitivity` up to
     rounding), with ``q_i, k_i, v_i`` updated in place of recomputing ``X W_Q`` … for every
     start and step. Every reported value is recomputed with :func:`head_map` in float64;
-    ``Delta`` is in the coordinates of ``X``."""
+    ``Delta`` is in the coordinates of ``X``. ``search`` (default
+    ``OWN_NORM_SEARCH``, float32)
+    and ``settings`` (its fields as keywords) as in
+    :func:`wsutils.sensitivity.word_sensitivity`."""
+    search = Search.parse(search, **settings)
     Z, phi_Z, r = own_norm_problem(head_map(head), X, device=device)
     _check_width(Z, [head])
     Zs, row_list, _ = search_setup(
-        Z.to(dtype), rows=rows, starts=starts, steps=steps, check_norms=False, device=device
+        Z.to(search.work_dtype(Z.dtype)), rows=rows, check_norms=False, device=device
     )
-    seed, lr = check_seed(seed), check_lr(lr)
     obj = _HeadObjective(head, (Zs * r.to(Zs)), r.to(Zs))
     if not obj.base_norm > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and head.")
-    found = ascend_rows(
-        lambda chunk: obj,
-        Zs,
-        row_list,
-        starts=starts,
-        steps=steps,
-        seed=seed,
-        extra=None,
-        lr=lr,
-        max_batch_elements=max_batch_elements,
-        progress=False,
-    )
-    res = certify(
-        phi_Z,
-        Z.to(Zs.device),
-        found,
-        starts=starts,
-        steps=steps,
-        seed=seed,
-        max_batch_elements=max_batch_elements,
-    )  # at X itself, in float64
+    # searched on the rounded copy Zs, certified at X itself in float64
+    res = ascend_and_certify(lambda chunk: obj, phi_Z, Zs, Z.to(Zs.device), row_list, search)
     return _to_x(res, r)
 
 
@@ -242,18 +227,16 @@ def heads_word_sensitivity(
     X: Array,
     *,
     rows=None,
-    starts: int = 2,
-    steps: int = 20,
-    seed: int = 0,
-    lr: float = 0.5,
-    dtype: torch.dtype = torch.float32,
-    max_batch_elements: int = 2**23,
+    search: Search = HEADS_SEARCH,
     device=None,
+    **settings,
 ) -> np.ndarray:
     """``S^own`` (:prf:ref:`def-own-norm-ws`) of several heads at the same ``X``, one value
     per head: the search of :func:`head_word_sensitivity` (same starts, steps and step sizes)
     for all the heads in one batch (so its random starts differ from separate calls), every
-    value recomputed with :func:`head_map` in float64 at the best ``Δ`` of each head."""
+    value recomputed with :func:`head_map` in float64 at the best ``Δ`` of each head.
+    ``search`` default ``HEADS_SEARCH``."""
+    search = Search.parse(search, **settings)
     heads = list(heads)
     if not heads:
         raise ValueError("heads is empty: pass at least one Head.")
@@ -261,36 +244,16 @@ def heads_word_sensitivity(
     _check_width(Z, heads)
     n = Z.shape[0]
     Zs, row_list, _ = search_setup(
-        Z.to(dtype), rows=rows, starts=starts, steps=steps, check_norms=False, device=device
+        Z.to(search.work_dtype(Z.dtype)), rows=rows, check_norms=False, device=device
     )
-    seed, lr = check_seed(seed), check_lr(lr)
     obj = _HeadsObjective(heads, Zs * r.to(Zs), r.to(Zs))
     dummy = Zs.expand(len(heads), -1, -1).reshape(len(heads) * n, -1)  # index h·n + i
     idx = [h * n + i for h in range(len(heads)) for i in row_list]
-    found = ascend_rows(
-        lambda chunk: obj,
-        dummy,
-        idx,
-        starts=starts,
-        steps=steps,
-        seed=seed,
-        extra=None,
-        lr=lr,
-        max_batch_elements=max_batch_elements,
-        progress=False,
-    )
+    found = ascend_rows(lambda chunk: obj, dummy, idx, replace(search, progress=False))
     out = np.empty(len(heads))
     for h, head in enumerate(heads):
         _, phi_Z, _ = own_norm_problem(head_map(head), X, device=device)
-        res = certify(
-            phi_Z,
-            Z.to(Zs.device),
-            {i: found[h * n + i] for i in row_list},
-            starts=starts,
-            steps=steps,
-            seed=seed,
-            max_batch_elements=max_batch_elements,
-        )
+        res = certify(phi_Z, Z.to(Zs.device), {i: found[h * n + i] for i in row_list}, search)
         out[h] = res.value
     return out
 

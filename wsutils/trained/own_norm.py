@@ -9,9 +9,14 @@ import math
 import torch
 
 from .._tensor import Array, as_tensor
-from ..checks import check_int, check_seed
-from ..sensitivity import SensitivityResult, certify, check_lr, search_rows, search_setup
+from ..search import Search
+from ..sensitivity import SensitivityResult, ascend_and_certify, map_objective, search_setup
 from ._common import Map
+
+#: The default search of :func:`own_norm_word_sensitivity` and of one trained head
+#: (:func:`wsutils.trained.heads.head_word_sensitivity`): 4 starts, 50 steps, in float32
+#: (every value certified in float64).
+OWN_NORM_SEARCH = Search(starts=4, steps=50, dtype="float32")
 
 
 def own_norm_problem(phi: Map, X: Array, *, device=None):
@@ -50,29 +55,25 @@ def own_norm_word_sensitivity(
     X: Array,
     *,
     rows=None,
-    starts: int = 4,
-    steps: int = 50,
-    seed: int = 0,
-    lr: float = 0.5,
-    dtype: torch.dtype = torch.float32,
+    search: Search = OWN_NORM_SEARCH,
     device=None,
-    max_batch_elements: int = 2**23,
+    **settings,
 ) -> SensitivityResult:
     """``Ŝ^own_φ(X)``, a certified lower bound on ``S^own_φ(X)`` (:prf:ref:`def-own-norm-ws`):
     the search of :func:`wsutils.sensitivity.word_sensitivity` (same starts from ``seed``,
-    same steps and step sizes) on :func:`own_norm_problem`, run in ``dtype``; the best iterate
+    same steps and step sizes) on :func:`own_norm_problem`, run in ``search.dtype`` (default
+    ``OWN_NORM_SEARCH``, float32; ``settings``: its fields as keywords); the best iterate
     of every row is then projected onto the exact ball in float64 and its relative change
     recomputed in float64 at ``X`` itself (:func:`wsutils.sensitivity.certify` on ``Z`` in
     float64, not on ``Z`` rounded to ``dtype``), so every reported value is attained by the
     returned ``Δ`` at the given ``X``, up to float64 rounding. ``Delta``/``per_row_Delta``
     are returned in the coordinates of ``X`` (``‖Δ‖ ≤ ‖x_i‖`` up to the rounding of one
     multiplication)."""
+    search = Search.parse(search, **settings)
     Z, phi_Z, r = own_norm_problem(phi, X, device=device)
     Zs, row_list, _ = search_setup(
-        Z.to(dtype), rows=rows, starts=starts, steps=steps, check_norms=False, device=device
+        Z.to(search.work_dtype(Z.dtype)), rows=rows, check_norms=False, device=device
     )
-    seed, lr = check_seed(seed), check_lr(lr)
-    max_batch_elements = check_int("max_batch_elements", max_batch_elements, minimum=1)
     with torch.no_grad():
         try:
             base = phi_Z(Zs[None])[0]
@@ -81,25 +82,7 @@ def own_norm_word_sensitivity(
                 f"phi cannot be applied to X of shape {tuple(Z.shape)}: {e}. X must have the "
                 "width the map takes (the model's hidden size for its layers)."
             ) from e
-    found = search_rows(
-        phi_Z,
-        Zs,
-        base,
-        row_list,
-        starts=starts,
-        steps=steps,
-        seed=seed,
-        extra=None,
-        lr=lr,
-        max_batch_elements=max_batch_elements,
-    )
-    res = certify(
-        phi_Z,
-        Z.to(Zs.device),
-        found,
-        starts=starts,
-        steps=steps,
-        seed=seed,
-        max_batch_elements=max_batch_elements,
-    )  # at X itself, in float64
+    # searched on the rounded copy Zs, certified at X itself in float64
+    objective = map_objective(phi_Z, Zs, base)
+    res = ascend_and_certify(objective, phi_Z, Zs, Z.to(Zs.device), row_list, search)
     return _to_x(res, r)
