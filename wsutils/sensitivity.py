@@ -15,7 +15,7 @@ lower bounds on ``S`` that a reader can recompute.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -496,12 +496,18 @@ def ascend_and_certify(
     search: Search,
     *,
     extra: torch.Tensor | None = None,
+    row_starts: Callable[[int], torch.Tensor] | None = None,
 ) -> SensitivityResult:
     """The one search every estimator runs: :func:`ascend_rows` with ``objective`` on the
     search copy ``Xs`` of the text, then :func:`certify` of the iterates found, through the
     full map ``phi_b`` at ``Xt`` in float64 (``Xs`` is ``Xt`` when the search runs in ``X``'s
     own dtype). The result counts ``search.starts`` plus the rows of ``extra`` as its starts.
     Trusts its caller as :func:`ascend_rows` does.
+
+    ``row_starts``: a function ``row ↦ (m_row × d)`` of starts for that row alone (such as the
+    take-over constructions of the row, in ``Xs``'s dtype), added after ``extra``; each row is
+    then searched on its own, its starts seeded by ``(search.seed + row) mod 2**63``, and the
+    result counts the most of them any row had.
 
     Returns
     -------
@@ -514,8 +520,18 @@ def ascend_and_certify(
         As :func:`ascend_rows` and :func:`certify`: every value of a row non-finite, or a
         non-finite or zero ``φ(X)``.
     """
-    found = ascend_rows(objective, Xs, row_list, search, extra=extra)
-    return certify(phi_b, Xt, found, search, extra_starts=0 if extra is None else extra.shape[0])
+    shared = 0 if extra is None else extra.shape[0]
+    if row_starts is None:
+        found = ascend_rows(objective, Xs, row_list, search, extra=extra)
+        return certify(phi_b, Xt, found, search, extra_starts=shared)
+    found, most = {}, 0
+    for r in row_list:
+        own = row_starts(r)
+        most = max(most, own.shape[0])
+        starts_r = own if extra is None else torch.cat([extra, own])
+        search_r = replace(search, seed=(search.seed + r) % 2**63, progress=False)
+        found.update(ascend_rows(objective, Xs, [r], search_r, extra=starts_r))
+    return certify(phi_b, Xt, found, search, extra_starts=shared + most)
 
 
 def certify(

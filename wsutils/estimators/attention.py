@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -47,8 +47,6 @@ from ..search import Search
 from ..sensitivity import (
     SensitivityResult,
     ascend_and_certify,
-    ascend_rows,
-    certify,
     check_rows,
     project_ball,
     relative_changes,
@@ -801,16 +799,16 @@ def attention_word_sensitivity(
     def objective(chunk: list[int]):
         return obj
 
-    if takeovers:  # each row its own constructions as extra starts, its own seed
-        found, most = {}, 0
-        for r in row_list:
-            cands = _constructions(Xt, W64, r, norm).to(work)
-            most = max(most, cands.shape[0])
-            init_r = cands if extra is None else torch.cat([extra, cands])
-            row_search = replace(search, seed=(search.seed + r) % 2**63, progress=False)
-            found.update(ascend_rows(objective, Xs, [r], row_search, extra=init_r))
-        extra_starts = (0 if extra is None else extra.shape[0]) + most
-        return certify(lambda Z: fn(Z, W64), Xt, found, search, extra_starts=extra_starts)
+    def constructions(r: int) -> torch.Tensor:  # each row's own take-overs as its starts
+        return _constructions(Xt, W64, r, norm).to(work)
+
     return ascend_and_certify(
-        objective, lambda Z: fn(Z, W64), Xs, Xt, row_list, search, extra=extra
+        objective,
+        lambda Z: fn(Z, W64),
+        Xs,
+        Xt,
+        row_list,
+        search,
+        extra=extra,
+        row_starts=constructions if takeovers else None,
     )
