@@ -124,13 +124,7 @@ def _read_out(
 
 
 def authors_estimator(
-    X: Array,
-    W: Array,
-    *,
-    seed: int,
-    normalisation: str = "raf",
-    lr: float = 10.0,
-    steps: int | None = None,
+    X: Array, W: Array, *, seed: int, normalisation="raf", lr: float = 10.0, steps=None
 ) -> AuthorsRun:
     """The authors' search (module docstring) with full forward passes of the map
     (eq. :eq:`eq-raf` or :eq:`eq-relu-attention`): ``50·n`` steps unless ``steps`` is given,
@@ -148,13 +142,7 @@ def authors_estimator(
 
 
 def authors_replica(
-    X: Array,
-    W: Array,
-    *,
-    seed: int,
-    normalisation: str = "raf",
-    lr: float = 10.0,
-    steps: int | None = None,
+    X: Array, W: Array, *, seed: int, normalisation="raf", lr: float = 10.0, steps=None
 ) -> AuthorsRun:
     """The iterates of :func:`authors_estimator` (same start, loss, steps, projection, last
     iterate), with the loss ``−(‖φ(X)‖/√(nd))·rel(Δ)`` evaluated in ``O(n·d)`` per step by the
