@@ -111,6 +111,6 @@ class Search:
         return dataclasses.replace(search, **fields) if fields else search
 
     def work_dtype(self, default: torch.dtype) -> torch.dtype:
-        """The torch dtype the search runs in: :attr:`dtype`, or ``default`` (the text's
+        """The torch dtype the search runs in: ``dtype``, or ``default`` (the text's
         own search dtype) when it is ``None``."""
         return default if self.dtype is None else PRECISIONS[self.dtype]
