@@ -41,11 +41,8 @@ import time
 
 import torch
 
-from wsutils.estimators.attention import (
-    attention_word_sensitivity,
-    certified_lower_bound,
-    takeover_certificate,
-)
+from wsutils.estimators.attention import attention_word_sensitivity
+from wsutils.estimators.takeover import certified_lower_bound, takeover_certificate
 from wsutils.experiments.attention import SEARCH_DTYPE, rf_point, sensitivity_point, takeover_point
 from wsutils.maps import raf, relu_attention
 from wsutils.run.device import describe_device

@@ -21,6 +21,7 @@ import torch
 
 import wsutils as ws
 import wsutils.estimators.attention as at
+import wsutils.estimators.takeover as tk
 from wsutils.estimators.relu import (
     relu_certified_upper,
     relu_upper_bound,
@@ -41,20 +42,20 @@ def _cpu(fn):
 
 def main(argv=None) -> None:
     torch.set_num_threads(1)
-    current = at._constructions
-    former = lambda Xt, Wt, i, kind: at._takeover_candidates(Xt, Wt, i)  # noqa: E731
+    current = tk.constructions
+    former = lambda Xt, Wt, i, norm: tk._takeover_candidates(Xt, Wt, i)  # noqa: E731
     print("item 14: sensitivity_point('relu'), paper SEARCH; CPU s, S, certified")
     for d, n in ((768, 50), (768, 250)):
         seed = point_seed("attention", d, n, 0)
         for name, f in (("former", former), ("current", current)) * 2:
-            at._constructions = f
-            at._ORTHO_CACHE.clear()
+            at.constructions = tk.constructions = f  # the estimator's starts and the bound
+            tk._ORTHO_CACHE.clear()
             t, r = _cpu(lambda: sensitivity_point("relu", d, n, seed, **PAPER_SEARCH))
             print(
                 f"  d={d} n={n} {name:>7}: {t:6.2f} s  S={r['S']:.4f}  "
                 f"certified={r['certified']:.4f}"
             )
-    at._constructions = current
+    at.constructions = tk.constructions = current
     print("item 2: the upper certificate over every word at the far n (d = 192)")
     for n in (1000, 4000):
         seed = point_seed("attention", 192, n, 0)

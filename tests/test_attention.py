@@ -11,6 +11,7 @@ from justified import assert_justified, stochastic_upper
 
 import wsutils as ws
 from wsutils.estimators import attention as at
+from wsutils.estimators import takeover as tk
 from wsutils.maps import Normalisation, attention_scores
 
 MAPS = {"raf": ws.raf, "relu": ws.relu_attention}
@@ -22,7 +23,7 @@ def _text(n, d, seed=0):
 
 def test_row_takeover_is_a_scaled_top_eigenvector():
     X, W = _text(7, 9)
-    Delta = at.row_takeover(X, W, 3)
+    Delta = tk.row_takeover(X, W, 3)
     assert float(torch.linalg.vector_norm(Delta)) <= math.sqrt(9)
     u = Delta / torch.linalg.vector_norm(Delta)
     S = (W + W.T) / 2
@@ -33,7 +34,7 @@ def test_row_takeover_is_a_scaled_top_eigenvector():
 
 def test_key_takeover_direction_and_numpy_in_numpy_out():
     X, W = _text(6, 5)
-    Delta = at.key_takeover(X.numpy(), W.numpy(), 0)
+    Delta = tk.key_takeover(X.numpy(), W.numpy(), 0)
     assert isinstance(Delta, np.ndarray) and np.linalg.norm(Delta) <= math.sqrt(5)
     v = (W.T @ X.mean(0)).numpy()
     np.testing.assert_allclose(Delta / np.linalg.norm(Delta), v / np.linalg.norm(v), rtol=1e-12)
@@ -43,12 +44,12 @@ def test_key_takeover_direction_and_numpy_in_numpy_out():
 @given(n=st.integers(2, 12), d=st.integers(2, 12), seed=st.integers(0, 10**5))
 def test_candidates_in_ball_and_certificate_below_exact(n, d, seed):
     X, W = _text(n, d, seed)
-    C = at.takeover_candidates(X, W, n - 1)
+    C = tk.takeover_candidates(X, W, n - 1)
     assert bool((torch.linalg.vector_norm(C, dim=-1) <= math.sqrt(d)).all())
-    cert = at.takeover_certificate(X, W, n - 1)
+    cert = tk.takeover_certificate(X, W, n - 1)
     # the theorem's bound is a lower bound of what the row take-over attains
     assert cert.bound <= cert.exact * (1 + 1e-12) + 1e-12
-    assert cert.exact <= at.certified_lower_bound(X, W, n - 1) * (1 + 1e-12)
+    assert cert.exact <= tk.certified_lower_bound(X, W, n - 1) * (1 + 1e-12)
     np.testing.assert_allclose(cert.self_weight, 1 / (1 + math.exp(-cert.margin)), rtol=1e-9)
 
 
@@ -73,8 +74,8 @@ def test_fast_estimator_and_generic_are_each_justified(kind):
     ``[certified_lower_bound, 3√(nd)/‖φ(X)‖]`` (both start from the take-over constructions)."""
     X, W = _text(10, 6, 5)
     phi = lambda Z: MAPS[kind](Z, W)  # noqa: E731
-    cands = torch.cat([at.takeover_candidates(X, W, r) for r in range(10)])
-    lower = {r: at.certified_lower_bound(X, W, r, normalisation=kind) for r in range(10)}
+    cands = torch.cat([tk.takeover_candidates(X, W, r) for r in range(10)])
+    lower = {r: tk.certified_lower_bound(X, W, r, normalisation=kind) for r in range(10)}
     upper = stochastic_upper(X, phi(X))
     # the fast update's rounding (error model of test_fast_update_matches_full_map_...)
     tol = 2 * 100 * 4 * (10 + 6) * max(1.0, float(attention_scores(X, W).abs().max())) * 1.1e-16
@@ -109,7 +110,7 @@ def test_takeovers_and_init_only_help():
     boosted = at.attention_word_sensitivity(
         X, W, rows=[1], steps=0, starts=1, seed=0, takeovers=True
     )
-    assert boosted.value >= at.certified_lower_bound(X, W, 1) * (1 - 1e-9)
+    assert boosted.value >= tk.certified_lower_bound(X, W, 1) * (1 - 1e-9)
     assert boosted.value >= plain.value * (1 - 1e-9) or boosted.row == 1
 
 
@@ -118,9 +119,9 @@ def test_bad_input():
     with pytest.raises(ValueError, match="normalisation must be one of"):
         at.attention_word_sensitivity(X, W, normalisation="softermax")
     with pytest.raises(ValueError, match="out of range"):
-        at.row_takeover(X, W, 4)
+        tk.row_takeover(X, W, 4)
     with pytest.raises(ValueError, match="d × d"):
-        at.certified_lower_bound(X, W[:2], 0)
+        tk.certified_lower_bound(X, W[:2], 0)
     with pytest.raises(ValueError, match="norm"):
         at.attention_word_sensitivity(X * 2, W)
     with pytest.raises(ValueError, match="starts"):
@@ -143,8 +144,8 @@ def test_certified_lower_bound_is_the_best_construction(kind):
     name = {"raf": "softmax"}.get(kind, kind)
     phi = lambda Z: attention(Z, W, normalisation=name)  # noqa: E731
     for row in (0, 17):
-        cert = at.certified_lower_bound(X, W, row, normalisation=norm)
-        each = [ws.relative_change(phi, X, row, D) for D in at.takeover_candidates(X, W, row)]
+        cert = tk.certified_lower_bound(X, W, row, normalisation=norm)
+        each = [ws.relative_change(phi, X, row, D) for D in tk.takeover_candidates(X, W, row)]
         each.append(ws.relative_change(phi, X, row, X[row]))  # the doubling
         if kind == "relu":
             each.append(relu_orthogonal_takeover(X, W, row).change)
@@ -185,22 +186,22 @@ def test_float32_X_with_float64_W_is_certified_for_the_callers_W(kind):
     for r, v in res.per_row.items():
         assert v == pytest.approx(relative_change(phi, X64, r, res.per_row_Delta[r]), rel=1e-12)
     for row in range(6):
-        assert at.certified_lower_bound(
+        assert tk.certified_lower_bound(
             X32, W, row, normalisation=kind
-        ) == at.certified_lower_bound(X64, W, row, normalisation=kind)
+        ) == tk.certified_lower_bound(X64, W, row, normalisation=kind)
     if kind == "raf":
-        assert at.takeover_certificate(X32, W, 2) == at.takeover_certificate(X64, W, 2)
+        assert tk.takeover_certificate(X32, W, 2) == tk.takeover_certificate(X64, W, 2)
 
 
 def test_row_competition_is_the_certificates_row():
     X, W = _text(30, 12, 4)
     for row in (0, 17):
-        c = at.row_competition(X, W, row)
-        cert = at.takeover_certificate(X, W, row)
+        c = tk.row_competition(X, W, row)
+        cert = tk.takeover_certificate(X, W, row)
         for key in ("lam", "self_score", "lse_others", "margin", "self_weight"):
             assert c[key] == getattr(cert, key)
         Xp = X.clone()
-        Xp[row] += at.row_takeover(X, W, row)
+        Xp[row] += tk.row_takeover(X, W, row)
         full = ws.maps.attention_scores(Xp, W)[row]  # the whole n × n matrix's row
         np.testing.assert_allclose(c["self_score"], float(full[row]), rtol=1e-12)
         others = torch.cat([full[:row], full[row + 1 :]])
@@ -250,7 +251,7 @@ def test_float32_search_is_certified_on_the_float64_text(kind):
         exact = ws.relative_change(lambda Z: MAPS[kind](Z, W), X, r, Delta)
         np.testing.assert_allclose(r32.per_row[r], exact, rtol=1e-12)
     assert abs(r32.value / r64.value - 1) < 1e-2  # a search, not one path: loose
-    assert r32.value >= at.certified_lower_bound(X, W, 0, normalisation=kind) * (1 - 1e-6)
+    assert r32.value >= tk.certified_lower_bound(X, W, 0, normalisation=kind) * (1 - 1e-6)
     default = at.attention_word_sensitivity(
         X,
         W,

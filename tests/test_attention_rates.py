@@ -193,14 +193,14 @@ def test_sigma2_model_matches_the_construction():
     """Issue 23 item 7: the reduced Monte Carlo of sigma2_model against σ² = ‖Wᵀx'‖²/d
     computed from the row take-over itself, at d = 48 (means within 4 combined standard
     errors; sd within 20 %)."""
-    from wsutils.estimators import attention as at
+    from wsutils.estimators import takeover as tk
     from wsutils.estimators.relu import sigma2_model
 
     d, m = 48, 300
     direct = []
     for k in range(m):
         X, W = ws.sample_X(2, d, seed=10 + k), ws.sample_W(d, seed=10_000 + k)
-        x1 = X[0] + torch.as_tensor(at.row_takeover(X, W, 0))
+        x1 = X[0] + torch.as_tensor(tk.row_takeover(X, W, 0))
         direct.append(float(torch.linalg.vector_norm(W.T @ x1) ** 2) / d)
     mean, sd = sigma2_model(d, draws=3000, seed=1)
     se = sd * math.sqrt(1 / m + 1 / 3000)

@@ -14,6 +14,7 @@ from test_ball import assert_in_ball
 
 import wsutils as ws
 from wsutils.estimators import attention as at
+from wsutils.estimators import takeover as tk
 from wsutils.estimators.drf import _draw_law, drf_row_sensitivity
 from wsutils.estimators.rf import rf_relative_change, rf_row_law
 from wsutils.maps import Normalisation, attention_scores
@@ -43,7 +44,7 @@ def test_fast_update_matches_full_map_at_every_score_scale(kind):
     X = ws.sample_X(n, d, seed=3)
     g = torch.Generator().manual_seed(5)
     Deltas = torch.randn(3 * n, d, generator=g, dtype=torch.float64)
-    Deltas = at.project_ball(
+    Deltas = ws.sensitivity.project_ball(
         Deltas
         * (math.sqrt(d) / Deltas.norm(dim=1, keepdim=True))
         * torch.linspace(0.05, 1, 3 * n, dtype=torch.float64)[:, None],
@@ -78,8 +79,8 @@ def test_fast_and_generic_answers_are_each_justified_at_every_score_scale(scale)
     upper = stochastic_upper(X, ws.raf(X, W))
     tol = 100 * 4 * (n + d) * max(1.0, float(attention_scores(X, W).abs().max())) * 1.1e-16
     # every row's take-over constructions, as extra starts of every row's search
-    cands = torch.cat([at.takeover_candidates(X, W, r) for r in range(n)])
-    lower = {r: at.certified_lower_bound(X, W, r) for r in range(n)}
+    cands = torch.cat([tk.takeover_candidates(X, W, r) for r in range(n)])
+    lower = {r: tk.certified_lower_bound(X, W, r) for r in range(n)}
     fast = at.attention_word_sensitivity(X, W, init=cands, steps=30, starts=3, seed=0)
     gen = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, init=cands, steps=30, starts=3, seed=0)
     for res in (fast, gen):
@@ -226,9 +227,9 @@ def test_float16_values_are_float64_relative_changes():
         for row, value in r.per_row.items():
             exact = ws.relative_change(phi, X, row, r.per_row_Delta[row])
             np.testing.assert_allclose(value, exact, rtol=1e-12)
-    cert = at.certified_lower_bound(X, W, 0)
+    cert = tk.certified_lower_bound(X, W, 0)
     best = max(
-        ws.relative_change(phi, X, 0, D) for D in at.takeover_candidates(X.double(), W.double(), 0)
+        ws.relative_change(phi, X, 0, D) for D in tk.takeover_candidates(X.double(), W.double(), 0)
     )
     np.testing.assert_allclose(cert, best, rtol=1e-12)
 
@@ -275,10 +276,10 @@ def test_every_estimator_returns_a_justified_value_or_refuses(n, d, seed, dtype,
                     v, r.per_row_Delta[i], d, lambda D: ws.relative_change(full[which], X64, i, D)
                 )
         elif which == "certified":
-            v = at.certified_lower_bound(X, W, row, normalisation="relu" if seed % 2 else "raf")
+            v = tk.certified_lower_bound(X, W, row, normalisation="relu" if seed % 2 else "raf")
             assert math.isfinite(v) and v >= 0
         elif which == "takeover":
-            for D in (at.row_takeover(X, W, row), at.takeover_candidates(X, W, row)):
+            for D in (tk.row_takeover(X, W, row), tk.takeover_candidates(X, W, row)):
                 assert_in_ball(D, d)
         elif which == "drf":
             v, D = drf_row_sensitivity(X, 2, 8, row=row, seed=seed, starts=2, steps=4)

@@ -12,6 +12,7 @@ from justified import assert_justified, stochastic_upper
 
 import wsutils as ws
 from wsutils.estimators import attention as at
+from wsutils.estimators import takeover as tk
 from wsutils.maps import NORMALISATIONS, Normalisation, attention, sparsemax
 
 CASES = [
@@ -202,7 +203,7 @@ def test_fast_objective_equals_full_map(norm):
     g = torch.Generator().manual_seed(0)
     rows = torch.tensor([0, 4, 11, 4, 7])
     Delta = torch.randn(5, d, generator=g, dtype=torch.float64) * 1.5
-    Delta[3] = at.row_takeover(X, W, 4)  # a take-over: the large-change regime
+    Delta[3] = tk.row_takeover(X, W, 4)  # a take-over: the large-change regime
     fast = obj(rows, Delta)
     for b in range(5):
         full = ws.relative_change(
@@ -230,8 +231,8 @@ def test_fast_estimator_and_generic_are_each_justified(norm):
     full map in ``test_fast_objective_equals_full_map`` above (rtol 1e-9)."""
     X, W = _text(10, 6, 5)
     phi = lambda Z: attention(Z, W, normalisation=norm)  # noqa: E731
-    cands = torch.cat([at.takeover_candidates(X, W, r) for r in range(10)])
-    lower = {r: at.certified_lower_bound(X, W, r, normalisation=norm) for r in range(10)}
+    cands = torch.cat([tk.takeover_candidates(X, W, r) for r in range(10)])
+    lower = {r: tk.certified_lower_bound(X, W, r, normalisation=norm) for r in range(10)}
     upper = stochastic_upper(X, phi(X), row_stochastic=norm.name != "sigmoid")
     gen = ws.word_sensitivity(phi, X, init=cands, steps=20, starts=3, seed=7)
     fast = at.attention_word_sensitivity(
@@ -253,7 +254,7 @@ def test_fast_objective_stable_at_every_score_scale(scale):
         Normalisation("sigmoid", beta=scale),
     ):
         obj = at._FastObjective(X, W, norm)
-        Delta = at.takeover_candidates(X, W, 2)
+        Delta = tk.takeover_candidates(X, W, 2)
         fast = obj(torch.full((Delta.shape[0],), 2), Delta)
         for b in range(Delta.shape[0]):
             full = ws.relative_change(
@@ -289,7 +290,7 @@ def test_row_margin_and_phase_point():
     X, W = _text(30, 16, 9)
     r = row_margin(X, W, 0, "sparsemax")
     Xp = X.clone()
-    Xp[0] += at.row_takeover(X, W, 0)
+    Xp[0] += tk.row_takeover(X, W, 0)
     s = (Xp @ W @ Xp.T / 4.0)[0]
     np.testing.assert_allclose(r["margin"], float(s[0] - s[1:].max()), rtol=1e-12)
     assert (r["others_weight"] == 0.0) == (r["margin"] > 1)
@@ -316,7 +317,7 @@ def test_compact_update_exact_for_random_texts(n, d, seed, log_beta, name):
     Delta = ws.sensitivity.project_ball(
         torch.randn(4, d, generator=g, dtype=torch.float64) * 2, math.sqrt(d)
     )
-    Delta[0] = at.row_takeover(X, W, int(rows[0]))
+    Delta[0] = tk.row_takeover(X, W, int(rows[0]))
     fast = obj(rows, Delta)
     for b in range(4):
         full = ws.relative_change(
@@ -376,8 +377,8 @@ def test_compact_update_in_groups_equals_full_map(name, n, d):
     Delta = ws.sensitivity.project_ball(
         torch.randn(4, d, generator=g, dtype=torch.float64), math.sqrt(d)
     )
-    Delta[1] = at.key_takeover(X, W, 7)
-    Delta[2] = at.row_takeover(X, W, 123)
+    Delta[1] = tk.key_takeover(X, W, 7)
+    Delta[2] = tk.row_takeover(X, W, 123)
     fast = obj(rows, Delta)
     for b in range(4):
         full = ws.relative_change(
@@ -563,7 +564,7 @@ def test_parse_is_the_one_way_in():
     with pytest.raises(TypeError, match="normalisation must be a name"):
         N.parse(3)
     # the parsers that read through it: the estimators, the flip experiment, the chapter's
-    from wsutils.estimators.attention import certified_lower_bound
+    from wsutils.estimators.takeover import certified_lower_bound
     from wsutils.experiments.normalisation import _norm
     from wsutils.generalization import flip_normalisation
 

@@ -5,8 +5,9 @@ Modules: :mod:`wsutils.run.config` (the environment knobs), :mod:`wsutils.maps` 
 ReLU attention), :mod:`wsutils.weights` (seeded weight samplers), :mod:`wsutils.sensitivity`
 (the generic word-sensitivity estimator), :mod:`wsutils.estimators.rf` and
 :mod:`wsutils.estimators.drf` (random features without the ``k×D`` matrix, certified bounds,
-the wide limit), :mod:`wsutils.estimators.attention` (take-over constructions, the fast
-attention estimator), :mod:`wsutils.generalization`, the real-text modules
+the wide limit), :mod:`wsutils.estimators.takeover` (take-over constructions and their
+certificates), :mod:`wsutils.estimators.attention` (the fast attention estimator),
+:mod:`wsutils.generalization`, the real-text modules
 :mod:`wsutils.text.data`, :mod:`wsutils.text.embeddings`, :mod:`wsutils.experiments.imdb`,
 :mod:`wsutils.text.attention`, :mod:`wsutils.text.chat`, and :mod:`wsutils.run.sweep` (grids on
 any executor).
@@ -15,8 +16,9 @@ The random-features estimator lives in ``wsutils.estimators.rf``, not ``wsutils.
 submodule named ``rf`` would shadow the map :func:`wsutils.rf` once imported.
 """
 
-from .estimators.attention import attention_word_sensitivity, certified_lower_bound
+from .estimators.attention import attention_word_sensitivity
 from .estimators.rf import rf_word_sensitivity
+from .estimators.takeover import certified_lower_bound
 from .maps import drf, flat, normalise_rows, raf, relu_attention, rf
 from .run.progress import install as _install_progress
 from .sensitivity import SensitivityResult, relative_change, word_sensitivity

@@ -83,7 +83,7 @@ class ReluTakeover:
     change: float
 
 
-def _orthogonal_points(Xt: torch.Tensor, Wt: torch.Tensor, i: int):
+def orthogonal_points(Xt: torch.Tensor, Wt: torch.Tensor, i: int):
     """The two points of :func:`relu_orthogonal_takeover` (trusted float64 input, any row
     norms): ``(dim K_i, [(name, Δ)])`` with ``Δ = y − x_i`` projected onto the exact ball,
     for each of ``y = 2c`` and ``y = c + ‖c‖e`` whose self-score ``yᵀWy`` is positive (the
@@ -129,7 +129,7 @@ def relu_orthogonal_takeover(X: Array, W: Array, row: int = 0) -> ReluTakeover:
     self-score.
     """
     Xt, Wt, n, d, i = _prepare(X, W, row)
-    dim_K, points = _orthogonal_points(Xt, Wt, i)
+    dim_K, points = orthogonal_points(Xt, Wt, i)
     phi = lambda Z: relu_attention(Z, Wt)  # noqa: E731
     best = None
     for name, Delta in points:

@@ -15,13 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from ..checks import check_int
-from ..estimators.attention import (
-    attention_word_sensitivity,
-    certified_lower_bound,
-    row_competition,
-    takeover_certificate,
-)
+from ..estimators.attention import attention_word_sensitivity
 from ..estimators.rf import rf_word_sensitivity
+from ..estimators.takeover import certified_lower_bound, row_competition, takeover_certificate
 from ..run import config
 from ..run.seeds import point_seed
 from ..sensitivity import check_rows
@@ -176,9 +172,9 @@ def sensitivity_point(
     ``kappa = ‖X‖_op/√d`` and the search's wall ``seconds``.
 
     ``certificates=True`` (default) adds ``certified``, the best construction alone
-    (:func:`wsutils.estimators.attention.certified_lower_bound`, six full float64 maps per
+    (:func:`wsutils.estimators.takeover.certified_lower_bound`, six full float64 maps per
     row) over the same rows and, for ``raf``, the bound, self-weight, margin and ``‖A‖_F`` of
-    :prf:ref:`thm-raf-high` at row 0 (:func:`~wsutils.estimators.attention.takeover_certificate`).
+    :prf:ref:`thm-raf-high` at row 0 (:func:`~wsutils.estimators.takeover.takeover_certificate`).
     ``certificates=False`` computes only ``S``, ``phi_norm``, ``kappa`` and ``seconds``, for a
     grid that reads nothing else (the far-``n`` grids): the same ``S`` for the same point.
     ``search_dtype`` (``None``: float64, or ``"float32"``) is the precision of the search
@@ -222,9 +218,9 @@ def takeover_point(d: int, n: int, seed: int, certificate: bool = True) -> dict:
     """The row take-over at row 0 of one text (:prf:ref:`thm-raf-high`): the margin, the
     self-weight ``a'_00`` it reaches and ``lam``, the top eigenvalue of ``(W + Wᵀ)/2``; with
     ``certificate=True`` (default) also the relative change it produces (``change``) and the
-    bound of the theorem (:func:`wsutils.estimators.attention.takeover_certificate`).
+    bound of the theorem (:func:`wsutils.estimators.takeover.takeover_certificate`).
     ``certificate=False`` computes only the row take-over's own row
-    (:func:`wsutils.estimators.attention.row_competition`, ``O(n·d + d³)`` instead of
+    (:func:`wsutils.estimators.takeover.row_competition`, ``O(n·d + d³)`` instead of
     ``n × n`` products and an SVD), for the phase diagram, which reads the self-weight: the
     same margin and self-weight for the same point."""
     torch.set_num_threads(1)

@@ -34,7 +34,8 @@ import torch
 from scipy import special
 
 from ..checks import check_int
-from ..estimators.attention import attention_word_sensitivity, key_takeover, row_takeover
+from ..estimators.attention import attention_word_sensitivity
+from ..estimators.takeover import key_takeover, row_takeover
 from ..maps import Normalisation, attention_scores, general_attention, normalise_scores
 from ..run.seeds import point_seed
 from ..sensitivity import check_rows, perturb, project_ball
