@@ -26,7 +26,7 @@ POINTS = [(16, 64, 8, 4096), (16, 64, 8, 2048), (16, 64, 4, 4096), (768, 80, 8, 
 
 
 def _timed(precision: str, d: int, n: int, L: int, k: int, seed: int) -> tuple[float, float]:
-    from wsutils.estimators.drf import drf_point
+    from wsutils.experiments.deep_random_features import drf_point
 
     c0 = time.process_time()
     S = drf_point(n=n, d=d, L=L, k=k, seed=seed, precision=precision)["S"]

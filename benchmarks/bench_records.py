@@ -33,6 +33,16 @@ HERE = Path(__file__).resolve().parents[1]
 #: Parameter names that the redesign changes: old name → new name.
 RENAMED = {"kind": "normalisation", "name": "normalisation"}
 
+#: Grid points that the redesign moves: (new module, name) → (old module, name), for a tree
+#: from before the move.
+MOVED = {
+    ("wsutils.experiments.deep_random_features", "drf_point"): (
+        "wsutils.estimators.drf",
+        "drf_point",
+    ),
+    ("wsutils.experiments.random_features", "rf_point"): ("wsutils.estimators.rf", "rf_point"),
+}
+
 #: Fields that measure time, not the answer.
 TIMINGS = {"seconds", "cpu", "cpu_seconds", "wall", "wall_seconds", "time", "elapsed"}
 
@@ -44,7 +54,6 @@ POINTS = [
      dict(kind="relu", d=16, n=8, seed=12, rows=2, starts=2, steps=20)),
     ("wsutils.experiments.attention", "takeover_point", dict(d=16, n=8, seed=13)),
     ("wsutils.experiments.attention", "rf_point", dict(d=8, n=6, seed=14, starts=2, steps=10)),
-    ("wsutils.estimators.relu", "relu_takeover_point", dict(d=16, n=8, seed=15)),
     ("wsutils.experiments.normalisation", "normalisation_point",
      dict(name="sparsemax", d=16, n=8, seed=16, starts=2, steps=20)),
     ("wsutils.experiments.normalisation", "normalisation_point",
@@ -63,8 +72,10 @@ POINTS = [
           steps=20)),
     ("wsutils.generalization", "flip_point",
      dict(map="raf", n=6, d=8, Ns=[12], seed=24, starts=2, steps=20, search="authors")),
-    ("wsutils.estimators.drf", "drf_point", dict(n=6, d=8, L=2, k=64, seed=25, steps=10)),
-    ("wsutils.estimators.rf", "rf_point", dict(family="isotropic", n=6, d=8, seed=26, steps=10)),
+    ("wsutils.experiments.deep_random_features", "drf_point",
+     dict(n=6, d=8, L=2, k=64, seed=25, steps=10)),
+    ("wsutils.experiments.random_features", "rf_point",
+     dict(family="isotropic", n=6, d=8, seed=26, steps=10)),
     ("", "authors_point", dict(kind="raf", n=6, d=8, seed=27)),
     ("", "authors_point", dict(kind="relu", n=6, d=8, seed=28)),
     ("wsutils.experiments.imdb", "sensitivity_point",
@@ -88,7 +99,14 @@ def authors_point(kind: str, n: int, d: int, seed: int) -> dict:
 def _call(module: str, name: str, kwargs: dict):
     import importlib
 
-    fn = globals()[name] if not module else getattr(importlib.import_module(module), name)
+    if not module:
+        fn = globals()[name]
+    else:
+        try:
+            fn = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):  # a tree from before the move
+            old_module, old_name = MOVED[(module, name)]
+            fn = getattr(importlib.import_module(old_module), old_name)
     params = inspect.signature(fn).parameters
     kw = {}
     for k, v in kwargs.items():

@@ -24,7 +24,7 @@ POINTS = [(768, 150), (768, 90), (384, 150), (64, 4000)]
 
 
 def _timed(precision: str, d: int, n: int, seed: int) -> tuple[float, dict]:
-    from wsutils.estimators.rf import rf_point
+    from wsutils.experiments.random_features import rf_point
 
     c0 = time.process_time()
     r = rf_point(family="isotropic", n=n, d=d, seed=seed, precision=precision)

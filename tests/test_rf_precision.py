@@ -14,11 +14,11 @@ from wsutils.estimators.rf import (
     _mm64,
     rf_certified_lower,
     rf_certified_upper,
-    rf_point,
     rf_relative_change,
     rf_row_law,
     rf_word_sensitivity,
 )
+from wsutils.experiments.random_features import rf_point
 
 n, d = 6, 4
 K = 4 * n * d

@@ -414,8 +414,9 @@ def attention_word_sensitivity(
     from ``seed``, same steps, best iterate kept, every requested row searched, ``init`` extra
     starts), with the relative change evaluated in ``O(n·d)`` per start and step instead of
     ``O(n²·d + n·d²)`` (``_FastObjective``, stable for every score scale). ``takeovers=True``
-    adds every construction of :func:`wsutils.estimators.takeover.certified_lower_bound` for the row being searched as
-    extra starts (so the estimate is at least that certificate, up to rounding). Every reported
+    adds every construction of :func:`wsutils.estimators.takeover.certified_lower_bound` for
+    the row being searched as extra starts (so the estimate is at least that certificate, up
+    to rounding). Every reported
     value (``value`` and ``per_row``) is recomputed with the full map in float64 from the
     returned ``Delta``/``per_row_Delta``, with the caller's ``W`` (exactly; the search alone
     uses ``W`` in ``X``'s dtype).

@@ -27,7 +27,6 @@ __all__ = [
     "drf_limit_sensitivity",
     "drf_row_law",
     "drf_row_sensitivity",
-    "drf_point",
 ]
 
 
@@ -285,30 +284,3 @@ def drf_row_sensitivity(
         vals64 = torch.linalg.vector_norm(out64 - base64, dim=1) / _check_base(base64)
     j = int(torch.argmax(vals64))
     return float(vals64[j]), D64[j].numpy().copy()
-
-
-def drf_point(
-    *, n: int, d: int, L: int, k: int, seed: int, steps: int = 20, precision: str = "float64"
-) -> dict:
-    """One grid point of the deep-random-features chapter (for :func:`wsutils.run.sweep.run_grid`):
-    an isotropic text from ``seed``, weights from ``seed + 1`` drawn in ``precision``, first
-    word, the ascent of :func:`drf_row_sensitivity` started also at the wide-limit maximiser
-    ``Δ = x_1``. Returns the finite-width estimate ``S``, the wide limit ``S_inf`` and the
-    wall-clock and CPU seconds it took."""
-    import time
-
-    from ..run.device import small_work_threads
-    from ..weights import sample_X
-
-    t0, c0 = time.perf_counter(), time.process_time()
-    X = sample_X(n, d, seed=seed)
-    with small_work_threads(k * max(k, d), threshold=1 << 23):
-        S, _ = drf_row_sensitivity(
-            X, L, k, row=0, seed=seed + 1, starts=2, steps=steps, init=X[0], precision=precision
-        )
-    return {
-        "S": S,
-        "S_inf": drf_limit_sensitivity(n, L)[0],
-        "seconds": time.perf_counter() - t0,
-        "cpu_seconds": time.process_time() - c0,
-    }

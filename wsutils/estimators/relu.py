@@ -35,7 +35,6 @@ __all__ = [
     "relu_zeta_estimate",
     "ReluBound",
     "relu_upper_bound",
-    "relu_takeover_point",
     "far_slope_prediction",
     "slope_standard_error",
     "lse_model",
@@ -280,22 +279,6 @@ def slope_standard_error(ns: Sequence[int], log_values: np.ndarray) -> float:
     resid = y - (a + p * x)[:, None]
     sigma2 = float((resid**2).sum()) / (y.size - 2)
     return math.sqrt(sigma2 / (y.shape[1] * float(((x - x.mean()) ** 2).sum())))
-
-
-def relu_takeover_point(d: int, n: int, seed: int) -> dict:
-    """:func:`relu_orthogonal_takeover` at word 0 of the grid point's text (``X`` from ``seed``,
-    ``W`` from ``seed + 1``, as :func:`wsutils.experiments.attention.sensitivity_point` draws
-    them), for :func:`wsutils.run.sweep.run_grid`. ``change`` is ``0.0`` where the construction
-    does not apply (``n − 1 ≥ d``, or no positive self-score): no certificate, not a value of
-    ``S``."""
-    from ..weights import sample_W, sample_X
-
-    torch.set_num_threads(1)
-    X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
-    try:
-        return {"change": relu_orthogonal_takeover(X, W, 0).change}
-    except ValueError:
-        return {"change": 0.0}
 
 
 def lse_model(n: int, sigma2: float) -> tuple[float, float]:

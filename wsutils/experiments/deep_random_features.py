@@ -6,15 +6,18 @@
   one.
 - :data:`DEPTHS` are the depths ``L`` of every grid, :data:`LEVEL` the significance level
   ``α`` of the two-sided intervals of the chapter's checks (coverage ``1 − α``).
+- :func:`drf_point` is one point of the chapter's grids (for
+  :func:`wsutils.run.sweep.run_grid`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..estimators.drf import drf_limit_sensitivity, drf_row_sensitivity
 from ..run import config
 
-__all__ = ["Scale", "SCALES", "scale", "DEPTHS", "LEVEL"]
+__all__ = ["Scale", "SCALES", "scale", "DEPTHS", "LEVEL", "drf_point"]
 
 #: The depths ``L`` of every grid of the chapter (those of the authors' script).
 DEPTHS = (2, 4, 8)
@@ -80,3 +83,31 @@ SCALES = {
 def scale(name: str | None = None) -> Scale:
     """The chapter's sizes at scale ``name`` (``None``: the current ``WSBOOK_SCALE``)."""
     return config.pick(SCALES, name)
+
+
+def drf_point(
+    *, n: int, d: int, L: int, k: int, seed: int, steps: int = 20, precision: str = "float64"
+) -> dict:
+    """One grid point of the deep-random-features chapter (for
+    :func:`wsutils.run.sweep.run_grid`): an isotropic text from ``seed``, weights from
+    ``seed + 1`` drawn in ``precision``, first word, the ascent of
+    :func:`wsutils.estimators.drf.drf_row_sensitivity` started also at the wide-limit
+    maximiser ``Δ = x_1``. Returns the finite-width estimate ``S``, the wide limit ``S_inf``
+    and the wall-clock and CPU seconds it took."""
+    import time
+
+    from ..run.device import small_work_threads
+    from ..weights import sample_X
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    X = sample_X(n, d, seed=seed)
+    with small_work_threads(k * max(k, d), threshold=1 << 23):
+        S, _ = drf_row_sensitivity(
+            X, L, k, row=0, seed=seed + 1, starts=2, steps=steps, init=X[0], precision=precision
+        )
+    return {
+        "S": S,
+        "S_inf": drf_limit_sensitivity(n, L)[0],
+        "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
+    }

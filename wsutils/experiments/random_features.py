@@ -9,6 +9,8 @@
 - :func:`lower_order_bound` is the bound of :prf:ref:`prop-rf-lower-order` at
   ``ε = ε_g``; :func:`fitted_slope` the chapter's least-squares slope of ``log S`` on
   ``log n`` with its t interval; :func:`plot_rate` draws the chapter's figure of the rate.
+- :func:`sample_text` draws the chapter's two families of texts and :func:`rf_point` is one
+  point of its grids (for :func:`wsutils.run.sweep.run_grid`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from scipy import stats
 
 from ..checks import check_real
+from ..estimators.rf import rf_word_sensitivity
 from ..run import config
 
 __all__ = [
@@ -31,6 +35,8 @@ __all__ = [
     "lower_order_bound",
     "fitted_slope",
     "plot_rate",
+    "sample_text",
+    "rf_point",
 ]
 
 #: Failure probability per draw of the high-probability bound of :prf:ref:`thm-rf-upper`.
@@ -164,3 +170,61 @@ def plot_rate(axes, grid, long, ds, long_d) -> None:
     )
     axes[1].set(xscale="log", xlabel="n (words)", ylabel=r"$\hat S\,\sqrt{n}$")
     axes[1].legend(fontsize=9)
+
+
+def sample_text(family: str, n: int, d: int, *, seed: int, share: float = 0.5) -> torch.Tensor:
+    """A synthetic text with rows of norm ``√d``: ``"isotropic"`` (i.i.d. Gaussian rows,
+    :func:`wsutils.weights.sample_X`) or ``"common"`` (anisotropic: every row is
+    ``√share·m + √(1 − share)·g_i`` rescaled, one common Gaussian ``m`` for the whole text, so
+    that rows have cosine ``≈ share`` with each other, as real embeddings share a component)."""
+    from ..maps import normalise_rows
+    from ..weights import gaussian, sample_X
+
+    if family == "isotropic":
+        return sample_X(n, d, seed=seed)
+    if family != "common":
+        raise ValueError(f"family must be 'isotropic' or 'common', got {family!r}.")
+    if not 0 <= share < 1:
+        raise ValueError(f"share must be in [0, 1), got {share}.")
+    G = gaussian((n + 1, d), 1.0, seed=seed)
+    return normalise_rows(math.sqrt(share) * G[:1] + math.sqrt(1 - share) * G[1:])
+
+
+def rf_point(
+    *,
+    family: str,
+    n: int,
+    d: int,
+    seed: int,
+    rows: str = "first",
+    steps: int = 30,
+    precision: str = "float64",
+) -> dict:
+    """One grid point of the random-features chapter (for :func:`wsutils.run.sweep.run_grid`):
+    the text ``sample_text(family, n, d, seed=seed)``, ``k = D = n·d``, weights from
+    ``seed + 1``; ``rows="first"`` (reduced law, row 0, drawn in ``precision``, see
+    :func:`wsutils.estimators.rf.rf_row_law`) or ``"all"`` (blocks mode). Returns
+    the estimate ``S``, the certified ``lower``/``upper``, and the wall-clock and CPU seconds
+    (all threads) it took."""
+    import time
+
+    if rows not in ("first", "all"):
+        raise ValueError(f"rows must be 'first' or 'all', got {rows!r}.")
+    t0, c0 = time.perf_counter(), time.process_time()
+    X = sample_text(family, n, d, seed=seed)
+    r = rf_word_sensitivity(
+        X,
+        n * d,
+        rows=0 if rows == "first" else None,
+        seed=seed + 1,
+        steps=steps,
+        precision=precision,
+    )
+    return {
+        "S": r.value,
+        "lower": r.lower,
+        "upper": r.upper,
+        "row": r.row,
+        "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
+    }

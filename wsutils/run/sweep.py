@@ -592,11 +592,14 @@ def _evaluate(fn: Callable[..., Mapping[str, Any]], point: Mapping[str, Any]) ->
 
 def _run_on(executor: Executor, fn, points: list[Record], todo: list[int], finish) -> None:
     """Run the points ``todo`` on ``executor``, storing each result as it comes. After the
-    first error every other point is cancelled; only those that refuse (already running)
-    are waited on and stored, then the first error is raised. A future that accepted its
+    first error every other point is cancelled; those that refuse (already running) are waited
+    on, and every point that finished, before or after the error, is stored (one that finished
+    while the error was being read is not lost), then the first error is raised. A future that
+    accepted its
     cancellation is never waited on: some executors, Dask's ``Client.get_executor()`` among
     them, do not complete it, and waiting on it hung."""
     futures = {executor.submit(_evaluate, fn, points[i]): i for i in todo}
+    stored = set()
     try:
         for fut in as_completed(futures):
             exc = None if fut.cancelled() else fut.exception()
@@ -604,6 +607,7 @@ def _run_on(executor: Executor, fn, points: list[Record], todo: list[int], finis
                 break
             if not fut.cancelled():
                 finish(futures[fut], fut.result())
+                stored.add(fut)
         else:
             return
     except BaseException:  # an interrupt: start nothing more, wait for nothing
@@ -611,8 +615,9 @@ def _run_on(executor: Executor, fn, points: list[Record], todo: list[int], finis
             other.cancel()
         raise
     running = [f for f in futures if not f.done() and not f.cancel()]
-    for f in wait(running).done:  # running points finish: store them
-        if not f.cancelled() and f.exception() is None:
+    wait(running)  # running points finish
+    for f in futures:  # store every finished point not stored yet
+        if f not in stored and f.done() and not f.cancelled() and f.exception() is None:
             finish(futures[f], f.result())
     raise exc
 
