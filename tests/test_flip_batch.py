@@ -60,7 +60,7 @@ def test_search_flips_reach_reachable_targets_in_the_ball(dtype):
     model = G.FlipModel(phi_row=lambda D: D, readout=lambda D, w: D @ w)  # no batched form
     Ws = torch.stack([a, -2 * a])
     taus = [-float(a.norm()), 3 * float(a.norm())]
-    res = G.search_flips(model, Ws, taus, d, starts=3, steps=100, seed=1, search_dtype=dtype)
+    res = G.search_flips(model, Ws, taus, d, starts=3, steps=100, seed=1, dtype=dtype)
     for r, w, tau in zip(res, Ws, taus):
         assert r.Delta.dtype == torch.float64
         assert float(r.Delta.norm()) <= math.sqrt(d)
@@ -73,8 +73,10 @@ def test_search_flips_bad_input():
     model = _models()["rf"]
     with pytest.raises(ValueError, match="one target per"):
         G.search_flips(model, torch.ones(2, 17), [1.0], 4)
-    with pytest.raises(ValueError, match="search_dtype"):
-        G.search_flips(model, torch.ones(1, 17), [1.0], 4, search_dtype="float16")
+    with pytest.raises(ValueError, match="dtype must be"):
+        G.search_flips(model, torch.ones(1, 17), [1.0], 4, dtype="float16")
+    with pytest.raises(TypeError, match="unknown search setting"):
+        G.search_flips(model, torch.ones(1, 17), [1.0], 4, search_dtype="float32")
     with pytest.raises(ValueError, match="non-finite"):
         G.search_flips(model, torch.full((1, 17), math.nan), [1.0], 4)
     with pytest.raises(ValueError, match="search_dtype"):

@@ -9,7 +9,7 @@ import torch
 
 import wsutils as ws
 from wsutils.estimators import attention as at
-from wsutils.search import Search
+from wsutils.search import Search, precision
 from wsutils.trained import own_norm_word_sensitivity
 
 
@@ -31,6 +31,11 @@ def test_defaults_and_fields_are_checked_when_made():
             Search(**bad)
     with pytest.raises(AttributeError):
         s.steps = 3  # frozen
+    with pytest.raises(ValueError, match="^dtype must be"):
+        Search(dtype=torch.float16)
+    with pytest.raises(ValueError, match="^search_dtype must be"):  # names its parameter
+        precision("half", name="search_dtype")
+    assert precision(torch.float64) == "float64" and precision(None) is None
 
 
 def test_parse_reads_a_search_a_dict_or_keywords():

@@ -21,7 +21,7 @@ import torch
 
 from .checks import check_int, check_seed
 
-__all__ = ["Search", "check_lr"]
+__all__ = ["Search", "check_lr", "precision"]
 
 #: The precisions a search can run in, by name.
 PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
@@ -36,18 +36,20 @@ def check_lr(lr) -> float:
     return float(lr)
 
 
-def _precision(dtype) -> str | None:
-    """``dtype`` as the name of a precision of :data:`PRECISIONS`, or ``None`` (the text's own
-    search dtype, :func:`wsutils.sensitivity.search_dtype`)."""
+def precision(dtype, name: str = "dtype") -> str | None:
+    """``dtype`` as the name of a precision of ``PRECISIONS`` (``"float32"``, ``"float64"``;
+    from the name or the torch dtype), or ``None`` (the text's own search dtype,
+    :func:`wsutils.sensitivity.search_dtype`): the one reader of a search's precision.
+    ``name`` is the parameter the message names."""
     if dtype is None:
         return None
-    for name, t in PRECISIONS.items():
+    for known, t in PRECISIONS.items():
         if dtype is t:
-            return name
+            return known
     if isinstance(dtype, str) and dtype.strip().lower().removeprefix("torch.") in PRECISIONS:
         return dtype.strip().lower().removeprefix("torch.")
     raise ValueError(
-        f"dtype must be None (the text's own), torch.float32, torch.float64, 'float32' or "
+        f"{name} must be None (the text's own), torch.float32, torch.float64, 'float32' or "
         f"'float64', got {dtype!r}."
     )
 
@@ -79,7 +81,7 @@ class Search:
             "steps": check_int("steps", self.steps, minimum=0),
             "lr": check_lr(self.lr),
             "seed": check_seed(self.seed),
-            "dtype": _precision(self.dtype),
+            "dtype": precision(self.dtype),
             "max_batch_elements": check_int(
                 "max_batch_elements", self.max_batch_elements, minimum=1
             ),

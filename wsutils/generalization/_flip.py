@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import torch
@@ -11,6 +12,7 @@ import torch
 from .._tensor import Array, as_tensor
 from ..checks import check_finite, check_shape, check_unit_rows
 from ..maps import Normalisation, flat
+from ..search import Search, precision
 from ..weights import sample_W
 from ._common import DATA, LOSSES, SEARCHES, TRAININGS, check_Ns, map_normalisation
 from ._features import _attention_rows, _rf_rows, authors_data, independent_data, planted_data
@@ -19,7 +21,6 @@ from ._search import (
     FlipModel,
     FlipResult,
     _attention_flip_model,
-    _flip_dtype,
     authors_lr_steps,
     authors_search,
     authors_searches,
@@ -102,7 +103,7 @@ def _check_flip_data(
 
 
 def _run_search(
-    search: str, model: FlipModel, w: torch.Tensor, tau: float, d: int, opts: dict
+    search: str, model: FlipModel, w: torch.Tensor, tau: float, d: int, opts
 ) -> FlipResult:
     """One search, on one thread: its tensors are small (``B × n × n`` scores), and on a
     loaded machine the synchronisation of several threads per step costs more than the
@@ -116,7 +117,7 @@ def _run_search(
     try:
         if search == "authors":
             return authors_search(readout, d, tau, lr=opts["lr"], steps=opts["steps"])
-        return search_flip(readout, d, tau, **opts)
+        return search_flip(readout, d, tau, search=replace(opts, dtype="float64"))
     finally:
         torch.set_num_threads(threads)
 
@@ -133,8 +134,7 @@ def _run_batched(
     Ws: torch.Tensor,
     taus: list[float],
     d: int,
-    opts: dict,
-    search_dtype,
+    opts,
 ) -> list[FlipResult]:
     """Every search of a point in one batch (:func:`search_flips`, :func:`authors_searches`),
     on one thread (as :func:`_run_search`)."""
@@ -143,7 +143,7 @@ def _run_batched(
     try:
         if search == "authors":
             return authors_searches(model, Ws, taus, d, **opts)
-        return search_flips(model, Ws, taus, d, search_dtype=search_dtype, **opts)
+        return search_flips(model, Ws, taus, d, search=opts)
     finally:
         torch.set_num_threads(threads)
 
@@ -263,7 +263,7 @@ def _flip_runs(
 ) -> dict:
     """:func:`flip_runs` with the map parsed (``norm``, ``map_normalisation``); ``built``
     as in :func:`_check_flip_data`."""
-    search_dtype = _flip_dtype(search_dtype)
+    search_dtype = precision(search_dtype, name="search_dtype")
     bad = [x for x in losses if x not in LOSSES] + [x for x in trainings if x not in TRAININGS]
     if bad:
         raise ValueError(f"unknown losses/trainings {bad}; use {LOSSES} and {TRAININGS}.")
@@ -303,11 +303,12 @@ def _flip_runs(
                 steps=steps0 if steps is None or several else steps,
             )
         else:
-            all_opts[s_name] = dict(
+            all_opts[s_name] = Search(  # ours: one checked Search
                 starts=starts,
                 steps=300 if steps is None else steps,
                 lr=0.3 if lr is None else lr,
                 seed=seed + 1,
+                dtype=search_dtype,
             )
     check_finite("phi", phi)  # the door: Phi_all is checked by gram_cholesky
     norm_phi = float(torch.linalg.vector_norm(phi))
@@ -347,7 +348,6 @@ def _flip_runs(
                 [targets[k][1] for k in keys],
                 d,
                 opts,
-                search_dtype,
             )
             cache = dict(zip(keys, found))
         runs += _flip_records(

@@ -13,7 +13,7 @@ import torch
 from .._tensor import as_tensor
 from ..checks import check_finite, check_int, check_preactivations, check_real, check_seed
 from ..maps import Normalisation, flat, normalise_scores
-from ..search import check_lr
+from ..search import Search
 from ..sensitivity import cosine_ascent, init_starts, perturb, project_ball
 from ._common import GENERAL, LOSSES, MAPS
 from ._features import _attention_fn
@@ -168,18 +168,20 @@ def flip_target(
     raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
 
 
+#: The flip searches' settings by default (:func:`search_flip`, :func:`search_flips`): 4
+#: starts, 300 steps of size at most ``0.3·√d``, seed 0, in float64.
+FLIP_SEARCH = Search(starts=4, steps=300, lr=0.3, dtype="float64")
+
+
 def search_flip(
     readout: Callable[[torch.Tensor], torch.Tensor],
     d: int,
     target: float,
     *,
-    dtype: torch.dtype = torch.float64,
-    device=None,
-    starts: int = 4,
-    steps: int = 300,
-    lr: float = 0.3,
-    seed: int = 0,
+    search: Search = FLIP_SEARCH,
     init: torch.Tensor | None = None,
+    device=None,
+    **settings,
 ) -> FlipResult:
     """Projected gradient descent on ``Δ ∈ R^d`` for ``(⟨φ(X_i(Δ)), w⟩ − τ)²``
     (eq. :eq:`eq-output-loss` / :eq:`eq-align-loss`), over the ball ``‖Δ‖ ≤ √d``.
@@ -189,15 +191,17 @@ def search_flip(
     ``starts`` searches run in one batch: ``Δ = 0`` (the authors' start), then uniform points
     on the sphere ``‖Δ‖ = √d``, plus the rows of ``init``. Each step moves by
     ``lr·√d``·(cosine decay) along the normalised negative gradient and projects back. The best
-    iterate over all steps and starts is kept.
+    iterate over all steps and starts is kept. ``search`` (default ``FLIP_SEARCH``;
+    ``settings``: its fields as keywords) gives the starts, steps, ``lr``, seed and the
+    precision ``dtype`` of the whole search.
     """
+    search = Search.parse(search, **settings)
     d = check_int("d", d, minimum=1)
-    starts = check_int("starts", starts, minimum=1)
-    steps = check_int("steps", steps, minimum=0)
     target = check_real("target", target)
-    lr = check_lr(lr)
+    starts, steps, lr = search.starts, search.steps, search.lr
+    dtype = search.work_dtype(torch.float64)
     radius = math.sqrt(d)
-    g = torch.Generator().manual_seed(check_seed(seed))
+    g = torch.Generator().manual_seed(search.seed)
     Delta = torch.randn(starts, d, generator=g, dtype=dtype)
     Delta *= radius / torch.linalg.vector_norm(Delta, dim=-1, keepdim=True)
     Delta[0] = 0.0
@@ -225,31 +229,14 @@ def _flip_starts(d: int, starts: int, seed: int) -> torch.Tensor:
     return project_ball(Delta, math.sqrt(d))
 
 
-_FLIP_DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def _flip_dtype(value) -> torch.dtype:
-    if value in _FLIP_DTYPES.values():
-        return value
-    if isinstance(value, str) and value.strip().lower().removeprefix("torch.") in _FLIP_DTYPES:
-        return _FLIP_DTYPES[value.strip().lower().removeprefix("torch.")]
-    raise ValueError(
-        f"search_dtype must be torch.float32, torch.float64, 'float32' or "
-        f"'float64', got {value!r}."
-    )
-
-
 def search_flips(
     model: FlipModel,
     Ws: torch.Tensor,
     targets: Sequence[float],
     d: int,
     *,
-    starts: int = 4,
-    steps: int = 300,
-    lr: float = 0.3,
-    seed: int = 0,
-    search_dtype: torch.dtype | str = torch.float64,
+    search: Search = FLIP_SEARCH,
+    **settings,
 ) -> list[FlipResult]:
     """``len(targets)`` searches of :func:`search_flip` in one batch: search ``j`` minimises
     ``(⟨φ(X_i(Δ)), Ws[j]⟩ − targets[j])²`` (eq. :eq:`eq-output-loss` /
@@ -259,16 +246,17 @@ def search_flips(
     loss is a sum over rows), so each search follows, in exact arithmetic, the path it follows
     alone; one step of the ``S·starts`` rows reads the weights once instead of ``S`` times.
 
-    ``search_dtype``: the precision of the iterations (float32: half the bytes per step). The
+    ``search`` (default ``FLIP_SEARCH``; ``settings``: its fields as keywords) gives the
+    starts, steps, ``lr`` and seed; its ``dtype`` is the precision of the iterations
+    (float32: half the bytes per step). The
     search only proposes ``Δ``: the best iterate of every start is projected onto the exact
     ball in float64 and read out again in float64, the start with the smallest float64 loss
     wins, and every returned number (``value``, ``loss``) is float64. Returns one
     :class:`FlipResult` per target, in order."""
+    search = Search.parse(search, **settings)
     d = check_int("d", d, minimum=1)
-    starts = check_int("starts", starts, minimum=1)
-    steps = check_int("steps", steps, minimum=0)
-    dtype = _flip_dtype(search_dtype)
-    lr = check_lr(lr)
+    starts, steps, lr = search.starts, search.steps, search.lr
+    dtype = search.work_dtype(torch.float64)
     Ws = as_tensor(Ws, dtype=torch.float64)
     if Ws.ndim != 2:
         raise ValueError(
@@ -292,7 +280,7 @@ def search_flips(
     radius = math.sqrt(d)
     batched = _batched_readout(model)
     idx = torch.arange(S).repeat_interleave(starts)
-    Delta = _flip_starts(d, starts, seed).repeat(S, 1).to(dtype)
+    Delta = _flip_starts(d, starts, search.seed).repeat(S, 1).to(dtype)
     f, td = batched(Ws, dtype), tau.to(dtype)[idx]
     _, best = cosine_ascent(
         lambda D: -((f(D, idx) - td) ** 2), Delta, radius, steps=steps, lr=lr, exact_result=False
