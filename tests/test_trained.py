@@ -80,6 +80,18 @@ def test_head_map_is_the_models_attention(enc, H, layer):
         )
 
 
+def test_map_fidelity_accepts_the_models_maps_and_its_control_fails(enc, H):
+    """map_fidelity on the fixture's hidden states: every map within its float32 tolerance,
+    the head maps without b_Q (the control) more than 100 tolerances off; a batch of texts
+    in place of one text's (L + 1, n, d) slice is refused."""
+    fid = tr.map_fidelity(enc, H[:, 0])
+    assert fid.faithful and fid.head < fid.head_tol and fid.layer < fid.layer_tol
+    assert fid.head_without_bQ > 100 * fid.head_tol
+    assert not tr.MapFidelity(1.0, 0.5, 100.0, 0.0, 1.0).faithful  # a deviation over its tol
+    with pytest.raises(ValueError, match="one text's hidden states"):
+        tr.map_fidelity(enc, H)
+
+
 def test_key_bias_cancels_and_value_bias_shifts(enc, H):
     head = tr.head_weights(enc, 1, 0)
     X = torch.as_tensor(H[0, 0]).double()

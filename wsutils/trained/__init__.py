@@ -1,7 +1,8 @@
 """Word sensitivity of a trained BERT-family model, head by head and layer by layer, and of real
 one-word substitutions (the book's chapters ``trained-attention`` and ``trained-substitutions``).
 Every name below is defined in a module of this package by concern (``heads``, ``maps``,
-``own_norm``, ``vocabulary``, ``substitutions``) and used from here, ``wsutils.trained.X``.
+``own_norm``, ``vocabulary``, ``substitutions``, ``fidelity``) and used from here,
+``wsutils.trained.X``.
 
 - :func:`head_weights`: the per-head weights ``(W_Q, W_K, W_V, W_O)`` and biases of one
   attention head, read from the model's own modules (``encoder.layer[l].attention.self.query``
@@ -14,7 +15,9 @@ Every name below is defined in a module of this package by concern (``heads``, `
   ``encoder.layer[l].attention``: all heads, ``W_O``, residual and LayerNorm),
   :func:`layer_map` (``encoder.layer[l]``, feed-forward part included) and :func:`stack_map`
   (layers ``1..ℓ`` in turn): differentiable torch maps ``(B, n, d) → (B, n, ·)`` usable by
-  :func:`wsutils.sensitivity.word_sensitivity`, in float32 or float64.
+  :func:`wsutils.sensitivity.word_sensitivity`, in float32 or float64;
+  :func:`map_fidelity` checks on real hidden states that they are the model's own, within a
+  stated model of float32 rounding.
 - :func:`own_norm_problem`: the rescaling that turns the word sensitivity with the ball of
   radius ``‖x_i‖`` (:prf:ref:`def-own-norm-ws`) into the book's definition with radius ``√d``
   (:prf:ref:`def-word-sensitivity`), so that the search of ``wsutils`` (which takes any map)
@@ -51,6 +54,7 @@ enters ``S`` only through ``‖φ(X)‖``.
 
 from __future__ import annotations
 
+from .fidelity import MapFidelity, map_fidelity
 from .heads import (
     Head,
     head_grid,
@@ -79,6 +83,8 @@ __all__ = [
     "block_map",
     "layer_map",
     "stack_map",
+    "MapFidelity",
+    "map_fidelity",
     "own_norm_problem",
     "own_norm_word_sensitivity",
     "head_word_sensitivity",
