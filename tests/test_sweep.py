@@ -353,3 +353,19 @@ def test_the_first_error_is_raised_even_when_cancelled_points_never_complete():
     worker.join(timeout=30)
     assert not worker.is_alive(), "run_grid hung after the first error"
     assert outcome == {"error": "the first point failed"}
+
+
+def test_grid_array_shapes_a_grid_and_refuses_a_ragged_one():
+    from wsutils.run.records import grid_array
+
+    recs = [{"d": d, "n": n, "s": s, "S": d * 100 + n * 10 + s} for d in (1, 2) for n in (3, 4, 5)
+            for s in range(2)]  # fmt: skip
+    A = grid_array(recs, "S", {"d": (1, 2), "n": (3, 4, 5)})
+    assert A.shape == (2, 3, 2) and A[1, 2, 1] == 251 and A[0, 0, 0] == 130
+    assert grid_array(recs, "S", {"n": (5,)}).shape == (1, 4)  # other axes fold into the last
+    with pytest.raises(ValueError, match="not rectangular"):
+        grid_array(recs[:-1], "S", {"d": (1, 2), "n": (3, 4, 5)})
+    with pytest.raises(ValueError, match="no record at"):
+        grid_array(recs, "S", {"d": (1, 2, 9), "n": (3,)})
+    with pytest.raises(KeyError):
+        grid_array(recs, "T", {"d": (1,)})

@@ -1,0 +1,51 @@
+"""A grid's records as arrays: what a chapter reads from :func:`wsutils.run.sweep.run_grid`.
+
+``run_grid`` returns one record (a dict: the point's parameters and its results) per point.
+A chapter mostly wants one field over the grid's axes, ``S`` at every ``(d, n, seed)`` say:
+:func:`grid_array` gives it, checking that the grid is complete and rectangular instead of
+leaving a comprehension to drop a cell silently.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["grid_array"]
+
+
+def grid_array(records: Sequence[Mapping], key: str, axes: Mapping[str, Sequence]) -> np.ndarray:
+    """The field ``key`` of ``records`` as an array over the grid ``axes``: ``axes`` maps
+    parameter names to their values, in order (``{"d": P.ds, "n": P.ns}``), and the result
+    has one axis per name plus a last axis over the records of each cell, in their order
+    (the seeds, when the points list them last): shape ``(len(ds), len(ns), seeds)``.
+
+    Raises
+    ------
+    KeyError
+        If a record lacks ``key`` or a parameter of ``axes``.
+    ValueError
+        If ``axes`` is empty, a cell has no record, or the cells have different numbers of
+        records (a grid that is not rectangular: read it cell by cell instead).
+    """
+    names = list(axes)
+    if not names:
+        raise ValueError("axes is empty: name at least one parameter, e.g. {'n': P.ns}.")
+    cells: dict[tuple, list] = {cell: [] for cell in itertools.product(*axes.values())}
+    for r in records:
+        cell = tuple(r[a] for a in names)
+        if cell in cells:
+            cells[cell].append(r[key])
+    counts = {cell: len(v) for cell, v in cells.items()}
+    empty = [cell for cell, c in counts.items() if c == 0]
+    if empty:
+        raise ValueError(f"no record at {dict(zip(names, empty[0]))} ({len(empty)} cells empty).")
+    if len(set(counts.values())) != 1:
+        raise ValueError(
+            f"the grid is not rectangular: {min(counts.values())} to {max(counts.values())} "
+            f"records per cell of {names}; read it cell by cell."
+        )
+    shape = tuple(len(v) for v in axes.values())
+    return np.array(list(cells.values()), dtype=float).reshape(*shape, -1)
