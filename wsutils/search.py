@@ -49,8 +49,8 @@ def precision(dtype, name: str = "dtype") -> str | None:
     if isinstance(dtype, str) and dtype.strip().lower().removeprefix("torch.") in PRECISIONS:
         return dtype.strip().lower().removeprefix("torch.")
     raise ValueError(
-        f"{name} must be None (the text's own), torch.float32, torch.float64, 'float32' or "
-        f"'float64', got {dtype!r}."
+        f"{name} must be None (the search data's own precision), torch.float32, "
+        f"torch.float64, 'float32' or 'float64', got {dtype!r}."
     )
 
 

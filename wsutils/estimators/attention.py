@@ -36,7 +36,7 @@ from ..sensitivity import (
     ascend_and_certify,
     search_setup,
 )
-from .takeover import caller_weights, constructions, kernel, search_weights
+from .takeover import caller_weights, constructions, kernel
 
 __all__ = [
     "attention_word_sensitivity",
@@ -461,10 +461,8 @@ def attention_word_sensitivity(
     search = Search.parse(search, **settings)  # the one parse of the search
     fn = kernel(norm)
     Xt, row_list, extra = search_setup(X, rows=rows, init=init, device=device)
-    Wt, W64 = (
-        search_weights(W, Xt),
-        caller_weights(W, Xt),
-    )  # the search's copy; the caller's W
+    W64 = caller_weights(W, Xt)  # the caller's W, read once
+    Wt = W64.to(Xt.dtype)  # the search's copy (search_weights)
     work = search.work_dtype(Xt.dtype)
     Xs, Ws = Xt.to(work), Wt.to(work)  # what the search sees
     if extra is not None:

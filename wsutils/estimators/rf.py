@@ -49,6 +49,7 @@ from .._tensor import Array, as_tensor
 from ..checks import check_finite, check_int, check_preactivations, check_seed, check_text
 from ..maps import flat
 from ..run.device import check_fits, optional_device, small_work_threads
+from ..search import precision
 from ..sensitivity import SensitivityResult, check_rows, project_ball, search_setup, sphere_starts
 
 __all__ = [
@@ -587,22 +588,11 @@ def _check_stop(stop) -> tuple[int, float] | None:
     return m, float(rtol)
 
 
-_SEARCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
 def _search_dtype(value) -> torch.dtype | None:
-    """``search_dtype`` as a torch dtype (or ``None``); a string such as ``"float32"`` is read
-    as the dtype it names, anything else is a ValueError listing what is allowed."""
-    if value is None or value in _SEARCH_DTYPES.values():
-        return value
-    if isinstance(value, str):
-        name = value.strip().lower().removeprefix("torch.")
-        if name in _SEARCH_DTYPES:
-            return _SEARCH_DTYPES[name]
-    raise ValueError(
-        f"search_dtype must be torch.float32, torch.float64, 'float32', 'float64' "
-        f"or None (V_i's own precision), got {value!r}."
-    )
+    """``search_dtype`` as a torch dtype, or ``None`` (``V_i``'s own precision), read by
+    :func:`wsutils.search.precision`."""
+    name = precision(value, name="search_dtype")
+    return None if name is None else PRECISIONS[name]
 
 
 def _check_rows(rows):
