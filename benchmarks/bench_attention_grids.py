@@ -85,7 +85,7 @@ def baseline_point(
 
 
 RF_SEARCH = dict(starts=4, steps=60)
-RF_NEW = dict(upper=False, stop=[10, 1e-4])
+RF_NEW = dict(upper=False, search=RF_SEARCH | dict(stop=[10, 1e-4]))
 
 PARTS = {
     "grid": dict(
@@ -117,12 +117,13 @@ def _calls(part: str, point):
     """``(label, before, after)``: two zero-argument calls of the same point."""
     if part in ("grid", "far"):
         kind, d, n = point
-        p = dict(normalisation=kind, d=d, n=n, seed=point_seed("attention", d, n, 0), **SEARCH)
-        new = dict(search_dtype=SEARCH_DTYPE[kind], certificates=part == "grid")
+        p = dict(normalisation=kind, d=d, n=n, seed=point_seed("attention", d, n, 0))
+        rows, search = SEARCH["rows"], dict(starts=SEARCH["starts"], steps=SEARCH["steps"])
+        new = dict(search=search | dict(dtype=SEARCH_DTYPE[kind]), certificates=part == "grid")
         return (
             f"{kind} {d}x{n}",
-            lambda: baseline_point(**p),
-            lambda: sensitivity_point(**p, **new),
+            lambda: baseline_point(**p, **SEARCH),
+            lambda: sensitivity_point(**p, rows=rows, **new),
         )
     if part == "norm":
         from wsutils.experiments import normalisation as N
@@ -134,13 +135,12 @@ def _calls(part: str, point):
             n=n,
             seed=point_seed("normalisation", d, n, 0),
             rows=1,
-            starts=2,
-            steps=30,
         )
+        search = dict(starts=2, steps=30)
         return (
             f"{name} {d}x{n}",
-            lambda: N.normalisation_point(**p),
-            lambda: N.normalisation_point(**p, search_dtype=N.SEARCH_DTYPE[name]),
+            lambda: N.normalisation_point(**p, search=search),
+            lambda: N.normalisation_point(**p, search=search | dict(dtype=N.SEARCH_DTYPE[name])),
         )
     if part == "phase":
         d, n = point
@@ -151,14 +151,14 @@ def _calls(part: str, point):
             lambda: takeover_point(**p, certificate=False),
         )
     d, n = point
-    p = dict(d=d, n=n, seed=point_seed("attention", d, n, 0), **RF_SEARCH)
+    p = dict(d=d, n=n, seed=point_seed("attention", d, n, 0))
     if part == "rf32":
         return (
             f"{d}x{n}",
             lambda: rf_point(**p, **RF_NEW),
             lambda: rf_point(**p, **RF_NEW, precision="float32"),
         )
-    return f"{d}x{n}", lambda: rf_point(**p), lambda: rf_point(**p, **RF_NEW)
+    return f"{d}x{n}", lambda: rf_point(**p, search=RF_SEARCH), lambda: rf_point(**p, **RF_NEW)
 
 
 def _cells(rf_ds: list[int], only: list[str]) -> None:

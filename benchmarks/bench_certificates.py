@@ -31,7 +31,7 @@ from wsutils.estimators.relu import (
 from wsutils.experiments.attention import sensitivity_point
 from wsutils.run.seeds import point_seed
 
-PAPER_SEARCH = dict(rows=2, starts=4, steps=100)
+PAPER_SEARCH = dict(rows=2, search=dict(starts=4, steps=100))
 
 
 def _cpu(fn):

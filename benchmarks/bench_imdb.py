@@ -140,12 +140,13 @@ def attention(points: list[tuple[int, int]], maps: list[str], repeats: int, text
             for r in sel.review[:texts]:
                 p = dict(map=m, n=n, d=d, source="imdb", review=int(r), keep="all")
                 p |= dict(seed=point_seed(m, "imdb", d, n, int(r)), model=model, imdb=imdb)
-                p |= dict(steps=ATT_STEPS, starts=ATT_STARTS, rows=None)
+                p |= dict(rows=None)
                 best = {}
                 for _ in range(repeats):
                     for dt in (None, "float32"):
                         c0 = time.process_time()
-                        out = sensitivity_point(**p, search_dtype=dt)
+                        search = dict(steps=ATT_STEPS, starts=ATT_STARTS, dtype=dt)
+                        out = sensitivity_point(**p, search=search)
                         cpu = time.process_time() - c0
                         if dt not in best or cpu < best[dt][0]:
                             best[dt] = (cpu, out)

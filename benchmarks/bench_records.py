@@ -43,6 +43,16 @@ MOVED = {
     ("wsutils.experiments.random_features", "rf_point"): ("wsutils.estimators.rf", "rf_point"),
 }
 
+#: Search settings that the redesign gathers into one ``search`` dict of the grid point
+#: (:class:`wsutils.search.Search`'s fields): the old parameter → the field.
+GROUPED = {
+    "starts": "starts",
+    "steps": "steps",
+    "lr": "lr",
+    "search_dtype": "dtype",
+    "stop": "stop",
+}
+
 #: Fields that measure time, not the answer.
 TIMINGS = {"seconds", "cpu", "cpu_seconds", "wall", "wall_seconds", "time", "elapsed"}
 
@@ -54,6 +64,8 @@ POINTS = [
      dict(kind="relu", d=16, n=8, seed=12, rows=2, starts=2, steps=20)),
     ("wsutils.experiments.attention", "takeover_point", dict(d=16, n=8, seed=13)),
     ("wsutils.experiments.attention", "rf_point", dict(d=8, n=6, seed=14, starts=2, steps=10)),
+    ("wsutils.experiments.attention", "rf_point",
+     dict(d=8, n=6, seed=15, starts=2, steps=40, stop=[3, 1e-3], upper=False)),
     ("wsutils.experiments.normalisation", "normalisation_point",
      dict(name="sparsemax", d=16, n=8, seed=16, starts=2, steps=20)),
     ("wsutils.experiments.normalisation", "normalisation_point",
@@ -81,6 +93,9 @@ POINTS = [
     ("wsutils.experiments.imdb", "sensitivity_point",
      dict(map="RAF", n=8, d=16, source="imdb", review=0, keep="all", seed=29, steps=10,
           starts=1, model=None, imdb=None)),
+    ("wsutils.experiments.imdb", "sensitivity_point",
+     dict(map="RF", n=8, d=16, source="imdb", review=1, keep="all", seed=30, steps=10,
+          starts=2, rows=3, model=None, imdb=None)),
 ]  # fmt: skip
 
 
@@ -113,6 +128,10 @@ def _call(module: str, name: str, kwargs: dict):
         if k not in params and k in RENAMED and RENAMED[k] in params:
             k = RENAMED[k]
         kw[k] = v
+    if "search" in params and "starts" not in params:  # the search as one dict of settings
+        grouped = {GROUPED[k]: kw.pop(k) for k in list(kw) if k in GROUPED}
+        if grouped:
+            kw["search"] = grouped
     return fn(**kw)
 
 

@@ -212,7 +212,7 @@ def test_grid_points_without_certificates_give_the_same_values():
     from wsutils.experiments.attention import sensitivity_point, takeover_point
 
     for kind in ("raf", "relu"):
-        p = dict(normalisation=kind, d=16, n=40, seed=3, rows=2, starts=2, steps=10)
+        p = dict(normalisation=kind, d=16, n=40, seed=3, rows=2, search=dict(starts=2, steps=10))
         full, light = sensitivity_point(**p), sensitivity_point(**p, certificates=False)
         assert set(light) == {"S", "phi_norm", "kappa", "seconds"}
         assert {k: light[k] for k in ("S", "phi_norm", "kappa")} == {
@@ -292,7 +292,9 @@ def test_both_chapters_softmax_grid_is_one_list_of_store_keys(monkeypatch, scale
         assert g.ds == (192, 384, 768) and g.ns == (10, 20, 50, 100, 150, 200, 250)
     raf, relu = grid_points("raf"), grid_points("relu")
     assert len(raf) == len(g.ds) * len(g.ns) * g.seeds
-    assert [dict(p, normalisation="relu", search_dtype=SEARCH_DTYPE["relu"]) for p in raf] == relu
+    search = dict(starts=g.starts, steps=g.steps, dtype=SEARCH_DTYPE["relu"])
+    assert [dict(p, normalisation="relu", search=search) for p in raf] == relu
+    assert all(p["search"]["dtype"] == SEARCH_DTYPE["raf"] == "float32" for p in raf)
     keys = [point_key(sensitivity_point, p) for p in raf]
     assert len(set(keys)) == len(keys)
     assert keys == [point_key(sensitivity_point, p) for p in grid_points("raf")]

@@ -146,7 +146,7 @@ def test_takeovers_return_deltas_in_the_ball(n, d, seed, dtype):
 def test_drf_rf_and_flip_searches_return_deltas_in_the_ball(n, d, seed, dtype):
     X = _text(n, d, seed, dtype)
     try:
-        _, D = drf_row_sensitivity(X, 2, 16, row=0, seed=seed, starts=2, steps=3)
+        _, D = drf_row_sensitivity(X, 2, 16, row=0, seed=seed, search=dict(starts=2, steps=3))
         assert_in_ball(D, d)
     except ValueError as e:
         assert "no unit" in str(e)

@@ -73,8 +73,8 @@ def test_limit_maximiser_is_the_doubled_word():
 
 def test_row_sensitivity_is_seeded_and_in_the_ball():
     X = ws.sample_X(8, 4, seed=1)
-    a = drf_row_sensitivity(X, 2, 64, seed=3, steps=10)
-    b = drf_row_sensitivity(X, 2, 64, seed=3, steps=10)
+    a = drf_row_sensitivity(X, 2, 64, seed=3, search=dict(steps=10))
+    b = drf_row_sensitivity(X, 2, 64, seed=3, search=dict(steps=10))
     assert a[0] == b[0] and np.array_equal(a[1], b[1])
     assert np.linalg.norm(a[1]) <= 2 * (1 + 1e-12)
 
@@ -112,7 +112,9 @@ def test_float32_weights_are_single_precision_numbers_from_the_seed():
 def test_float32_search_is_certified_in_float64(L):
     n, d, k = 8, 4, 48
     X = ws.sample_X(n, d, seed=1)
-    v, D = drf_row_sensitivity(X, L, k, seed=3, starts=2, steps=6, init=X[0], precision="float32")
+    v, D = drf_row_sensitivity(
+        X, L, k, seed=3, init=X[0], precision="float32", search=dict(starts=2, steps=6)
+    )
     assert np.linalg.norm(D) <= math.sqrt(d)
     b, A, Vs = drf_row_law(X, L, k, 0, seed=3, precision="float32")
     np.testing.assert_allclose(v, _recompute(b, A, Vs, D), rtol=1e-12)
@@ -121,7 +123,9 @@ def test_float32_search_is_certified_in_float64(L):
     # iterates (a relative 1e-4 covers float32 rounding of a 3-layer forward pass of width 48)
     assert v >= _recompute(b, A, Vs, X[0]) * (1 - 1e-4)
     assert (
-        drf_row_sensitivity(X, L, k, seed=3, starts=2, steps=6, init=X[0], precision="float32")[0]
+        drf_row_sensitivity(
+            X, L, k, seed=3, init=X[0], precision="float32", search=dict(starts=2, steps=6)
+        )[0]
         == v
     )
 
@@ -132,3 +136,19 @@ def test_bad_precision():
         drf_row_sensitivity(X, 2, 8, precision="float16")
     with pytest.raises(ValueError, match="precision"):
         drf_row_law(X, 2, 8, 0, seed=0, precision=64)
+
+
+def test_search_settings_stop_and_refusals():
+    """The DRF search takes a Search or a dict (``DRF_SEARCH`` for the fields left out): its
+    steps land on the sphere, so ``stop=(m, rtol)`` with a tolerance every step meets gives
+    the ``steps=m`` search, and a ``lr`` or ``dtype`` it would not use is refused."""
+    X = ws.sample_X(6, 4, seed=2)
+    for m in (1, 3):
+        early = drf_row_sensitivity(X, 2, 32, seed=1, search=dict(steps=30, stop=(m, 1e9)))
+        short = drf_row_sensitivity(X, 2, 32, seed=1, search=dict(steps=m))
+        assert early[0] == short[0] and np.array_equal(early[1], short[1])
+    for bad in (dict(lr=0.1), dict(dtype="float32"), dict(progress=True)):
+        with pytest.raises(ValueError, match="deep random-feature search takes no"):
+            drf_row_sensitivity(X, 2, 32, search=bad)
+    with pytest.raises(TypeError, match="unknown search setting"):
+        drf_row_sensitivity(X, 2, 32, search=dict(start=2))

@@ -155,7 +155,7 @@ def test_drf_with_no_active_unit_is_an_error():
     X = ws.sample_X(3, 4, seed=0)
     seed = next(s for s in range(100) if float(torch.relu(_draw_law(X, 1, 1, 0, s)[0]).sum()) == 0)
     with pytest.raises(ValueError, match="no unit"):
-        drf_row_sensitivity(X, 1, 1, seed=seed, steps=2)
+        drf_row_sensitivity(X, 1, 1, seed=seed, search=dict(steps=2))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -282,7 +282,7 @@ def test_every_estimator_returns_a_justified_value_or_refuses(n, d, seed, dtype,
             for D in (tk.row_takeover(X, W, row), tk.takeover_candidates(X, W, row)):
                 assert_in_ball(D, d)
         elif which == "drf":
-            v, D = drf_row_sensitivity(X, 2, 8, row=row, seed=seed, starts=2, steps=4)
+            v, D = drf_row_sensitivity(X, 2, 8, row=row, seed=seed, search=dict(starts=2, steps=4))
             b, A, Vs = _draw_law(X64, 2, 8, row, seed)
             base = torch.relu(torch.relu(b) @ Vs[0].T)
             out = torch.relu(torch.relu(b + A @ torch.as_tensor(D)) @ Vs[0].T)

@@ -504,13 +504,14 @@ def test_entmax_refuses_inaccurate_alpha_and_is_finite_at_large_alpha(monkeypatc
 
 @pytest.mark.parametrize("name", ["softmax", "sparsemax", "entmax", "sigmoid"])
 def test_float32_search_keeps_every_certificate_in_float64(name):
-    """normalisation_point(search_dtype="float32"): the search only proposes Δ; S, the
+    """normalisation_point(search={"dtype": "float32"}): the search only proposes Δ; S, the
     certificate and the other fields read from the float64 text are those of the float64
     point (the certificate exactly, S as a search: loosely), and S ≥ the certificate."""
     from wsutils.experiments.normalisation import SEARCH_DTYPE, normalisation_point
 
-    p = dict(normalisation=name, d=8, n=48, seed=4, rows=1, starts=2, steps=15)
-    r64, r32 = normalisation_point(**p), normalisation_point(**p, search_dtype="float32")
+    p = dict(normalisation=name, d=8, n=48, seed=4, rows=1)
+    r64 = normalisation_point(**p, search=dict(starts=2, steps=15))
+    r32 = normalisation_point(**p, search=dict(starts=2, steps=15, dtype="float32"))
     assert r32["certified"] == r64["certified"] and r32["margin"] == r64["margin"]
     assert r32["certified"] <= r32["S"] * (1 + 1e-9)
     assert abs(r32["S"] / r64["S"] - 1) < 1e-2  # a search, not one path: loose
@@ -532,7 +533,11 @@ def test_scale_is_the_chapters_sizes(monkeypatch):
         128: (16, 128, 1024),
         768: (16, 128),
     }
-    assert paper.d_fit == 32 and paper.search == dict(rows=1, starts=2, steps=30)
+    assert paper.d_fit == 32
+    assert paper.search("softmax") == dict(
+        rows=1, search=dict(starts=2, steps=30, dtype="float32")
+    )
+    assert paper.search("relu")["search"]["dtype"] is None
     assert [paper.seeds(32, n) for n in (16, 1024, 4096)] == [3, 3, 2]
     assert paper.seeds(128, 16) == 2 and paper.seeds(32, 4096, "entmax") == 1
     assert paper.seeds(32, 1024, "entmax") == 3

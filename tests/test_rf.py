@@ -179,7 +179,7 @@ def test_float32_search_matches_the_float64_search(mode, rows):
     X = ws.sample_X(12, 16, seed=5)
     k = 12 * 16
     r32 = rf_word_sensitivity(X, k, rows=rows, seed=9, mode=mode, steps=40)
-    r64 = rf_word_sensitivity(X, k, rows=rows, seed=9, mode=mode, steps=40, search_dtype=None)
+    r64 = rf_word_sensitivity(X, k, rows=rows, seed=9, mode=mode, steps=40, dtype=None)
     assert r32.lower == r64.lower and r32.upper == r64.upper  # bounds: float64 both
     assert r32.lower <= r32.value <= r32.upper
     np.testing.assert_allclose(r32.value, r64.value, rtol=1e-5)

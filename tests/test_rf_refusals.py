@@ -84,8 +84,11 @@ def test_rf_row_law_draws_from_the_seed_alone(X):
         (dict(rows=[True, False]), TypeError, "boolean mask"),
         (dict(starts=2.5), TypeError, "starts must be an integer"),
         (dict(steps=3.0), TypeError, "steps must be an integer"),
-        (dict(search_dtype="float16"), ValueError, "search_dtype must be"),
-        (dict(search_dtype=np.float32), ValueError, "search_dtype must be"),
+        (dict(dtype="float16"), ValueError, "dtype must be"),
+        (dict(dtype=np.float32), ValueError, "dtype must be"),
+        (dict(search_dtype="float32"), TypeError, "unknown search setting"),
+        (dict(lr=0.1), ValueError, "takes no lr"),
+        (dict(max_batch_elements=7), ValueError, "takes no max_batch_elements"),
     ],
 )
 def test_coercions_are_refused(X, kwargs, error, match):
@@ -119,9 +122,9 @@ def test_complex_input_is_refused(X, to_complex):
 @pytest.mark.parametrize("name", ["float32", "float64", "torch.float32"])
 def test_search_dtype_accepts_its_name(X, name):
     """Today 'Invalid device string: float32'."""
-    r = rf_word_sensitivity(X, K, steps=4, seed=2, search_dtype=name)
+    r = rf_word_sensitivity(X, K, steps=4, seed=2, dtype=name)
     dtype = getattr(torch, name.removeprefix("torch."))
-    assert r.value == rf_word_sensitivity(X, K, steps=4, seed=2, search_dtype=dtype).value
+    assert r.value == rf_word_sensitivity(X, K, steps=4, seed=2, dtype=dtype).value
 
 
 def test_cuda_without_a_gpu_is_a_clear_error(X, monkeypatch):

@@ -15,7 +15,9 @@ from wsutils.trained import own_norm_word_sensitivity
 
 def test_defaults_and_fields_are_checked_when_made():
     s = Search()
-    assert (s.starts, s.steps, s.lr, s.seed, s.dtype) == (8, 200, 0.5, 0, None)
+    assert (s.starts, s.steps, s.lr, s.seed, s.dtype, s.stop) == (8, 200, 0.5, None, None, None)
+    assert s.start_seed(0) == 0 and s.start_seed(7) == 7 and Search(seed=3).start_seed(7) == 3
+    assert Search(stop=[5, 0]).stop == (5, 0.0)  # a JSON list is read as the pair
     assert Search(dtype=torch.float32).dtype == "float32" == Search(dtype="torch.float32").dtype
     for bad, err in [
         (dict(starts=0), ValueError),
@@ -26,6 +28,10 @@ def test_defaults_and_fields_are_checked_when_made():
         (dict(seed=-1), ValueError),
         (dict(dtype="float16"), ValueError),
         (dict(max_batch_elements=0), ValueError),
+        (dict(stop=(0, 1e-3)), ValueError),
+        (dict(stop=(5, -1.0)), ValueError),
+        (dict(stop=(5, math.inf)), ValueError),
+        (dict(stop=5), ValueError),
     ]:
         with pytest.raises(err):
             Search(**bad)
@@ -78,3 +84,49 @@ def test_a_float32_search_is_certified_in_float64():
     for r, D in res.per_row_Delta.items():
         assert D.dtype == np.float64 and np.linalg.norm(D) <= math.sqrt(16)
         assert res.per_row[r] == pytest.approx(ws.relative_change(phi, X, r, D), rel=1e-12)
+
+
+def test_the_stopping_rule_cuts_the_same_trajectory():
+    """``stop=(m, rtol)`` in :func:`wsutils.sensitivity.cosine_ascent` ends the ascent at the
+    first step where every search gained at most ``rtol`` over ``m`` steps: with a tolerance
+    every step meets, after ``m`` steps, and the best value is that of the full run's first
+    ``m + 1`` iterates (the schedule is the full run's: stopping only cuts it); with ``rtol =
+    0`` on an objective that keeps rising, never. Starts are grouped per search (``group``)."""
+    from wsutils.sensitivity import cosine_ascent
+
+    d = 6
+    target = torch.arange(1.0, d + 1, dtype=torch.float64)
+    target *= math.sqrt(d) / torch.linalg.vector_norm(target)
+    seen = []
+
+    def values(D):
+        v = -((D - target) ** 2).sum(-1)  # rises as Δ nears a point on the sphere
+        seen.append(v.detach().clone())
+        return v
+
+    D0 = torch.randn(4, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    full, _ = cosine_ascent(values, D0.clone() * 0.1, math.sqrt(d), steps=30, lr=0.05)
+    trace = torch.stack(seen)
+    for m in (1, 4):
+        seen.clear()
+        best, _ = cosine_ascent(
+            values, D0.clone() * 0.1, math.sqrt(d), steps=30, lr=0.05, stop=(m, 1e9), group=2
+        )
+        assert len(seen) == m + 1
+        assert torch.equal(best, trace[: m + 1].amax(dim=0))
+    seen.clear()
+    never, _ = cosine_ascent(
+        values, D0.clone() * 0.1, math.sqrt(d), steps=30, lr=0.05, stop=(3, 0.0)
+    )
+    assert len(seen) == 31 and torch.equal(never, full)
+
+
+def test_word_sensitivity_takes_the_stopping_rule():
+    """The generic search stops early under ``Search.stop`` and still certifies its value."""
+    X = ws.sample_X(6, 4, seed=3)
+    W = ws.sample_W(4, seed=4)
+    early = at.attention_word_sensitivity(X, W, rows=[0], starts=2, steps=40, stop=(1, 1e9))
+    full = at.attention_word_sensitivity(X, W, rows=[0], starts=2, steps=40)
+    assert 0 < early.value <= full.value * (1 + 1e-9)  # a prefix of the same trajectory
+    again = ws.relative_change(lambda Z: ws.maps.raf(Z, W), X, 0, early.Delta)
+    assert early.value == pytest.approx(again, rel=1e-12)

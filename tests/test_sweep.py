@@ -233,8 +233,7 @@ def test_imdb_sensitivity_point_searches_the_stated_rows():
         review=3,
         keep="all",
         seed=5,
-        steps=5,
-        starts=2,
+        search=dict(steps=5, starts=2),
         model=None,
         imdb=None,
     )
@@ -298,16 +297,18 @@ def test_imdb_scale_sweep_points_and_search_precision():
     raf, relu, rf = (
         sweep_point(p, m, 50, 96, "imdb", 7, **where) for m in imdb.SEARCH_DTYPE | {"RF": 0}
     )
-    assert raf["search_dtype"] == "float32" and relu["search_dtype"] is None
-    assert "search_dtype" not in rf and rf["rows"] == 16 and raf["rows"] is None
-    kw = dict(n=12, d=8, source="gaussian", review=3, keep="all", seed=5, steps=10, starts=2)
+    assert raf["search"]["dtype"] == "float32" and relu["search"]["dtype"] is None
+    assert "dtype" not in rf["search"] and rf["rows"] == 16 and raf["rows"] is None
+    kw = dict(n=12, d=8, source="gaussian", review=3, keep="all", seed=5)
     kw |= dict(model=None, imdb=None)
-    r64 = sensitivity_point(map="RAF", **kw)
-    r32 = sensitivity_point(map="RAF", search_dtype="float32", **kw)
+    r64 = sensitivity_point(map="RAF", search=dict(steps=10, starts=2), **kw)
+    r32 = sensitivity_point(map="RAF", search=dict(steps=10, starts=2, dtype="float32"), **kw)
     assert r32["n_rows"] == 12 and r32["S_first"] <= r32["S"] * (1 + 1e-9)
     assert abs(r32["S"] - r64["S"]) <= 1e-4 * r64["S"]  # values certified in float64 either way
-    with pytest.raises(ValueError, match="search_dtype"):
-        sensitivity_point(map="RF", search_dtype="float32", **kw)
+    with pytest.raises(ValueError, match="seeds its search from its own seed"):
+        sensitivity_point(map="RF", search=dict(steps=2, seed=3), **kw)
+    with pytest.raises(TypeError, match="unknown search setting"):
+        sensitivity_point(map="RAF", search=dict(steps=2, search_dtype="float32"), **kw)
 
 
 class _NeverFinishes(__import__("concurrent.futures").futures.Executor):

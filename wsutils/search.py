@@ -21,7 +21,7 @@ import torch
 
 from .checks import check_int, check_seed
 
-__all__ = ["Search", "check_lr", "precision"]
+__all__ = ["Search", "check_lr", "check_stop", "parse_fixed", "point_search", "precision"]
 
 #: The precisions a search can run in, by name.
 PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
@@ -54,47 +54,76 @@ def precision(dtype, name: str = "dtype") -> str | None:
     )
 
 
+def check_stop(stop) -> tuple[int, float] | None:
+    """A search's stopping rule: ``None`` (take every step) or ``(m, rtol)``, an integer
+    ``m ≥ 1`` and a finite ``rtol ≥ 0`` (a list ``[m, rtol]``, as JSON gives it, is read as the
+    pair): stop once the best value has gained at most ``rtol``, relative, over the last ``m``
+    steps."""
+    if stop is None:
+        return None
+    if isinstance(stop, (str, bytes)) or not hasattr(stop, "__len__") or len(stop) != 2:
+        raise ValueError(f"stop must be None or (m, rtol), got {stop!r}.")
+    m = check_int("stop window m", stop[0], minimum=1)
+    rtol = stop[1]
+    if (
+        isinstance(rtol, (bool, np.bool_))
+        or not isinstance(rtol, numbers.Real)
+        or not (math.isfinite(rtol) and rtol >= 0)
+    ):
+        raise ValueError(f"stop tolerance rtol must be a finite number ≥ 0, got {rtol!r}.")
+    return m, float(rtol)
+
+
 @dataclass(frozen=True)
 class Search:
     """The settings of a projected-ascent search (:func:`wsutils.sensitivity.ascend_rows`).
 
     ``starts`` random starts per row (``≥ 1``: the first the authors' ``0.1·ξ``, the others
     uniform on the sphere ``‖Δ‖ = √d``), ``steps`` cosine-decayed steps (``≥ 0``) of size at
-    most ``lr·√d`` (``lr`` finite, positive), the ``seed`` of the starts (in ``[0, 2**63)``),
-    the ``dtype`` the search runs in (``None``: the text's own search dtype; ``"float32"`` or
-    ``"float64"``, or the torch dtype, stored by name), ``max_batch_elements`` (the largest
-    ``starts × n × d`` batch one step forms, ``≥ 1``) and ``progress`` (a bar over the chunks
-    of rows). Checked when made, so an estimator that takes one checks nothing again.
+    most ``lr·√d`` (``lr`` finite, positive), the ``seed`` of the starts (in ``[0, 2**63)``;
+    ``None``: the estimator's own rule, :meth:`start_seed`), the ``dtype`` the search runs in
+    (``None``: the text's own search dtype; ``"float32"`` or ``"float64"``, or the torch
+    dtype, stored by name), ``max_batch_elements`` (the largest ``starts × n × d`` batch one
+    step forms, ``≥ 1``), ``progress`` (a bar over the chunks of rows) and the stopping rule
+    ``stop`` (:func:`check_stop`: ``None`` takes every step; ``(m, rtol)`` ends a row's search
+    once the best value over its starts has gained at most ``rtol``, relative, over the last
+    ``m`` steps). Checked when made, so an estimator that takes one checks nothing again.
     """
 
     starts: int = 8
     steps: int = 200
     lr: float = 0.5
-    seed: int = 0
+    seed: int | None = None
     dtype: str | None = None
     max_batch_elements: int = 2**23
     progress: bool = False
+    stop: tuple[int, float] | None = None
 
     def __post_init__(self):
         checked = {
             "starts": check_int("starts", self.starts, minimum=1),
             "steps": check_int("steps", self.steps, minimum=0),
             "lr": check_lr(self.lr),
-            "seed": check_seed(self.seed),
+            "seed": None if self.seed is None else check_seed(self.seed),
             "dtype": precision(self.dtype),
             "max_batch_elements": check_int(
                 "max_batch_elements", self.max_batch_elements, minimum=1
             ),
             "progress": bool(self.progress),
+            "stop": check_stop(self.stop),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
     @classmethod
-    def parse(cls, search: Search | dict | None = None, /, **fields) -> Search:
-        """The one way in: a :class:`Search` from ``search`` (a Search, a dict of its fields,
-        or ``None`` for the defaults) with ``fields`` (keywords of the same names) replacing
-        its own. An unknown name is a TypeError that lists the fields."""
+    def parse(
+        cls, search: Search | dict | None = None, /, *, default: Search | None = None, **fields
+    ) -> Search:
+        """The one way in: a :class:`Search` from ``search`` (a Search; a dict of some of its
+        fields, the others ``default``'s; ``None``: ``default`` itself) with ``fields``
+        (keywords of the same names) replacing its own. ``default`` is the estimator's own
+        search (``None``: ``Search()``). An unknown name is a TypeError that lists the
+        fields."""
         names = {f.name for f in dataclasses.fields(cls)}
         given = dict(search) if isinstance(search, dict) else {}
         unknown = sorted((set(given) | set(fields)) - names)
@@ -104,7 +133,8 @@ class Search:
                 "(wsutils.search.Search)."
             )
         if search is None or isinstance(search, dict):
-            return cls(**{**given, **fields})
+            base = cls() if default is None else default
+            return dataclasses.replace(base, **given, **fields) if given or fields else base
         if not isinstance(search, cls):
             raise TypeError(
                 f"search must be a wsutils.search.Search, a dict of its fields or None, got "
@@ -112,7 +142,51 @@ class Search:
             )
         return dataclasses.replace(search, **fields) if fields else search
 
+    def start_seed(self, default: int) -> int:
+        """The seed of the starts: ``seed``, or the estimator's own ``default`` when it is
+        ``None`` (``0`` for the projected ascent of :mod:`wsutils.sensitivity`, the weights'
+        seed ``+ 1`` for the random-feature estimators)."""
+        return default if self.seed is None else self.seed
+
     def work_dtype(self, default: torch.dtype) -> torch.dtype:
         """The torch dtype the search runs in: ``dtype``, or ``default`` (the text's
         own search dtype) when it is ``None``."""
         return default if self.dtype is None else PRECISIONS[self.dtype]
+
+
+def parse_fixed(
+    search: Search | dict | None, default: Search, fixed: tuple[str, ...], who: str, /, **settings
+) -> Search:
+    """The search of an estimator that fixes some of a :class:`Search`'s fields itself (the
+    random-feature searches step onto the sphere, so they take no ``lr``): ``search``
+    (default ``default``) read by :meth:`Search.parse` with ``settings``; a field of ``fixed``
+    set to anything but ``default``'s is a ValueError naming ``who`` (never silently
+    ignored)."""
+    search = Search.parse(search, default=default, **settings)
+    unused = [f for f in fixed if getattr(search, f) != getattr(default, f)]
+    if unused:
+        raise ValueError(
+            f"{who} takes no {' or '.join(unused)} (it sets {', '.join(fixed)} itself); "
+            f"leave {'it' if len(unused) == 1 else 'them'} unset."
+        )
+    return search
+
+
+def point_search(search: dict | None) -> dict:
+    """The search settings of a grid point (:func:`wsutils.run.sweep.run_grid` takes plain
+    JSON): a dict of :class:`Search`'s fields, ``{"steps": 50, "dtype": "float32"}``, or
+    ``None`` (the point's own defaults), checked here. ``seed`` is not among them: a point
+    seeds its search from its own ``seed``, so that one number names the point."""
+    if search is None:
+        return {}
+    if not isinstance(search, dict):
+        raise TypeError(
+            f"a grid point's search is a dict of wsutils.search.Search's fields, e.g. "
+            f"{{'starts': 4, 'steps': 100}}, got {type(search).__name__}."
+        )
+    if "seed" in search:
+        raise ValueError(
+            "a grid point seeds its search from its own seed: leave 'seed' out of search."
+        )
+    Search.parse(search)  # every field checked (an unknown name is a TypeError)
+    return dict(search)

@@ -43,6 +43,7 @@ __all__ = [
     "search_dtype",
     "search_setup",
     "sphere_starts",
+    "stalled",
     "word_sensitivity",
 ]
 
@@ -383,7 +384,7 @@ def word_sensitivity(
     *,
     rows: int | Sequence[int] | None = None,
     init: Array | None = None,
-    search: Search | None = None,
+    search: Search | dict | None = None,
     batched: bool = True,
     check_norms: bool = True,
     device=None,
@@ -506,8 +507,8 @@ def ascend_and_certify(
 
     ``row_starts``: a function ``row ↦ (m_row × d)`` of starts for that row alone (such as the
     take-over constructions of the row, in ``Xs``'s dtype), added after ``extra``; each row is
-    then searched on its own, its starts seeded by ``(search.seed + row) mod 2**63``, and the
-    result counts the most of them any row had.
+    then searched on its own, its starts seeded by ``(seed + row) mod 2**63`` (``seed``:
+    ``search.start_seed(0)``), and the result counts the most of them any row had.
 
     Returns
     -------
@@ -529,7 +530,7 @@ def ascend_and_certify(
         own = row_starts(r)
         most = max(most, own.shape[0])
         starts_r = own if extra is None else torch.cat([extra, own])
-        search_r = replace(search, seed=(search.seed + r) % 2**63, progress=False)
+        search_r = replace(search, seed=(search.start_seed(0) + r) % 2**63, progress=False)
         found.update(ascend_rows(objective, Xs, [r], search_r, extra=starts_r))
     return certify(phi_b, Xt, found, search, extra_starts=shared + most)
 
@@ -565,7 +566,7 @@ def certify(
         per_row=per_row,
         starts=search.starts + extra_starts,
         steps=search.steps,
-        seed=search.seed,
+        seed=search.start_seed(0),
         per_row_Delta=per_Delta,
         phi_norm=phi_norm,
     )
@@ -584,7 +585,15 @@ def sphere_starts(xi: torch.Tensor, radius: float) -> torch.Tensor:
 
 
 def cosine_ascent(
-    values, Delta: torch.Tensor, radius: float, *, steps: int, lr: float, exact_result: bool = True
+    values,
+    Delta: torch.Tensor,
+    radius: float,
+    *,
+    steps: int,
+    lr: float,
+    exact_result: bool = True,
+    stop: tuple[int, float] | None = None,
+    group: int | None = None,
 ):
     """Projected gradient ascent of ``values(Delta) -> (B,)`` from each row of ``Delta``
     (``B × d``) over the ball ``‖Δ‖ ≤ radius``: step ``t`` moves by
@@ -595,7 +604,12 @@ def cosine_ascent(
     returned row can lie inside its iterate by the margin of :func:`ball_slack`, so callers
     recompute values there. ``exact_result=False`` returns the iterates themselves, for a
     caller that projects them exactly itself (in float64, with its smaller margin). A
-    search whose gradient is not finite stays where it is. Minimise a loss by passing ``-loss``."""
+    search whose gradient is not finite stays where it is. Minimise a loss by passing ``-loss``.
+
+    ``stop = (m, rtol)`` (:func:`wsutils.search.check_stop`) ends the ascent before ``steps``
+    once every search has stalled: ``b_t − b_{t−m} ≤ rtol·|b_{t−m}|`` for the best value
+    ``b_t`` seen up to step ``t`` by each group of ``group`` consecutive rows of ``Delta`` (the
+    starts of one search; ``None``: all rows are one search). ``None`` takes every step."""
     steps = check_int("steps", steps, minimum=0)
     lr = check_real("lr", lr, positive=True)
     radius = check_real("radius", radius, positive=True)
@@ -603,6 +617,7 @@ def cosine_ascent(
         raise ValueError(f"Delta must be (B, d), one start per row, got {tuple(Delta.shape)}.")
     best_val = torch.full((Delta.shape[0],), -math.inf, dtype=Delta.dtype, device=Delta.device)
     best_Delta = Delta.clone()
+    trail: list[torch.Tensor] = []  # each search's best value so far, the last m + 1 steps
     for t in range(steps + 1):
         Delta.requires_grad_(True)
         vals = values(Delta)
@@ -610,7 +625,7 @@ def cosine_ascent(
             better = vals > best_val
             best_val = torch.where(better, vals, best_val)
             best_Delta[better] = Delta[better]
-        if t == steps:
+        if t == steps or (stop is not None and stalled(trail, best_val, stop, group)):
             break
         (grad,) = torch.autograd.grad(vals.sum(), Delta)
         with torch.no_grad():
@@ -628,6 +643,22 @@ def cosine_ascent(
     return best_val.detach(), project_ball(best_Delta, radius) if exact_result else best_Delta
 
 
+def stalled(
+    trail: list, best_val: torch.Tensor, stop: tuple[int, float], group: int | None = None
+) -> bool:
+    """The stopping rule of a search (:class:`wsutils.search.Search`'s ``stop = (m, rtol)``),
+    called once a step: append the best value so far of each search (each group of ``group``
+    consecutive entries of ``best_val``; ``None``: one search) to ``trail`` (the caller's
+    list, empty at step 0) and say whether every search gained at most ``rtol``, relative,
+    over the last ``m`` steps: ``b_t − b_{t−m} ≤ rtol·|b_{t−m}|``."""
+    m, rtol = stop
+    trail.append(best_val.reshape(-1, group or best_val.shape[0]).amax(dim=1).clone())
+    if len(trail) <= m:
+        return False
+    b_old, b = trail.pop(0), trail[-1]
+    return bool((b - b_old <= rtol * b_old.abs()).all())
+
+
 def ascend_rows(
     objective,
     Xt: torch.Tensor,
@@ -641,8 +672,9 @@ def ascend_rows(
     trained heads (:mod:`wsutils.trained`), for every row of ``row_list``: ``objective(chunk)``
     returns a function ``values(row_idx, Delta) -> (B,)`` of relative changes for the rows of
     ``chunk``, maximised by :func:`cosine_ascent` from ``search.starts`` starts seeded by
-    ``search.seed`` (:func:`sphere_starts`) plus ``extra``, ``search.steps`` steps of size
-    ``search.lr``, at most ``search.max_batch_elements`` entries a step. Same seed, same starts
+    ``search.start_seed(0)`` (:func:`sphere_starts`) plus ``extra``, ``search.steps`` steps of
+    size ``search.lr``, at most ``search.max_batch_elements`` entries a step, stopped early by
+    ``search.stop`` once every row has stalled. Same seed, same starts
     and same steps whichever objective is used. Trusts its caller: ``Xt``, ``row_list`` and
     ``extra`` as :func:`search_setup` returns them, ``search`` a checked
     :class:`~wsutils.search.Search`.
@@ -661,7 +693,7 @@ def ascend_rows(
     n, d = Xt.shape
     radius, starts = math.sqrt(d), search.starts
     S = starts + (0 if extra is None else extra.shape[0])
-    g = torch.Generator().manual_seed(search.seed)
+    g = torch.Generator().manual_seed(search.start_seed(0))
     rows_per_chunk = max(1, search.max_batch_elements // (S * n * d))
     chunks = [row_list[j : j + rows_per_chunk] for j in range(0, len(row_list), rows_per_chunk)]
     found: dict[int, torch.Tensor] = {}
@@ -681,6 +713,8 @@ def ascend_rows(
             steps=search.steps,
             lr=search.lr,
             exact_result=False,
+            stop=search.stop,
+            group=S,
         )
         vals = best_val.reshape(R, S).cpu()
         lost = [r for j, r in enumerate(chunk) if not bool(torch.isfinite(vals[j]).any())]

@@ -401,7 +401,7 @@ def attention_word_sensitivity(
     rows: int | Sequence[int] | None = None,
     init: Array | None = None,
     takeovers: bool = False,
-    search: Search | None = None,
+    search: Search | dict | None = None,
     device=None,
     **settings,
 ) -> SensitivityResult:

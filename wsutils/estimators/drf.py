@@ -18,10 +18,19 @@ import torch
 
 from .._tensor import Array, as_tensor, row_norms
 from ..checks import check_int, check_seed, check_text
-from ..sensitivity import check_rows, project_ball, search_dtype, search_setup, sphere_starts
+from ..search import Search, parse_fixed
+from ..sensitivity import (
+    check_rows,
+    project_ball,
+    search_dtype,
+    search_setup,
+    sphere_starts,
+    stalled,
+)
 from .rf import PRECISIONS, _precision  # noqa: F401 (PRECISIONS: the values it takes)
 
 __all__ = [
+    "DRF_SEARCH",
     "arccos_map",
     "drf_limit_change",
     "drf_limit_sensitivity",
@@ -44,10 +53,16 @@ def arccos_map(cos_theta: Array, L: int = 1) -> np.ndarray:
 
 def _angle_map(theta: np.ndarray, L: int) -> np.ndarray:
     """``L`` steps of :func:`arccos_map` on angles, without cancellation near ``ϑ = 0``:
-    ``1 − ψ(cos ϑ) = 2 sin²(ϑ/2) − (sin ϑ − ϑ cos ϑ)/π`` and ``ϑ' = 2 asin(√((1 − ψ)/2))``."""
+    ``1 − ψ(cos ϑ) = 2 sin²(ϑ/2) − (sin ϑ − ϑ cos ϑ)/π`` and ``ϑ' = 2 asin(√((1 − ψ)/2))``,
+    with ``√((1 − ψ)/2) = u √(1 − w/u²)``, ``u = sin(ϑ/2)``, ``w = (sin ϑ − ϑ cos ϑ)/(2π)``:
+    no square of a tiny angle is formed (``ϑ ≈ 1e-158`` would square to a subnormal
+    number and lose its relative precision)."""
     for _ in range(L):
-        one_minus = 2 * np.sin(theta / 2) ** 2 - (np.sin(theta) - theta * np.cos(theta)) / np.pi
-        theta = 2 * np.arcsin(np.sqrt(np.clip(one_minus / 2, 0.0, 1.0)))
+        u = np.sin(theta / 2)
+        w = (np.sin(theta) - theta * np.cos(theta)) / (2 * np.pi)
+        safe = np.where(u > 0, u, 1.0)  # u = 0 only at ϑ = 0, where w = 0 too
+        ratio = w / safe / safe
+        theta = 2 * np.arcsin(np.clip(u * np.sqrt(np.clip(1 - ratio, 0.0, None)), 0.0, 1.0))
     return theta
 
 
@@ -57,15 +72,16 @@ def drf_limit_change(n: int, L: int, r: Array, c: Array) -> np.ndarray:
     ``⟨x_i, Δ⟩ = r η d`` (the argument ``c`` is the book's ``η``):
     ``√(ν² + 1 − 2ν ψ^{∘L}(cos ϑ₀))`` with ``ν² = 1 + (2rη + r²)/n`` and
     ``cos ϑ₀ = (1 + rη/n)/ν``. It does not depend on ``d``. Evaluated in the cancellation-free
-    form ``(ν − 1)² + 4ν sin²(ϑ_L/2)``, ``ϑ₀ = atan2(r√(1 − η²/n)/√n, 1 + rη/n)``."""
+    form ``√((ν − 1)² + 4ν sin²(ϑ_L/2))``, ``ϑ₀ = atan2(r√(1 − η²/n)/√n, 1 + rη/n)``, as
+    ``hypot(ν − 1, 2√ν sin(ϑ_L/2))``: no square underflows for a tiny ``r`` (squaring
+    ``r ≈ 1e-157`` lands among the subnormal numbers, whose relative error is large)."""
     r = np.asarray(r, dtype=np.float64)
     c = np.asarray(c, dtype=np.float64)
     rho2_minus_1 = (2 * r * c + r**2) / n
     rho = np.sqrt(1 + rho2_minus_1)
     theta0 = np.arctan2(r * np.sqrt(np.clip(1 - c**2 / n, 0.0, None)) / np.sqrt(n), 1 + r * c / n)
     theta = _angle_map(theta0, L)
-    sq = (rho2_minus_1 / (rho + 1)) ** 2 + 4 * rho * np.sin(theta / 2) ** 2
-    return np.sqrt(sq)
+    return np.hypot(rho2_minus_1 / (rho + 1), 2 * np.sqrt(rho) * np.sin(theta / 2))
 
 
 def drf_limit_sensitivity(n: int, L: int, *, grid: int = 401) -> tuple[float, float, float]:
@@ -175,6 +191,11 @@ def _drf_out64(b64, A, Vs, Delta64):
     return h
 
 
+#: The default search of :func:`drf_row_sensitivity`: 4 starts (the first the authors'
+#: ``0.1·ξ``), 60 steps, each landing on the sphere; the starts' seed is the weights' ``seed + 1``.
+DRF_SEARCH = Search(starts=4, steps=60)
+
+
 def drf_row_sensitivity(
     X: Array,
     L: int,
@@ -182,8 +203,7 @@ def drf_row_sensitivity(
     *,
     row: int = 0,
     seed: int = 0,
-    starts: int = 4,
-    steps: int = 60,
+    search: Search | dict | None = None,
     init: Array | None = None,
     check_norms: bool = True,
     device=None,
@@ -193,9 +213,15 @@ def drf_row_sensitivity(
     :func:`drf_row_law`), by projected gradient ascent on the sphere ``‖Δ‖ = √d`` (each step
     moves to the sphere along the normalised gradient) from the authors' ``0.1·ξ``,
     ``starts − 1`` random points of the sphere and the rows of ``init`` (a vector of length
-    ``d`` or an ``m × d`` array); best iterate kept. The search runs in ``X``'s search dtype;
-    the best iterate of every start is re-evaluated in float64 and the best of those is
-    returned: a certified lower bound on the row's sensitivity for that draw. Returns
+    ``d`` or an ``m × d`` array); best iterate kept. ``search``: a
+    :class:`~wsutils.search.Search` or a dict of its fields (default :data:`DRF_SEARCH`: 4
+    starts, 60 steps), of which this search reads ``starts``, ``steps``, ``stop`` and ``seed``
+    (default ``seed + 1``); its precision is set by ``precision`` and each step lands on the
+    sphere, so a ``lr``, ``dtype``, ``max_batch_elements`` or ``progress`` other than
+    :data:`DRF_SEARCH`'s is a ValueError (:func:`wsutils.search.parse_fixed`). The search runs
+    in ``X``'s search dtype; the best iterate of every start is re-evaluated in float64 and
+    the best of those is returned: a certified lower bound on the row's sensitivity for that
+    draw. Returns
     ``(value, Δ)`` with ``Δ`` a float64 vector in the ball exactly. If no unit of the last
     layer is active at ``X`` (``φ(X) = 0``) the relative change is undefined: ValueError.
 
@@ -215,13 +241,16 @@ def drf_row_sensitivity(
     Raises
     ------
     TypeError
-        If ``L``, ``k``, ``row``, ``seed``, ``starts`` or ``steps`` is not an integer, or ``X``
+        If ``L``, ``k``, ``row`` or ``seed`` is not an integer, or ``X``
         is complex or not numeric.
     ValueError
         If no unit of the last layer is active at ``X`` (``φ(X) = 0``: the relative change
         divides by a zero base output; it used to return ``−1.0``), or an input check of
         :func:`wsutils.sensitivity.search_setup` fails.
     """
+    fixed = ("lr", "dtype", "max_batch_elements", "progress")
+    search = parse_fixed(search, DRF_SEARCH, fixed, "the deep random-feature search")
+    starts, steps = search.starts, search.steps
     Xt, rows, extra = search_setup(
         X, rows=row, starts=starts, steps=steps, init=init, check_norms=check_norms, device=device
     )
@@ -242,7 +271,7 @@ def drf_row_sensitivity(
     # A64, Vs64 are the drawn weights in their own precision, read exactly by _drf_out64
     b, A, Vs = b64.to(dev, dt), A64.to(dev, dt), [V.to(dev, dt) for V in Vs64]
     radius = math.sqrt(d)
-    g = torch.Generator().manual_seed((seed + 1) % 2**63)
+    g = torch.Generator().manual_seed(search.start_seed((seed + 1) % 2**63))
     xi = sphere_starts(torch.randn(starts, d, generator=g, dtype=torch.float64), radius)
     xi = xi.to(dt)
     if extra is not None:
@@ -253,6 +282,7 @@ def drf_row_sensitivity(
         base_norm = _check_base(base)
     best_val = torch.full((Delta.shape[0],), -math.inf, dtype=dt, device=dev)
     best = Delta.clone()
+    trail: list = []  # the stopping rule's window (wsutils.sensitivity.stalled)
     for t in range(steps + 1):
         Delta.requires_grad_(True)
         vals = torch.linalg.vector_norm(_drf_out(b, A, Vs, Delta) - base, dim=1) / base_norm
@@ -260,7 +290,7 @@ def drf_row_sensitivity(
             better = vals > best_val
             best_val = torch.where(better, vals, best_val)
             best[better] = Delta[better]
-        if t == steps:
+        if t == steps or (search.stop is not None and stalled(trail, best_val, search.stop)):
             break
         (grad,) = torch.autograd.grad(vals.sum(), Delta)
         with torch.no_grad():

@@ -49,7 +49,7 @@ from .._tensor import Array, as_tensor
 from ..checks import check_finite, check_int, check_preactivations, check_seed, check_text
 from ..maps import flat
 from ..run.device import check_fits, optional_device, small_work_threads
-from ..search import precision
+from ..search import Search, parse_fixed
 from ..sensitivity import SensitivityResult, check_rows, project_ball, search_setup, sphere_starts
 
 __all__ = [
@@ -62,6 +62,8 @@ __all__ = [
     "rf_certified_lower",
     "rf_high_probability_bound",
     "rf_relative_change",
+    "RF_SEARCH",
+    "rf_search",
     "rf_word_sensitivity",
     "rf_rows_law",
     "rf_rows_noise_seed",
@@ -89,6 +91,13 @@ class RFSensitivityResult(SensitivityResult):
     phi_norm: float = math.nan
     mode: str = ""
     k: int = 0
+
+
+#: The default search of :func:`rf_word_sensitivity`: 2 starts (plus the ``±Δ`` of
+#: :prf:ref:`thm-rf-lower`), 30 steps, iterations in float32 (each step is two passes over the
+#: ``k × d`` block ``V_i``, limited by memory bandwidth); the seed of the starts is the
+#: weights' ``seed + 1`` unless the search sets one.
+RF_SEARCH = Search(starts=2, steps=30, dtype="float32")
 
 
 def rf_block_seed(seed: int, block: int) -> int:
@@ -456,16 +465,13 @@ def rf_word_sensitivity(
     *,
     rows: int | Sequence[int] | None = 0,
     seed: int = 0,
-    starts: int = 2,
-    steps: int = 30,
+    search: Search | dict | None = None,
     mode: str = "auto",
     check_norms: bool = True,
     device=None,
-    progress: bool = False,
-    search_dtype: torch.dtype | str | None = torch.float32,
     precision: str = "float64",
     upper: bool = True,
-    stop: tuple[int, float] | None = None,
+    **settings,
 ) -> RFSensitivityResult:
     """Estimate ``S_RF(X)`` (:prf:ref:`def-word-sensitivity`) for ``φ_RF = ReLU(V flat(X))``,
     ``V ∈ R^{k×D}`` i.i.d. ``N(0, 1/D)`` drawn from ``seed``, without ever forming ``V``.
@@ -482,19 +488,23 @@ def rf_word_sensitivity(
     authors' ``0.1·ξ`` and ``starts − 1`` random points of the sphere ``‖Δ‖ = √d``, takes
     ``steps`` projected gradient steps (moving to the sphere along the gradient) and keeps the
     best iterate. The result carries the certified bounds ``lower ≤ value ≤ upper``. Memory
-    ``O(k·d)``. ``search_dtype``: the precision of the ascent iterations (``torch.float32``
-    or ``"float32"`` by default; ``torch.float64``/``"float64"``; ``None``
-    keeps ``V_i``'s own precision). Bounds and values are float64 either way.
+    ``O(k·d)``. ``search`` (a :class:`~wsutils.search.Search`, default :data:`RF_SEARCH`:
+    2 starts, 30 steps, float32; ``settings``: its fields as keywords, ``steps=40``): the
+    starts, steps, ``dtype`` of the ascent iterations (``"float32"``; ``"float64"``; ``None``
+    keeps ``V_i``'s own precision; bounds and values are float64 either way), ``progress``
+    (a bar over the rows) and ``stop``; the seed of the random starts is ``search.seed``, by
+    default ``seed + 1``. The step is not a setting (every step lands on the sphere), so a
+    ``lr`` or ``max_batch_elements`` other than :data:`RF_SEARCH`'s is a ValueError.
     ``precision``: the dtype of the ``reduced``-mode draw (:func:`rf_row_law`; ``"float64"``
     by default, ``"float32"`` draws single-precision weights, four times faster, a different
     draw); the ``blocks`` mode always draws single-precision weights and ignores it.
 
     ``upper=False`` skips the upper certificate (``upper`` and ``per_row_upper`` are NaN) and
     with it the Gram matrix of the inactive rows of ``V_i``; ``S``, ``lower`` and the search
-    are unchanged. ``stop=(m, rtol)`` (an integer ``m ≥ 1`` and ``rtol ≥ 0``) ends a row's
-    search once the best value over its starts has gained at most ``rtol``, relative, over
-    the last ``m`` steps (``_ascend``); ``None`` (default) takes all ``steps``. The value is
-    still the float64 relative change at the best iterate, a certified lower bound.
+    are unchanged. ``search.stop=(m, rtol)`` (an integer ``m ≥ 1`` and ``rtol ≥ 0``) ends a
+    row's search once the best value over its starts has gained at most ``rtol``, relative,
+    over the last ``m`` steps (``_ascend``); ``None`` (default) takes all ``steps``. The value
+    is still the float64 relative change at the best iterate, a certified lower bound.
 
     ``X`` may require grad: the estimator is not differentiable and works on a detached
     float64 copy. A float16/float32 ``X`` is accepted: the weights and every reported number
@@ -508,7 +518,7 @@ def rf_word_sensitivity(
         ``check_norms=False``).
     k : int
         The number of random features.
-    rows, seed, starts, steps, mode, search_dtype, precision, upper, stop
+    rows, seed, search, mode, precision, upper, settings
         As above; ``device``: where the work runs (:func:`wsutils.run.device.pick_device`).
 
     Returns
@@ -520,26 +530,26 @@ def rf_word_sensitivity(
     Raises
     ------
     TypeError
-        Before any work, if ``k``, ``starts``, ``steps``, ``rows`` or ``seed`` is not an
+        Before any work, if ``k``, ``rows`` or ``seed`` is not an
         integer (``2.7`` is not truncated), ``rows`` is a boolean mask (pass
         ``np.flatnonzero(mask)``: a mask read as indices searches rows 0 and 1), or ``X`` is
         complex (the imaginary part would be dropped).
     ValueError
-        If a size or ``seed`` is out of range (seeds in ``[0, 2**63)``), ``search_dtype`` is
-        not one of the allowed values (the message lists them; ``"float32"`` is
-        ``torch.float32``, not a device name), or ``device="cuda"`` is asked for without a GPU.
+        If a size or ``seed`` is out of range (seeds in ``[0, 2**63)``), the search sets a
+        ``lr`` or ``max_batch_elements`` (:func:`rf_search`), or ``device="cuda"`` is asked
+        for without a GPU; :class:`~wsutils.search.Search` checks its own fields (a ``dtype``
+        that is not a precision, ``starts < 1``) when it is made.
     wsutils.run.device.DoesNotFit
         Before any work, if the weights and work arrays need more memory than is available
         (the message gives the estimate).
     """
     k = check_int("k (the number of random features)", k, minimum=1)
-    starts = check_int("starts", starts, minimum=1)
-    steps = check_int("steps", steps, minimum=0)
+    search = rf_search(search, **settings)
+    starts, steps = search.starts, search.steps
     seed = check_seed(seed)
     rows = _check_rows(rows)
-    work = _search_dtype(search_dtype)
+    work = None if search.dtype is None else PRECISIONS[search.dtype]
     draw = _precision(precision)
-    stop = _check_stop(stop)
     if mode not in ("auto", "reduced", "blocks", "rows"):
         raise ValueError(f"mode must be 'auto', 'reduced', 'blocks' or 'rows', got {mode!r}.")
     Xt, row_list, _ = search_setup(
@@ -563,36 +573,22 @@ def rf_word_sensitivity(
             seed=seed,
             starts=starts,
             steps=steps,
-            progress=progress,
+            progress=search.progress,
             search_dtype=work,
             precision=draw,
             upper=bool(upper),
-            stop=stop,
+            stop=search.stop,
+            start_seed=search.start_seed(seed + 1),
         )
 
 
-def _check_stop(stop) -> tuple[int, float] | None:
-    """``stop`` as ``None`` or ``(m, rtol)``: an integer ``m ≥ 1`` and a finite ``rtol ≥ 0``."""
-    if stop is None:
-        return None
-    if isinstance(stop, (str, bytes)) or not hasattr(stop, "__len__") or len(stop) != 2:
-        raise ValueError(f"stop must be None or (m, rtol), got {stop!r}.")
-    m = check_int("stop window m", stop[0], minimum=1)
-    rtol = stop[1]
-    if (
-        isinstance(rtol, bool)
-        or not isinstance(rtol, (int, float))
-        or not (math.isfinite(rtol) and rtol >= 0)
-    ):
-        raise ValueError(f"stop tolerance rtol must be a finite number ≥ 0, got {rtol!r}.")
-    return m, float(rtol)
-
-
-def _search_dtype(value) -> torch.dtype | None:
-    """``search_dtype`` as a torch dtype, or ``None`` (``V_i``'s own precision), read by
-    :func:`wsutils.search.precision`."""
-    name = precision(value, name="search_dtype")
-    return None if name is None else PRECISIONS[name]
+def rf_search(search: Search | dict | None = None, /, **settings) -> Search:
+    """The search of :func:`rf_word_sensitivity`: ``search`` (default :data:`RF_SEARCH`) with
+    ``settings`` (:func:`wsutils.search.parse_fixed`). Every step of this ascent lands on the
+    sphere and each row's starts are one batch, so a ``lr`` or ``max_batch_elements`` other
+    than :data:`RF_SEARCH`'s, which it would not use, is a ValueError."""
+    fixed = ("lr", "max_batch_elements")
+    return parse_fixed(search, RF_SEARCH, fixed, "the random-feature search", **settings)
 
 
 def _check_rows(rows):
@@ -661,9 +657,10 @@ def _rf_word_sensitivity(
     precision=torch.float64,
     upper=True,
     stop=None,
+    start_seed=None,
 ):
     n, d = Xt.shape
-    g = torch.Generator().manual_seed(seed + 1)
+    g = torch.Generator().manual_seed(seed + 1 if start_seed is None else start_seed)
     if mode == "reduced":
         u, Vi = rf_row_law(Xt, k, row_list[0], seed=seed, device=Xt.device, precision=precision)
     elif mode == "rows":

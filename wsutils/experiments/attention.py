@@ -20,10 +20,12 @@ from ..estimators.rf import rf_word_sensitivity
 from ..estimators.takeover import certified_lower_bound, row_competition, takeover_certificate
 from ..run import config
 from ..run.seeds import point_seed
+from ..search import Search, point_search
 from ..sensitivity import check_rows
 from ..weights import sample_W, sample_X
 
 __all__ = [
+    "POINT_SEARCH",
     "SEARCH_DTYPE",
     "SCALES",
     "Scale",
@@ -41,6 +43,10 @@ __all__ = [
 #: paths (ReLU attention: up to 8e-4 apart, either way).
 SEARCH_DTYPE = {"raf": "float32", "relu": None}
 
+#: The search of :func:`sensitivity_point` where its ``search`` sets nothing: 4 starts (plus
+#: the take-over constructions), 100 steps, in the text's precision (float64).
+POINT_SEARCH = Search(starts=4, steps=100)
+
 
 @dataclass(frozen=True)
 class Scale:
@@ -48,7 +54,7 @@ class Scale:
 
     The grid of both chapters (at the paper's scale the grid of the authors' scripts):
     widths ``ds``, lengths ``ns``, ``seeds`` texts per point and the search of
-    :func:`sensitivity_point` (``rows``, ``starts``, ``steps``; :attr:`Scale.search`). Beyond it:
+    :func:`sensitivity_point` (``rows``, ``starts``, ``steps``; :meth:`Scale.search`). Beyond it:
     the far lengths ``n_far`` (at ``d = ds[0]``), the phase diagram's ``phase_ds`` ×
     ``phase_ns``, the authors' search at ``auth_points`` (``(d, n)``) with ``auth_seeds``
     texts each, the ReLU chapter's orthogonal take-over at ``takeover_points``, its RF
@@ -71,10 +77,12 @@ class Scale:
     rf_steps: int
     workers: int
 
-    @property
-    def search(self) -> dict:
-        """The search of :func:`sensitivity_point`: ``rows``, ``starts``, ``steps``."""
-        return dict(rows=self.rows, starts=self.starts, steps=self.steps)
+    def search(self, normalisation: str) -> dict:
+        """The search of :func:`sensitivity_point` for ``normalisation`` (``"raf"`` or
+        ``"relu"``) as a point takes it: ``rows`` and ``search`` (``starts``, ``steps`` and
+        the precision :data:`SEARCH_DTYPE` gives the map)."""
+        search = dict(starts=self.starts, steps=self.steps, dtype=SEARCH_DTYPE[normalisation])
+        return dict(rows=self.rows, search=search)
 
 
 SCALES = {
@@ -141,8 +149,7 @@ def grid_points(normalisation: str) -> list[dict]:
             d=d,
             n=n,
             seed=point_seed("attention", d, n, s),
-            **g.search,
-            search_dtype=SEARCH_DTYPE[normalisation],
+            **g.search(normalisation),
         )
         for d in g.ds
         for n in g.ns
@@ -156,16 +163,16 @@ def sensitivity_point(
     n: int,
     seed: int,
     rows: int = 2,
-    starts: int = 4,
-    steps: int = 100,
+    search: dict | None = None,
     certificates: bool = True,
-    search_dtype: str | None = None,
 ) -> dict:
     """``S`` of softmax (``normalisation="raf"``) or ReLU (``"relu"``) attention at one text
     (or of any other normalisation :meth:`wsutils.maps.Normalisation.parse` reads by name).
 
     The estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) searches
-    the first ``rows`` words from ``starts`` random starts plus the take-over constructions;
+    the first ``rows`` words from random starts plus the take-over constructions (``search``:
+    a dict of :class:`~wsutils.search.Search`'s fields over :data:`POINT_SEARCH`, seeded by
+    ``seed``; :func:`wsutils.search.point_search`);
     ``S`` is the float64 relative change at the best ``Δ`` found, recomputed with the full map
     (a certified lower bound). Also returns ``phi_norm = ‖φ(X)‖_F/√d`` (the float64 norm
     that certification divides by),
@@ -177,24 +184,17 @@ def sensitivity_point(
     :prf:ref:`thm-raf-high` at row 0 (:func:`~wsutils.estimators.takeover.takeover_certificate`).
     ``certificates=False`` computes only ``S``, ``phi_norm``, ``kappa`` and ``seconds``, for a
     grid that reads nothing else (the far-``n`` grids): the same ``S`` for the same point.
-    ``search_dtype`` (``None``: float64, or ``"float32"``) is the precision of the search
+    The search's ``dtype`` (``None``: float64, or ``"float32"``) is the precision of the search
     only: ``S`` is certified in float64 on the float64 text either way.
     """
     torch.set_num_threads(1)
     X = sample_X(n, d, seed=seed)
     W = sample_W(d, seed=seed + 1)
     searched = check_rows(list(range(check_int("rows", rows, minimum=1))), n)  # not fewer
+    search = Search.parse(POINT_SEARCH, **point_search(search), seed=seed)
     t0 = time.perf_counter()
     res = attention_word_sensitivity(
-        X,
-        W,
-        normalisation=normalisation,
-        rows=searched,
-        starts=starts,
-        steps=steps,
-        seed=seed,
-        takeovers=True,
-        dtype=search_dtype,
+        X, W, normalisation=normalisation, rows=searched, search=search, takeovers=True
     )
     elapsed = time.perf_counter() - t0
     out = {
@@ -243,20 +243,19 @@ def rf_point(
     d: int,
     n: int,
     seed: int,
-    starts: int = 2,
-    steps: int = 30,
+    search: dict | None = None,
     upper: bool = True,
-    stop: list | None = None,
     precision: str = "float64",
 ) -> dict:
     """``S_RF`` at the same text as :func:`sensitivity_point` (``X`` from ``seed``), ``k = D``,
     with the exact estimator :func:`wsutils.estimators.rf.rf_word_sensitivity` (row 0);
-    ``upper`` and ``stop`` (``[m, rtol]`` or ``None``) are passed to it: ``upper=False`` skips
-    the upper certificate, which this function does not return, and ``stop`` ends the
-    search once it has converged (the estimator's docstring). ``precision`` is the dtype of
-    the draw of the weights (``"float32"``: single-precision weights, a different draw of the
-    same law, about four times faster; the value is the float64 relative change either
-    way)."""
+    ``search`` (a dict of :class:`~wsutils.search.Search`'s fields over
+    :data:`wsutils.estimators.rf.RF_SEARCH`, such as ``{"starts": 4, "steps": 60, "stop":
+    [10, 1e-4]}``: ``stop`` ends the search once it has converged) and ``upper`` are passed
+    to it: ``upper=False`` skips the upper certificate, which this function does not return.
+    ``precision`` is the dtype of the draw of the weights (``"float32"``: single-precision
+    weights, a different draw of the same law, about four times faster; the value is the
+    float64 relative change either way)."""
     torch.set_num_threads(1)
     X = sample_X(n, d, seed=seed)
     res = rf_word_sensitivity(
@@ -264,10 +263,8 @@ def rf_point(
         n * d,
         rows=0,
         seed=seed + 1,
-        starts=starts,
-        steps=steps,
+        search=point_search(search),
         upper=upper,
-        stop=None if stop is None else tuple(stop),
         precision=precision,
     )
     return {"S": res.value}

@@ -103,7 +103,14 @@ def drf_point(
     X = sample_X(n, d, seed=seed)
     with small_work_threads(k * max(k, d), threshold=1 << 23):
         S, _ = drf_row_sensitivity(
-            X, L, k, row=0, seed=seed + 1, starts=2, steps=steps, init=X[0], precision=precision
+            X,
+            L,
+            k,
+            row=0,
+            seed=seed + 1,
+            init=X[0],
+            precision=precision,
+            search=dict(starts=2, steps=steps),
         )
     return {
         "S": S,

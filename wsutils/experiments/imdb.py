@@ -27,6 +27,7 @@ from ..generalization import LOSSES, TRAININGS, check_Ns, flip_runs
 from ..maps import raf, relu_attention
 from ..run import config
 from ..run.seeds import point_seed
+from ..search import Search, point_search
 from ..text.data import load_imdb, select_reviews
 from ..text.embeddings import embed, load_model, sample_matrix, word_rows
 from ..weights import sample_W, sample_X
@@ -154,10 +155,10 @@ def sweep_point(
     features: ``P.rf_*`` over ``P.rf_rows`` rows; attention: ``P.steps`` and ``P.starts`` over
     every row, in the precision :data:`SEARCH_DTYPE` gives ``map``)."""
     if map == "RF":
-        search = dict(steps=P.rf_steps, starts=P.rf_starts, rows=P.rf_rows)
+        search = dict(rows=P.rf_rows, search=dict(starts=P.rf_starts, steps=P.rf_steps))
     else:
-        search = dict(steps=P.steps, starts=P.starts, rows=None)
-        search["search_dtype"] = SEARCH_DTYPE[map]
+        search = dict(starts=P.starts, steps=P.steps, dtype=SEARCH_DTYPE[map])
+        search = dict(rows=None, search=search)
     return dict(
         map=map,
         n=int(n),
@@ -246,13 +247,11 @@ def sensitivity_point(
     review: int,
     keep: str,
     seed: int,
-    steps: int,
-    starts: int,
+    search: dict,
     model: str,
     imdb: str | None,
     rows: int | None = None,
     rf_mode: str = "rows",
-    search_dtype: str | None = None,
 ) -> dict:
     """One point of the sweep: the word sensitivity (:prf:ref:`def-word-sensitivity`) of
     ``map`` — ``"RF"`` (``k = D = n·d``, the exact estimator
@@ -267,9 +266,13 @@ def sensitivity_point(
     ``V flat(X)``); with every row searched the two are the same draw. The RF upper
     certificate is not computed (``upper=False``; nothing here returns it).
 
-    ``search_dtype`` (attention only; ``None``: float64, or ``"float32"``) is the precision
-    of the search alone (:func:`wsutils.estimators.attention.attention_word_sensitivity`):
-    every returned value is recomputed with the full map in float64 on the float64 text.
+    ``search``: a dict of :class:`~wsutils.search.Search`'s fields
+    (:func:`wsutils.search.point_search`; ``starts`` and ``steps``, and for attention the
+    ``dtype`` of the search, ``None``: float64, or ``"float32"``), over the estimator's own
+    defaults (:data:`wsutils.estimators.rf.RF_SEARCH` for RF, whose starts are seeded by
+    ``seed + 1``; ``Search()`` seeded by ``seed`` for attention). The search only proposes
+    ``Δ``: every returned value is recomputed with the full map in float64 on the float64
+    text.
 
     ``source="imdb"``: the text of review ``review`` (:func:`review_matrix`, rows ``keep``);
     ``source="gaussian"``: i.i.d. rows of norm ``√d`` drawn with seed ``review`` (the synthetic
@@ -281,8 +284,7 @@ def sensitivity_point(
 
     if map not in (*MAPS, "RF"):
         raise ValueError(f"map must be one of {sorted(MAPS) + ['RF']}, got {map!r}.")
-    if map == "RF" and search_dtype is not None:
-        raise ValueError("search_dtype is for attention; random features take none.")
+    search = point_search(search)
     if rf_mode not in ("rows", "blocks"):
         raise ValueError(f"rf_mode must be 'rows' or 'blocks', got {rf_mode!r}.")
     if source == "imdb":
@@ -299,8 +301,7 @@ def sensitivity_point(
             n * d,
             rows=picked,
             seed=seed,
-            starts=starts,
-            steps=steps,
+            search=search,
             mode="blocks" if picked is None else rf_mode,
             upper=False,  # never returned: S, the lower bound and the search are unchanged
         )
@@ -311,10 +312,7 @@ def sensitivity_point(
             sample_W(d, seed=seed),
             normalisation=_KINDS[map],
             rows=picked,
-            starts=starts,
-            steps=steps,
-            seed=seed,
-            dtype=search_dtype,
+            search=Search.parse(search, seed=seed),
         )
     return {
         "S": r.value,

@@ -38,6 +38,7 @@ from ..estimators.attention import attention_word_sensitivity
 from ..estimators.takeover import key_takeover, row_takeover
 from ..maps import Normalisation, attention_scores, general_attention, normalise_scores
 from ..run.seeds import point_seed
+from ..search import Search, point_search
 from ..sensitivity import check_rows, perturb, project_ball
 from ..weights import sample_W, sample_X
 
@@ -53,6 +54,7 @@ __all__ = [
     "takeover_margin_model",
     "margin_interval",
     "MODEL_DRAWS",
+    "POINT_SEARCH",
     "SEARCH_DTYPE",
     "Scale",
     "SCALES",
@@ -142,6 +144,10 @@ def row_margin(X, W, row: int, normalisation) -> dict:
 #: a float32 copy of the construction would miss by its rounding).
 SEARCH_DTYPE = {name: "float32" for name in CHAPTER} | {"relu": None, "hardmax": None}
 
+#: The search of :func:`normalisation_point` where its ``search`` sets nothing: 2 starts
+#: (plus the take-over constructions and the doubling), 40 steps, in float64.
+POINT_SEARCH = Search(starts=2, steps=40)
+
 
 #: The normalisations that :prf:ref:`prop-norm-double` covers.
 DOUBLING = ("softmax", "tempered", "scalable", "sparsemax", "entmax", "hardmax")
@@ -185,22 +191,21 @@ def normalisation_point(
     n: int,
     seed: int,
     rows: int = 1,
-    starts: int = 2,
-    steps: int = 40,
-    search_dtype: str | None = None,
+    search: dict | None = None,
 ) -> dict:
     """``S`` of attention with ``normalisation`` (a label of :data:`CHAPTER`) at one synthetic text
     (``X = sample_X(n, d, seed)``, ``W = sample_W(d, seed + 1)``, as in the attention
     chapters): the estimate ``S`` (fast estimator over the first ``rows`` words, random starts
-    plus the take-over constructions), the certified lower bound ``certified`` (the best of
-    the row and the key take-over of :prf:ref:`def-takeover` and the doubling ``Δ = x_0`` of
-    :prf:ref:`prop-norm-double`, through the full map in float64; all three are also starts of
-    the search),
+    plus the take-over constructions; ``search``: a dict of :class:`~wsutils.search.Search`'s
+    fields over :data:`POINT_SEARCH`, seeded by ``seed``), the certified lower bound
+    ``certified`` (the best of the row and the key take-over of :prf:ref:`def-takeover` and
+    the doubling ``Δ = x_0`` of :prf:ref:`prop-norm-double`, through the full map in float64;
+    all three are also starts of the search),
     ``phi_rel = ‖φ(X)‖_F/√(n·d)``, the doubling ``Δ = x_0``'s relative change ``double`` (and,
     for :data:`DOUBLING`, its bound ``double_bound`` and ``double_frac``,
     :func:`doubling_bound`), the row take-over's margin and
     self-weight at word 0 (:func:`row_margin`), the seconds the estimator took (``seconds``, wall)
-    and the CPU seconds of the whole point (``cpu_seconds``). ``search_dtype`` (``None``:
+    and the CPU seconds of the whole point (``cpu_seconds``). The search's ``dtype`` (``None``:
     float64, or ``"float32"``) is the precision of the search only: ``S`` and every
     certificate are computed in float64 on the float64 text either way."""
     torch.set_num_threads(1)
@@ -209,18 +214,10 @@ def normalisation_point(
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
     searched = check_rows(list(range(check_int("rows", rows, minimum=1))), n)  # not fewer
     double = project_ball(X[:1].clone(), math.sqrt(d))[0]  # Δ = x_0, in the ball exactly
+    search = Search.parse(POINT_SEARCH, **point_search(search), seed=seed)
     t0 = time.perf_counter()
     res = attention_word_sensitivity(
-        X,
-        W,
-        normalisation=norm,
-        rows=searched,
-        starts=starts,
-        steps=steps,
-        seed=seed,
-        takeovers=True,
-        init=double,
-        dtype=search_dtype,
+        X, W, normalisation=norm, rows=searched, search=search, takeovers=True, init=double
     )
     elapsed = time.perf_counter() - t0
     # the certificate: the row and the key take-over of each searched word, and the doubling
@@ -401,10 +398,14 @@ class Scale:
         """The width at which the slopes are fitted (the smallest of the grid)."""
         return min(d for d, _ in self.grid)
 
-    @property
-    def search(self) -> dict:
-        """The search's keyword arguments of :func:`normalisation_point`."""
-        return dict(rows=self.search_rows, starts=self.search_starts, steps=self.search_steps)
+    def search(self, normalisation: str) -> dict:
+        """The search of :func:`normalisation_point` for ``normalisation`` (a label of
+        :data:`CHAPTER`) as a point takes it: ``rows`` and ``search`` (``starts``, ``steps``
+        and the precision :data:`SEARCH_DTYPE` gives the map)."""
+        search = dict(
+            starts=self.search_starts, steps=self.search_steps, dtype=SEARCH_DTYPE[normalisation]
+        )
+        return dict(rows=self.search_rows, search=search)
 
     def seeds(self, d: int, n: int, normalisation: str | None = None) -> int:
         """Seeds at grid point ``(d, n)`` for ``normalisation`` (a label of :data:`CHAPTER`):

@@ -178,7 +178,7 @@ def search_flip(
     d: int,
     target: float,
     *,
-    search: Search = FLIP_SEARCH,
+    search: Search | dict | None = None,
     init: torch.Tensor | None = None,
     device=None,
     **settings,
@@ -195,13 +195,13 @@ def search_flip(
     ``settings``: its fields as keywords) gives the starts, steps, ``lr``, seed and the
     precision ``dtype`` of the whole search.
     """
-    search = Search.parse(search, **settings)
+    search = Search.parse(search, default=FLIP_SEARCH, **settings)
     d = check_int("d", d, minimum=1)
     target = check_real("target", target)
     starts, steps, lr = search.starts, search.steps, search.lr
     dtype = search.work_dtype(torch.float64)
     radius = math.sqrt(d)
-    g = torch.Generator().manual_seed(search.seed)
+    g = torch.Generator().manual_seed(search.start_seed(0))
     Delta = torch.randn(starts, d, generator=g, dtype=dtype)
     Delta *= radius / torch.linalg.vector_norm(Delta, dim=-1, keepdim=True)
     Delta[0] = 0.0
@@ -209,7 +209,12 @@ def search_flip(
         Delta = torch.cat([Delta, init_starts(init, d, dtype=dtype)])
     Delta = project_ball(Delta.to(device), radius)
     neg_loss, best_Delta = cosine_ascent(
-        lambda D: -((readout(D) - target) ** 2), Delta, radius, steps=steps, lr=lr
+        lambda D: -((readout(D) - target) ** 2),
+        Delta,
+        radius,
+        steps=steps,
+        lr=lr,
+        stop=search.stop,
     )
     with torch.no_grad():  # the winner by the loss at the returned (projected) Δ itself
         values = readout(best_Delta)
@@ -235,7 +240,7 @@ def search_flips(
     targets: Sequence[float],
     d: int,
     *,
-    search: Search = FLIP_SEARCH,
+    search: Search | dict | None = None,
     **settings,
 ) -> list[FlipResult]:
     """``len(targets)`` searches of :func:`search_flip` in one batch: search ``j`` minimises
@@ -253,7 +258,7 @@ def search_flips(
     ball in float64 and read out again in float64, the start with the smallest float64 loss
     wins, and every returned number (``value``, ``loss``) is float64. Returns one
     :class:`FlipResult` per target, in order."""
-    search = Search.parse(search, **settings)
+    search = Search.parse(search, default=FLIP_SEARCH, **settings)
     d = check_int("d", d, minimum=1)
     starts, steps, lr = search.starts, search.steps, search.lr
     dtype = search.work_dtype(torch.float64)
@@ -280,10 +285,17 @@ def search_flips(
     radius = math.sqrt(d)
     batched = _batched_readout(model)
     idx = torch.arange(S).repeat_interleave(starts)
-    Delta = _flip_starts(d, starts, search.seed).repeat(S, 1).to(dtype)
+    Delta = _flip_starts(d, starts, search.start_seed(0)).repeat(S, 1).to(dtype)
     f, td = batched(Ws, dtype), tau.to(dtype)[idx]
     _, best = cosine_ascent(
-        lambda D: -((f(D, idx) - td) ** 2), Delta, radius, steps=steps, lr=lr, exact_result=False
+        lambda D: -((f(D, idx) - td) ** 2),
+        Delta,
+        radius,
+        steps=steps,
+        lr=lr,
+        exact_result=False,
+        stop=search.stop,
+        group=starts,
     )
     best = project_ball(best.to(torch.float64), radius)
     with torch.no_grad():

@@ -163,7 +163,7 @@ def head_word_sensitivity(
     X: Array,
     *,
     rows=None,
-    search: Search = OWN_NORM_SEARCH,
+    search: Search | dict | None = None,
     device=None,
     **settings,
 ) -> SensitivityResult:
@@ -176,7 +176,7 @@ def head_word_sensitivity(
     ``OWN_NORM_SEARCH``, float32)
     and ``settings`` (its fields as keywords) as in
     :func:`wsutils.sensitivity.word_sensitivity`."""
-    search = Search.parse(search, **settings)
+    search = Search.parse(search, default=OWN_NORM_SEARCH, **settings)
     Z, phi_Z, r = own_norm_problem(head_map(head), X, device=device)
     _check_width(Z, [head])
     Zs, row_list, _ = search_setup(
@@ -227,7 +227,7 @@ def heads_word_sensitivity(
     X: Array,
     *,
     rows=None,
-    search: Search = HEADS_SEARCH,
+    search: Search | dict | None = None,
     device=None,
     **settings,
 ) -> np.ndarray:
@@ -236,7 +236,7 @@ def heads_word_sensitivity(
     for all the heads in one batch (so its random starts differ from separate calls), every
     value recomputed with :func:`head_map` in float64 at the best ``Δ`` of each head.
     ``search`` default ``HEADS_SEARCH``."""
-    search = Search.parse(search, **settings)
+    search = Search.parse(search, default=HEADS_SEARCH, **settings)
     heads = list(heads)
     if not heads:
         raise ValueError("heads is empty: pass at least one Head.")

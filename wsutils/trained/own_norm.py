@@ -55,7 +55,7 @@ def own_norm_word_sensitivity(
     X: Array,
     *,
     rows=None,
-    search: Search = OWN_NORM_SEARCH,
+    search: Search | dict | None = None,
     device=None,
     **settings,
 ) -> SensitivityResult:
@@ -69,7 +69,7 @@ def own_norm_word_sensitivity(
     returned ``Δ`` at the given ``X``, up to float64 rounding. ``Delta``/``per_row_Delta``
     are returned in the coordinates of ``X`` (``‖Δ‖ ≤ ‖x_i‖`` up to the rounding of one
     multiplication)."""
-    search = Search.parse(search, **settings)
+    search = Search.parse(search, default=OWN_NORM_SEARCH, **settings)
     Z, phi_Z, r = own_norm_problem(phi, X, device=device)
     Zs, row_list, _ = search_setup(
         Z.to(search.work_dtype(Z.dtype)), rows=rows, check_norms=False, device=device
