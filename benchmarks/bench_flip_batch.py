@@ -2,11 +2,12 @@
 
 A point of the generalization experiment (``book/generalization.md``, ``book/imdb.md``) runs
 up to 10 searches (six output-loss, three align_rt, one align_ft), 4 starts each. Before
-(``batch_searches=False, search_dtype="float64"``): :func:`wsutils.generalization.search_flip`
-once per search, each step a 4-column product over the weights. After (the default):
+(``batch_searches=False``, ``search={"dtype": "float64"}``):
+:func:`wsutils.generalization.search_flip` once per search, each step a 4-column product
+over the weights. After (the default):
 :func:`wsutils.generalization.search_flips`, the 40 rows in one batch, iterations in float32,
 every recorded number float64 at the returned ``Δ`` (as the chapters run it:
-``search_dtype="float32"``). Both on the same point (same texts,
+``search={"dtype": "float32"}``). Both on the same point (same texts,
 weights and starts), one thread, in one process, alternately; the whole point is timed
 (features, Gram matrix and searches), CPU seconds.
 
@@ -28,16 +29,18 @@ from wsutils import generalization as G
 from wsutils.checks import check_finite
 from wsutils.generalization import _flip as GF
 
-VARIANTS = {
-    "old": dict(batch_searches=False, search_dtype="float64"),
-    "batched64": dict(batch_searches=True, search_dtype="float64"),
-    "new": dict(batch_searches=True, search_dtype="float32"),
+VARIANTS = {  # batch_searches, the search's dtype
+    "old": (False, "float64"),
+    "batched64": (True, "float64"),
+    "new": (True, "float32"),
 }
 
 
 def one(m: str, n: int, d: int, Ns: list[int], steps: int, variant: str):
     c0 = time.process_time()
-    out = G.flip_point(map=m, n=n, d=d, Ns=Ns, seed=0, starts=4, steps=steps, **VARIANTS[variant])
+    batch, dtype = VARIANTS[variant]
+    search = dict(starts=4, steps=steps, dtype=dtype)
+    out = G.flip_point(map=m, n=n, d=d, Ns=Ns, seed=0, search=search, batch_searches=batch)
     return time.process_time() - c0, out["runs"]
 
 
@@ -103,7 +106,7 @@ def sweep(maps: list[str], d: int, n: int, Ns: list[int], steps: int) -> None:
         losses=["output"],
         trainings=["fine_tune"],
     )
-    old64 = dict(batch_searches=False, search_dtype="float64")
+    old64 = dict(batch_searches=False)
     print(f"N sweep, d = {d}, n = {n}, N ∈ {Ns}; CPU s per map")
     print(
         f"{'map':<6}{'old':>9}{'new':>9}{'ratio':>8}   y·t1Δ ours old/new, authors old/new "
@@ -111,17 +114,18 @@ def sweep(maps: list[str], d: int, n: int, Ns: list[int], steps: int) -> None:
     )
     for m in maps:
         c0 = time.process_time()
-        o = G.flip_point(map=m, search="ours", starts=4, steps=steps, **old64, **kw)["runs"]
-        a = G.flip_point(map=m, search="authors", **old64, **kw)["runs"]
+        ours = dict(starts=4, steps=steps)
+        o = G.flip_point(map=m, method="ours", search=ours, **old64, **kw)["runs"]
+        a = G.flip_point(map=m, method="authors", **old64, **kw)["runs"]
         c1 = time.process_time()
         both = G.flip_point(
-            map=m, search=["ours", "authors"], starts=4, steps=steps, search_dtype="float32", **kw
+            map=m, method=["ours", "authors"], search=ours | dict(dtype="float32"), **kw
         )["runs"]
         c2 = time.process_time()
 
-        def last(runs, search):
+        def last(runs, method):
             return next(
-                r["y"] * r["D1"] for r in runs if r["search"] == search and r["N"] == max(Ns)
+                r["y"] * r["D1"] for r in runs if r["method"] == method and r["N"] == max(Ns)
             )
 
         print(

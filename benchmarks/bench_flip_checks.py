@@ -34,8 +34,16 @@ def child(args) -> None:
     import torch
 
     torch.set_num_threads(1)
+    import inspect
+
     from wsutils import generalization as G
 
+    method = args.search.split(",") if "," in args.search else args.search
+    search = dict(starts=args.starts, steps=args.steps, dtype="float32")
+    if "method" in inspect.signature(G.flip_point).parameters:  # one search dict (issue 33)
+        how = dict(method=method, search=search)
+    else:  # a tree from before: loose keywords
+        how = dict(search=method, starts=args.starts, steps=args.steps, search_dtype="float32")
     c0 = time.process_time()
     out = G.flip_point(
         map=args.map,
@@ -43,11 +51,8 @@ def child(args) -> None:
         d=args.d,
         Ns=[int(N) for N in args.Ns.split(",")],
         seed=args.seed,
-        starts=args.starts,
-        steps=args.steps,
         data=args.data,
-        search=args.search.split(",") if "," in args.search else args.search,
-        search_dtype="float32",
+        **how,
     )
     cpu = time.process_time() - c0
     print(json.dumps({"cpu": cpu, "runs": out["runs"]}))

@@ -50,8 +50,7 @@ def main(argv: list[str] | None = None) -> None:
             n=args.n,
             Ns=args.Ns,
             seed=point_seed("flip-norm", args.d, args.n, s),
-            starts=args.starts,
-            steps=args.steps,
+            search=dict(starts=args.starts, steps=args.steps),
             losses=["output", "align_ft"],
             trainings=["fine_tune"],
         )

@@ -26,7 +26,7 @@ def main() -> None:
         paper=dict(d=768, n=40, Ns=[25, 50, 100, 200, 400, 800, 1300], seeds=[0]),
     )
     data = os.environ.get("WSBOOK_FLIP_DATA", "authors")
-    points = FR.sweep_points(**grid, data=data, starts=4, steps=300)
+    points = FR.sweep_points(**grid, data=data, search=dict(starts=4, steps=300))
     points.sort(key=lambda p: p["map"] == "rf")  # the costly random features last
     t = time.perf_counter()
     records = run_grid(G.flip_point, points, store=os.environ.get("WSBOOK_FLIP_STORE"))

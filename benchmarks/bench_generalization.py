@@ -75,8 +75,8 @@ def _experiment():
 
     torch.set_num_threads(2)
     grid = config.by_scale(
-        quick=dict(d=128, Ns=[250, 300], seeds=[0], starts=3, steps=120),
-        paper=dict(d=768, Ns=[1100, 1200, 1300], seeds=[0], starts=4, steps=300),
+        quick=dict(d=128, Ns=[250, 300], seeds=[0], search=dict(starts=3, steps=120)),
+        paper=dict(d=768, Ns=[1100, 1200, 1300], seeds=[0], search=dict(starts=4, steps=300)),
     )
     points = G.flip_grid(**grid)
     t = time.perf_counter()
@@ -124,7 +124,8 @@ def main() -> None:
         elapsed, cpu, peak, table, grid = pool.apply(_experiment)
     print(
         f"\ngeneralization experiment, d = {grid['d']}, N ∈ {grid['Ns']}, seeds {grid['seeds']}, "
-        f"{grid['starts']} starts × {grid['steps']} steps: {elapsed:.0f} s wall, {cpu:.0f} s CPU "
+        f"{grid['search']['starts']} starts × {grid['search']['steps']} steps: "
+        f"{elapsed:.0f} s wall, {cpu:.0f} s CPU "
         f"(2 threads; on a shared machine wall time is inflated), peak RSS {peak:.2f} GB"
     )
     print(

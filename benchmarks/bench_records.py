@@ -33,6 +33,10 @@ HERE = Path(__file__).resolve().parents[1]
 #: Parameter names that the redesign changes: old name → new name.
 RENAMED = {"kind": "normalisation", "name": "normalisation"}
 
+#: Record fields that the redesign renames: old name → new name (the flip runs' ``search``,
+#: the method that found them, is ``method``).
+FIELDS = {**RENAMED, "search": "method"}
+
 #: Grid points that the redesign moves: (new module, name) → (old module, name), for a tree
 #: from before the move.
 MOVED = {
@@ -128,6 +132,8 @@ def _call(module: str, name: str, kwargs: dict):
         if k not in params and k in RENAMED and RENAMED[k] in params:
             k = RENAMED[k]
         kw[k] = v
+    if "method" in params and isinstance(kw.get("search"), (str, list)):  # the flip's method
+        kw["method"] = kw.pop("search")
     if "search" in params and "starts" not in params:  # the search as one dict of settings
         grouped = {GROUPED[k]: kw.pop(k) for k in list(kw) if k in GROUPED}
         if grouped:
@@ -140,7 +146,7 @@ def _plain(x):
     import numpy as np
 
     if isinstance(x, dict):
-        return {RENAMED.get(str(k), str(k)): _plain(v) for k, v in x.items()}
+        return {FIELDS.get(str(k), str(k)): _plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_plain(v) for v in x]
     if hasattr(x, "tolist"):

@@ -79,15 +79,19 @@ def test_search_flips_bad_input():
         G.search_flips(model, torch.ones(1, 17), [1.0], 4, search_dtype="float32")
     with pytest.raises(ValueError, match="non-finite"):
         G.search_flips(model, torch.full((1, 17), math.nan), [1.0], 4)
-    with pytest.raises(ValueError, match="search_dtype"):
-        G.flip_point(map="rf", n=4, d=6, Ns=[8], seed=0, search_dtype="half")
+    with pytest.raises(ValueError, match="dtype must be"):
+        G.flip_point(map="rf", n=4, d=6, Ns=[8], seed=0, search={"dtype": "half"})
+    with pytest.raises(ValueError, match="seeds its search from its own seed"):
+        G.flip_point(map="rf", n=4, d=6, Ns=[8], seed=0, search={"seed": 3})
 
 
 @pytest.mark.parametrize("map", G.MAPS)
 def test_batched_flip_runs_keep_the_invariants_and_run_every_search(map):
-    kw = dict(map=map, n=4, d=6, Ns=[8, 10], seed=2, steps=25, starts=3)
-    new = G.flip_point(**kw)["runs"]
-    old = G.flip_point(**kw, batch_searches=False, search_dtype="float64")["runs"]
+    kw = dict(map=map, n=4, d=6, Ns=[8, 10], seed=2)
+    new = G.flip_point(**kw, search=dict(steps=25, starts=3))["runs"]
+    old = G.flip_point(
+        **kw, batch_searches=False, search=dict(steps=25, starts=3, dtype="float64")
+    )["runs"]
     assert [(r["N"], r["training"], r["loss"]) for r in new] == [
         (r["N"], r["training"], r["loss"]) for r in old
     ]
@@ -128,9 +132,9 @@ def test_authors_searches_take_the_authors_steps(kind):
 
 @pytest.mark.parametrize("map", G.MAPS)
 def test_both_searches_in_one_point_are_the_two_points(map):
-    """``search=["ours", "authors"]`` builds the features once; every number that does not
+    """``method=["ours", "authors"]`` builds the features once; every number that does not
     depend on the search equals that of the two separate points, and each search keeps its
-    own steps (ours: ``steps``; the authors': ``gen.py``'s)."""
+    own steps (ours: ``search``'s; the authors': ``gen.py``'s)."""
     kw = dict(
         map=map,
         n=4,
@@ -141,15 +145,16 @@ def test_both_searches_in_one_point_are_the_two_points(map):
         losses=["output"],
         trainings=["fine_tune"],
     )
-    both = G.flip_point(**kw, search=["ours", "authors"], steps=20, starts=3)["runs"]
-    ours = G.flip_point(**kw, search="ours", steps=20, starts=3)["runs"]
-    auth = G.flip_point(**kw, search="authors")["runs"]
-    assert [r["search"] for r in both] == ["ours"] * len(ours) + ["authors"] * len(auth)
+    search = dict(steps=20, starts=3)
+    both = G.flip_point(**kw, method=["ours", "authors"], search=search)["runs"]
+    ours = G.flip_point(**kw, method="ours", search=search)["runs"]
+    auth = G.flip_point(**kw, method="authors")["runs"]
+    assert [r["method"] for r in both] == ["ours"] * len(ours) + ["authors"] * len(auth)
     for r, o in zip(both, ours + auth):
-        assert r["search"] == o["search"] and r["N"] == o["N"]
+        assert r["method"] == o["method"] and r["N"] == o["N"]
         for key in ("t0", "t1", "interp_err", "rho", "norm_phi_theta0", "y"):
             assert r[key] == o[key], key
     with pytest.raises(ValueError, match="distinct"):
-        G.flip_point(**kw, search=["ours", "ours"])
-    with pytest.raises(ValueError, match="search must be"):
-        G.flip_point(**kw, search=[])
+        G.flip_point(**kw, method=["ours", "ours"])
+    with pytest.raises(ValueError, match="method must be"):
+        G.flip_point(**kw, method=[])

@@ -65,10 +65,9 @@ def test_rf_rows_are_those_of_the_concatenation():
 @pytest.mark.parametrize("map", ["rf", "raf", "relu"])
 def test_flip_point_is_flip_runs_on_its_data(map):
     Xs, Y, X, y = G.planted_data(30, 4, 16, seed=0)
-    opts = dict(seed=3, starts=2, steps=20, search_dtype="float32")
-    a = G.flip_point(
-        map=map, n=4, d=16, Ns=[20, 30], seed=0, starts=2, steps=20, search_dtype="float32"
-    )
+    search = dict(starts=2, steps=20, dtype="float32")
+    opts = dict(seed=3, search=search)
+    a = G.flip_point(map=map, n=4, d=16, Ns=[20, 30], seed=0, search=search)
     b = G.flip_runs(map, Xs, Y, X, y, Ns=[20, 30], **opts)
     assert repr(a) == repr(b)  # S_bound is NaN for attention: repr compares it too
 
@@ -78,9 +77,9 @@ def test_flip_runs_still_checks_its_input():
     bad = Xs.clone()
     bad[2, 1, 0] = math.nan
     with pytest.raises(ValueError, match="non-finite"):
-        G.flip_runs("raf", bad, Y, X, y, Ns=[5], seed=0, steps=2)
+        G.flip_runs("raf", bad, Y, X, y, Ns=[5], seed=0, search=dict(steps=2))
     with pytest.raises(ValueError, match="norm"):
-        G.flip_runs("raf", 2 * Xs, Y, X, y, Ns=[5], seed=0, steps=2)
+        G.flip_runs("raf", 2 * Xs, Y, X, y, Ns=[5], seed=0, search=dict(steps=2))
 
 
 def test_gram_by_blocks_is_the_gram_matrix():

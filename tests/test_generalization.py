@@ -165,7 +165,7 @@ def test_search_flip_is_reproducible():
 
 @pytest.mark.parametrize("map", ["rf", "raf", "relu"])
 def test_flip_point_invariants_and_identity(map):
-    out = G.flip_point(map=map, n=4, d=6, Ns=[8, 10], seed=0, steps=20, starts=2)
+    out = G.flip_point(map=map, n=4, d=6, Ns=[8, 10], seed=0, search=dict(steps=20, starts=2))
     runs = out["runs"]
     assert len(runs) == 2 * 2 * 3
     for r in runs:
@@ -190,7 +190,7 @@ def test_flip_point_bad_input():
 
 @pytest.mark.parametrize("map", G.MAPS)
 def test_flip_runs_on_planted_data_equals_flip_point(map):
-    kw = dict(Ns=[8, 10], starts=2, steps=15)
+    kw = dict(Ns=[8, 10], search=dict(starts=2, steps=15))
     Xs, Y, X, y = G.planted_data(10, 4, 6, seed=3)
     direct = G.flip_runs(map, Xs, Y, X, y, seed=6, **kw)  # flip_point: weights seed + 3
     np.testing.assert_equal(direct, G.flip_point(map=map, n=4, d=6, seed=3, **kw))  # NaN == NaN
@@ -262,7 +262,7 @@ def test_authors_search_is_plain_projected_gradient_descent_with_the_last_iterat
 
 
 def test_flip_runs_records_both_terms_of_the_identity_under_both_searches():
-    for search in G.SEARCHES:
+    for method in G.METHODS:
         out = G.flip_point(
             map="raf",
             n=5,
@@ -270,12 +270,12 @@ def test_flip_runs_records_both_terms_of_the_identity_under_both_searches():
             Ns=[10, 20],
             seed=1,
             losses=("output",),
-            search=search,
+            method=method,
             data="authors",
-            steps=20,
+            search=dict(steps=20),
         )
         for r in out["runs"]:
-            assert r["search"] == search
+            assert r["method"] == method
             np.testing.assert_allclose(
                 r["D1"] - r["y"], r["base_term"] + r["sens_term"], atol=1e-10
             )

@@ -18,12 +18,12 @@ SHARP = ["softmax", "scalable", "sparsemax", "hardmax", "entmax", "sigmoid", "re
 
 @pytest.mark.parametrize("kind, name", [("raf", "softmax"), ("relu", "relu")])
 def test_general_map_reproduces_the_paper_maps_bit_for_bit(kind, name):
-    kw = dict(n=5, d=4, Ns=[8, 12], seed=2, starts=2, steps=15)
+    kw = dict(n=5, d=4, Ns=[8, 12], seed=2, search=dict(starts=2, steps=15))
     old = G.flip_point(map=kind, **kw)
     new = G.flip_point(map="attention", normalisation=name, **kw)
     np.testing.assert_equal(new, old)  # every field of every run, exactly
-    for search in G.SEARCHES:  # the authors' search too
-        kw2 = dict(kw, Ns=[8], losses=("output",), search=search, steps=10)
+    for method in G.METHODS:  # the authors' search too
+        kw2 = dict(kw, Ns=[8], losses=("output",), method=method, search=dict(starts=2, steps=10))
         np.testing.assert_equal(
             G.flip_point(map="attention", normalisation=name, **kw2), G.flip_point(map=kind, **kw2)
         )
@@ -74,7 +74,13 @@ def test_general_readout_gradient_matches_finite_differences(name):
 def test_general_map_records_satisfy_the_identity():
     for name in ("scalable", "sparsemax", "hardmax"):
         out = G.flip_point(
-            map="attention", normalisation=name, n=6, d=4, Ns=[8, 12], seed=0, steps=15, starts=2
+            map="attention",
+            normalisation=name,
+            n=6,
+            d=4,
+            Ns=[8, 12],
+            seed=0,
+            search=dict(steps=15, starts=2),
         )
         assert len(out["runs"]) == 2 * 2 * 3
         for r in out["runs"]:
@@ -87,7 +93,8 @@ def test_general_map_records_satisfy_the_identity():
 
 
 def test_normalisation_may_be_a_name_a_dict_or_a_Normalisation():
-    kw = dict(map="attention", n=5, d=4, Ns=[8], seed=1, steps=5, starts=2, losses=("output",))
+    kw = dict(map="attention", n=5, d=4, Ns=[8], seed=1, losses=("output",))
+    kw |= dict(search=dict(steps=5, starts=2))
     by_name = G.flip_point(normalisation="scalable", **kw)
     by_dict = G.flip_point(normalisation={"name": "scalable", "s": 1.0}, **kw)
     by_obj = G.flip_point(normalisation=Normalisation("scalable", s=1.0), **kw)
@@ -111,8 +118,7 @@ def test_flip_table_names_the_normalisation_only_where_there_is_one():
             d=4,
             Ns=[8],
             seed=0,
-            steps=3,
-            starts=1,
+            search=dict(steps=3, starts=1),
             losses=("output",),
         ),
     )
@@ -121,7 +127,9 @@ def test_flip_table_names_the_normalisation_only_where_there_is_one():
         n=5,
         d=4,
         seed=0,
-        **G.flip_point(map="raf", n=5, d=4, Ns=[8], seed=0, steps=3, starts=1, losses=("output",)),
+        **G.flip_point(
+            map="raf", n=5, d=4, Ns=[8], seed=0, search=dict(steps=3, starts=1), losses=("output",)
+        ),
     )
     rows = G.flip_table([rec, old])
     assert rows[0]["normalisation"] == "sparsemax" and "normalisation" not in rows[-1]

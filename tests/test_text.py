@@ -291,7 +291,8 @@ def test_flip_point_imdb_tiny():
     assert Xs.shape == (12, 6, 8) and list(y) == [-1.0, 1.0] * 6 and len(set(ids)) == 12
     np.testing.assert_allclose(np.linalg.norm(Xs, axis=-1), math.sqrt(8))
     for m in G.MAPS:
-        out = flip_point_imdb(map=m, Ns=[8, 10], seed=1, held_out=11, steps=10, starts=2, **kw)
+        search = dict(steps=10, starts=2)
+        out = flip_point_imdb(map=m, Ns=[8, 10], seed=1, held_out=11, search=search, **kw)
         assert out["y"] == 1.0 and out["review"] == ids[11]
         runs = out["runs"]
         assert len(runs) == 2 * len(G.TRAININGS) * len(G.LOSSES)
@@ -299,9 +300,7 @@ def test_flip_point_imdb_tiny():
         assert max(r["interp_err"] for r in runs) < 1e-9
         assert max(r["norm_Delta"] for r in runs) <= math.sqrt(8)
         # the same numbers as flip_runs on the same texts
-        direct = G.flip_runs(
-            m, Xs[:10], y[:10], Xs[11], y[11], Ns=[8, 10], seed=1, steps=10, starts=2
-        )
+        direct = G.flip_runs(m, Xs[:10], y[:10], Xs[11], y[11], Ns=[8, 10], seed=1, search=search)
         np.testing.assert_equal(direct["runs"], runs)
     with pytest.raises(ValueError, match="held_out"):
         flip_point_imdb(map="rf", Ns=[10], seed=0, held_out=5, **kw)

@@ -395,12 +395,9 @@ def flip_point_imdb(
     max_length: int = 256,
     losses: Sequence[str] = LOSSES,
     trainings: Sequence[str] = TRAININGS,
-    starts: int = 4,
-    steps: int = 300,
-    lr: float = 0.3,
+    search: dict | None = None,
     row: int = 0,
     batch_searches: bool = True,
-    search_dtype: str = "float64",
 ) -> dict:
     """One grid point of the generalization experiment on IMDb reviews, for
     :func:`wsutils.run.sweep.run_grid` (every parameter is a JSON value).
@@ -409,7 +406,9 @@ def flip_point_imdb(
     training texts are the first ``max(Ns)`` of them (label-balanced when ``max(Ns)`` is even),
     the new text is the one at position ``held_out ≥ max(Ns)`` (never a training text), with
     its sentiment as label ``y``. Then :func:`wsutils.generalization.flip_runs` with weights
-    seed ``seed`` (search seed ``seed + 1``; ``batch_searches``, ``search_dtype`` as there).
+    seed ``seed`` (search seed ``seed + 1``; ``search``, a dict of
+    :class:`~wsutils.search.Search`'s fields over
+    :data:`wsutils.generalization.FLIP_SEARCH`, and ``batch_searches`` as there).
     Returns ``{"runs": [...], "review": id of the new text, "y": its label}``.
     """
     Ns = check_Ns(Ns)
@@ -440,11 +439,8 @@ def flip_point_imdb(
         seed=seed,
         losses=losses,
         trainings=trainings,
-        starts=starts,
-        steps=steps,
-        lr=lr,
+        search=point_search(search),
         row=row,
         batch_searches=batch_searches,
-        search_dtype=search_dtype,
     )
     return {**out, "review": int(ids[held_out]), "y": float(y[held_out])}

@@ -21,7 +21,7 @@ so the search never needs the rest of ``V`` again.
 Two searches for the changed word: ours (:func:`search_flip`: several starts, normalised steps,
 best iterate) and the authors' (:func:`authors_search`, as ``gen.py`` runs it: one start at
 ``x₁``, plain gradient steps with their learning rates and step counts, last iterate);
-:func:`flip_runs` runs either on the same instances (``search="ours"`` or ``"authors"``).
+:func:`flip_runs` runs either on the same instances (``method="ours"`` or ``"authors"``).
 Three synthetic data sets: :func:`planted_data` (rows rescaled to norm ``√d``, as every other
 chapter), :func:`independent_data` (the same texts, labels independent of them) and
 :func:`authors_data` (``gen.py``'s: rows not rescaled, the new text built on the planted
@@ -31,15 +31,16 @@ direction ``w_⋆``).
 from __future__ import annotations
 
 from ..estimators.rf import rf_block_seed
-from ._common import DATA, GENERAL, LOSSES, MAPS, SEARCHES, TRAININGS, check_Ns, flip_normalisation
+from ._common import DATA, GENERAL, LOSSES, MAPS, METHODS, TRAININGS, check_Ns, flip_normalisation
 
 __all__ = [
     "LOSSES",
     "MAPS",
     "TRAININGS",
-    "SEARCHES",
+    "METHODS",
     "DATA",
     "FlipResult",
+    "FLIP_SEARCH",
     "gram_cholesky",
     "min_norm_interpolator",
     "project_out",
@@ -86,6 +87,7 @@ from ._features import (  # noqa: E402
 from ._flip import flip_grid, flip_point, flip_runs, flip_table  # noqa: E402
 from ._linalg import fine_tune, gram_cholesky, min_norm_interpolator, project_out, retrain  # noqa: E402
 from ._search import (  # noqa: E402
+    FLIP_SEARCH,
     FlipModel,
     FlipResult,
     attention_flip_model,

@@ -1,4 +1,4 @@
-"""The names the generalization modules share: the losses, trainings, maps, searches and data
+"""The names the generalization modules share: the losses, trainings, maps, methods and data
 sets they accept, and the two checks of a grid point's arguments (re-exported by
 :mod:`wsutils.generalization`)."""
 
@@ -12,7 +12,7 @@ from ..maps import Normalisation
 LOSSES = ("output", "align_ft", "align_rt")
 TRAININGS = ("fine_tune", "retrain")
 MAPS = ("rf", "raf", "relu")
-SEARCHES = ("ours", "authors")
+METHODS = ("ours", "authors")
 DATA = ("planted", "independent", "authors")
 
 #: The map name of the general attention map :func:`wsutils.maps.attention` in this module

@@ -12,12 +12,13 @@ import torch
 from .._tensor import Array, as_tensor
 from ..checks import check_finite, check_shape, check_unit_rows
 from ..maps import Normalisation, flat
-from ..search import Search, precision
+from ..search import Search, point_search
 from ..weights import sample_W
-from ._common import DATA, LOSSES, SEARCHES, TRAININGS, check_Ns, map_normalisation
+from ._common import DATA, LOSSES, METHODS, TRAININGS, check_Ns, map_normalisation
 from ._features import _attention_rows, _rf_rows, authors_data, independent_data, planted_data
 from ._linalg import _gram_solve, fine_tune, gram_cholesky
 from ._search import (
+    FLIP_SEARCH,
     FlipModel,
     FlipResult,
     _attention_flip_model,
@@ -103,7 +104,7 @@ def _check_flip_data(
 
 
 def _run_search(
-    search: str, model: FlipModel, w: torch.Tensor, tau: float, d: int, opts
+    method: str, model: FlipModel, w: torch.Tensor, tau: float, d: int, opts
 ) -> FlipResult:
     """One search, on one thread: its tensors are small (``B × n × n`` scores), and on a
     loaded machine the synchronisation of several threads per step costs more than the
@@ -115,7 +116,7 @@ def _run_search(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        if search == "authors":
+        if method == "authors":
             return authors_search(readout, d, tau, lr=opts["lr"], steps=opts["steps"])
         return search_flip(readout, d, tau, search=replace(opts, dtype="float64"))
     finally:
@@ -129,7 +130,7 @@ def _search_key(loss: str, N: int, training: str) -> tuple:
 
 
 def _run_batched(
-    search: str,
+    method: str,
     model: FlipModel,
     Ws: torch.Tensor,
     taus: list[float],
@@ -141,7 +142,7 @@ def _run_batched(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        if search == "authors":
+        if method == "authors":
             return authors_searches(model, Ws, taus, d, **opts)
         return search_flips(model, Ws, taus, d, search=opts)
     finally:
@@ -183,17 +184,14 @@ def flip_runs(
     seed: int,
     losses: Sequence[str] = LOSSES,
     trainings: Sequence[str] = TRAININGS,
-    search: str = "ours",
-    starts: int = 4,
-    steps: int | None = None,
-    lr: float | None = None,
+    method: str | Sequence[str] = "ours",
+    search: Search | dict | None = None,
     row: int = 0,
     unit_rows: bool = True,
     block_rows: int = 2048,
     progress: bool = False,
     normalisation=None,
     batch_searches: bool = True,
-    search_dtype: torch.dtype | str = "float64",
 ) -> dict:
     """The generalization experiment on given data (:prf:ref:`def-flip-problem`): training
     texts ``Xs`` (``N × n × d``, rows of norm ``√d`` unless ``unit_rows=False``, as in
@@ -204,14 +202,16 @@ def flip_runs(
     ``t0, t1, D0, D1`` (the outputs ``t_0, t_1`` on ``X`` and ``t_0^Δ, t_1^Δ`` on ``X_Δ``,
     with ``θ₀`` and ``θ₁``; ``gen.py`` records the same four).
 
-    ``search="ours"``: :func:`search_flip` (``starts`` starts, ``steps`` steps, default 300,
-    step size ``lr``, default 0.3, best iterate); ``search="authors"``: :func:`authors_search`
-    with ``gen.py``'s ``lr`` and ``steps`` (:func:`authors_lr_steps`) unless given.
-    ``search=["ours", "authors"]`` (a list of distinct searches) runs each on the same
-    features, built once; ``starts``, ``steps`` and ``lr`` are then our search's, and the
-    authors' search takes ``gen.py``'s.
+    ``method="ours"``: :func:`search_flip` with ``search`` (a :class:`~wsutils.search.Search`
+    or a dict of some of its fields; default :data:`FLIP_SEARCH`: 4 starts, 300 steps, step
+    size 0.3, in float64, best iterate; its starts seeded by ``search.seed``, default
+    ``seed + 1``); ``method="authors"``: :func:`authors_search` with ``gen.py``'s ``lr`` and
+    ``steps`` (:func:`authors_lr_steps`) unless ``search`` sets them.
+    ``method=["ours", "authors"]`` (a list of distinct methods) runs each on the same
+    features, built once; ``search`` is then our search's, and the authors' search takes
+    ``gen.py``'s.
 
-    Returns ``{"runs": [...]}``, one dict per ``(search, N, training, loss)``, with the invariants
+    Returns ``{"runs": [...]}``, one dict per ``(method, N, training, loss)``, with the invariants
     (``max |Φθ₀ − Y|``, ``‖Δ‖``), the quantities of :prf:ref:`prop-flip-bound` and the two
     terms of eq. :eq:`eq-flip-identity`: ``base_term = t_0^Δ − t_0`` (bounded by
     ``rel_change·norm_phi_theta0``, ``norm_phi_theta0 = ‖φ‖·‖θ₀‖``) and
@@ -224,8 +224,8 @@ def flip_runs(
     other maps (with ``"softmax"`` and ``"relu"`` equal to those of ``"raf"`` and ``"relu"``).
 
     ``batch_searches``: the point's searches (up to 10: six output, three align_rt, one
-    align_ft) run as one batch, ours by :func:`search_flips` with iterations in
-    ``search_dtype`` (float64 by default; ``"float32"`` halves the bytes of every step, and
+    align_ft) run as one batch, ours by :func:`search_flips` with iterations in the
+    search's ``dtype`` (float64 by default; ``"float32"`` halves the bytes of every step, and
     every recorded number stays float64, computed at the returned ``Δ``), the authors' by
     :func:`authors_searches` (float64, as theirs); ``batch_searches=False`` runs them one after
     another in float64 (:func:`search_flip`, :func:`authors_search`), as before. Batched or
@@ -248,34 +248,34 @@ def _flip_runs(
     seed,
     losses,
     trainings,
+    method,
     search,
-    starts,
-    steps,
-    lr,
     row,
     unit_rows,
     block_rows,
     progress,
     norm,
     batch_searches,
-    search_dtype,
     built: bool,
 ) -> dict:
     """:func:`flip_runs` with the map parsed (``norm``, ``map_normalisation``); ``built``
     as in :func:`_check_flip_data`."""
-    search_dtype = precision(search_dtype, name="search_dtype")
     bad = [x for x in losses if x not in LOSSES] + [x for x in trainings if x not in TRAININGS]
     if bad:
         raise ValueError(f"unknown losses/trainings {bad}; use {LOSSES} and {TRAININGS}.")
-    searches = [search] if isinstance(search, str) else list(search)
+    methods = [method] if isinstance(method, str) else list(method)
     if (
-        not searches
-        or any(not isinstance(s, str) or s not in SEARCHES for s in searches)
-        or len(set(searches)) != len(searches)
+        not methods
+        or any(not isinstance(s, str) or s not in METHODS for s in methods)
+        or len(set(methods)) != len(methods)
     ):
         raise ValueError(
-            f"search must be one of {SEARCHES} or a list of distinct ones, got {search!r}."
+            f"method must be one of {METHODS} or a list of distinct ones, got {method!r}."
         )
+    # the settings the caller set: all of a Search's, a dict's own (the rest FLIP_SEARCH's)
+    given = set(search) if isinstance(search, dict) else {"lr", "steps"} if search else set()
+    ours = Search.parse(search, default=FLIP_SEARCH)
+    ours = replace(ours, seed=ours.start_seed(seed + 1))
     Ns = check_Ns(Ns)
     Xs, X = as_tensor(Xs, dtype=torch.float64), as_tensor(X, dtype=torch.float64)
     Y = as_tensor(Y, dtype=torch.float64).reshape(-1)
@@ -293,23 +293,17 @@ def _flip_runs(
         progress=progress,
         norm=norm,
     )
-    several = len(searches) > 1
+    several = len(methods) > 1
     all_opts = {}
-    for s_name in searches:
-        if s_name == "authors":
+    for m_name in methods:
+        if m_name == "authors":
             lr0, steps0 = authors_lr_steps(map, n)
-            all_opts[s_name] = dict(
-                lr=lr0 if lr is None or several else lr,
-                steps=steps0 if steps is None or several else steps,
+            all_opts[m_name] = dict(
+                lr=ours.lr if "lr" in given and not several else lr0,
+                steps=ours.steps if "steps" in given and not several else steps0,
             )
         else:
-            all_opts[s_name] = Search(  # ours: one checked Search
-                starts=starts,
-                steps=300 if steps is None else steps,
-                lr=0.3 if lr is None else lr,
-                seed=seed + 1,
-                dtype=search_dtype,
-            )
+            all_opts[m_name] = ours
     check_finite("phi", phi)  # the door: Phi_all is checked by gram_cholesky
     norm_phi = float(torch.linalg.vector_norm(phi))
     runs: list[dict] = []
@@ -336,13 +330,13 @@ def _flip_runs(
                 key = _search_key(loss, N, training)
                 if key not in targets:
                     targets[key] = flip_target(loss, theta1=theta1, phi=phi, y=y, Pphi=Pphi)
-    for search in searches:
-        opts = all_opts[search]
+    for m_name in methods:
+        opts = all_opts[m_name]
         cache = {}
         if batch_searches:
             keys = list(targets)
             found = _run_batched(
-                search,
+                m_name,
                 model,
                 torch.stack([targets[k][0] for k in keys]),
                 [targets[k][1] for k in keys],
@@ -351,15 +345,15 @@ def _flip_runs(
             )
             cache = dict(zip(keys, found))
         runs += _flip_records(
-            search, model, cache, targets, fits, Ns, trainings, losses, phi, y, d, opts, norm_phi
+            m_name, model, cache, targets, fits, Ns, trainings, losses, phi, y, d, opts, norm_phi
         )
     return {"runs": runs}
 
 
 def _flip_records(
-    search, model, cache, targets, fits, Ns, trainings, losses, phi, y, d, opts, norm_phi
+    method, model, cache, targets, fits, Ns, trainings, losses, phi, y, d, opts, norm_phi
 ) -> list[dict]:
-    """The records of :func:`flip_runs` for one search (``cache``: the searches already run,
+    """The records of :func:`flip_runs` for one method (``cache``: the searches already run,
     by key; the others run here one by one)."""
     runs = []
     for N in sorted(set(Ns)):
@@ -370,7 +364,7 @@ def _flip_records(
                 key = _search_key(loss, N, training)
                 if key not in cache:
                     w, tau = targets[key]
-                    cache[key] = _run_search(search, model, w, tau, d, opts)
+                    cache[key] = _run_search(method, model, w, tau, d, opts)
                 res = cache[key]
                 with torch.no_grad():
                     phiD = model.phi_row(res.Delta[None])[0]
@@ -381,7 +375,7 @@ def _flip_records(
                         N=N,
                         training=training,
                         loss=loss,
-                        search=search,
+                        method=method,
                         y=y,
                         t0=t0,
                         t1=float(phi @ theta1),
@@ -413,17 +407,14 @@ def flip_point(
     seed: int,
     losses: Sequence[str] = LOSSES,
     trainings: Sequence[str] = TRAININGS,
-    search: str = "ours",
+    method: str | Sequence[str] = "ours",
     data: str = "planted",
-    starts: int = 4,
-    steps: int | None = None,
-    lr: float | None = None,
+    search: dict | None = None,
     row: int = 0,
     block_rows: int = 2048,
     progress: bool = False,
     normalisation=None,
     batch_searches: bool = True,
-    search_dtype: str = "float64",
 ) -> dict:
     """One grid point for :func:`wsutils.run.sweep.run_grid` on synthetic data: ``max(Ns) + 1``
     texts from :func:`planted_data` (``data="planted"``, rows of norm ``√d``),
@@ -431,13 +422,16 @@ def flip_point(
     them) or
     :func:`authors_data` (``data="authors"``, ``gen.py``'s), drawn with seed ``seed``, then
     :func:`flip_runs` with weights seed ``seed + 3`` (search seed ``seed + 4``) and
-    ``search`` (one search, or a list such as ``["ours", "authors"]``: both on features built
-    once). The same ``seed`` gives the same texts for every map and both searches.
+    ``method`` (one method, or a list such as ``["ours", "authors"]``: both on features built
+    once); ``search``: a dict of :class:`~wsutils.search.Search`'s fields
+    (:func:`wsutils.search.point_search`, no ``seed``), ``{"steps": 100, "dtype": "float32"}``.
+    The same ``seed`` gives the same texts for every map and both methods.
     ``map="attention"`` takes a ``normalisation`` (a name or a dict of
     :class:`~wsutils.maps.Normalisation`'s fields, so that the point stays plain JSON for
-    :func:`wsutils.run.sweep.run_grid`; :func:`flip_normalisation`). ``batch_searches`` and
-    ``search_dtype`` (``"float32"`` or ``"float64"``) as in :func:`flip_runs`."""
+    :func:`wsutils.run.sweep.run_grid`; :func:`flip_normalisation`). ``batch_searches`` as
+    in :func:`flip_runs`."""
     norm = map_normalisation(map, normalisation)  # the one parse of the map
+    search = point_search(search)
     if data not in DATA:
         raise ValueError(f"data must be one of {DATA}, got {data!r}.")
     Ns = check_Ns(Ns)
@@ -458,17 +452,14 @@ def flip_point(
         seed=seed + 3,
         losses=losses,
         trainings=trainings,
+        method=method,
         search=search,
-        starts=starts,
-        steps=steps,
-        lr=lr,
         row=row,
         unit_rows=data != "authors",
         block_rows=block_rows,
         progress=progress,
         norm=norm,
         batch_searches=batch_searches,
-        search_dtype=search_dtype,
         built=True,
     )
 
@@ -479,15 +470,15 @@ def flip_grid(
     Ns: Sequence[int],
     seeds: Sequence[int],
     configs: Sequence[tuple[str, int]] = (("rf", 40), ("raf", 40), ("raf", 120), ("relu", 120)),
-    **search,
+    **params,
 ) -> list[dict]:
     """The points of the generalization experiment: one per ``(map, n, seed)``; the grid of
     the authors' ``gen.py`` is ``d = 768``, ``Ns = (1100, 1200, 1300)`` and the default
-    ``configs``. ``search`` passes ``search``, ``data``, ``starts``, ``steps``, ``lr``,
-    ``losses``, ``trainings`` to :func:`flip_point`."""
+    ``configs``. ``params`` passes the other parameters of :func:`flip_point` (``method``,
+    ``data``, ``search``, ``losses``, ``trainings``, …) to every point."""
     Ns = check_Ns(Ns)
     return [
-        dict(map=m, n=n, d=d, Ns=list(Ns), seed=s, **search) for (m, n) in configs for s in seeds
+        dict(map=m, n=n, d=d, Ns=list(Ns), seed=s, **params) for (m, n) in configs for s in seeds
     ]
 
 

@@ -169,7 +169,8 @@ def flip_target(
 
 
 #: The flip searches' settings by default (:func:`search_flip`, :func:`search_flips`): 4
-#: starts, 300 steps of size at most ``0.3·√d``, seed 0, in float64.
+#: starts, 300 steps of size at most ``0.3·√d``, in float64; seed 0 (the flip experiment's
+#: :func:`~wsutils.generalization.flip_runs`: its own ``seed + 1``) unless set.
 FLIP_SEARCH = Search(starts=4, steps=300, lr=0.3, dtype="float64")
 
 

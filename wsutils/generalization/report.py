@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from ..run.seeds import point_seed
-from . import LOSSES, SEARCHES, check_Ns
+from . import LOSSES, METHODS, check_Ns
 
 __all__ = [
     "CONFIGS",
@@ -130,70 +130,43 @@ def sweep_points(
     Ns: Sequence[int],
     seeds: Sequence[int],
     maps: Sequence[str] = ("rf", "raf", "relu"),
-    searches: Sequence[str] = SEARCHES,
+    methods: Sequence[str] = METHODS,
     data: str = "authors",
     trainings: Sequence[str] = ("fine_tune",),
-    starts: int = 4,
-    steps: int = 300,
-    search_dtype: str = "float64",
+    search: dict | None = None,
 ) -> list[dict]:
     """Points for :func:`wsutils.run.sweep.run_grid` of :func:`wsutils.generalization.flip_point`
     that trace ``y·t_1^Δ`` against ``N`` (output loss only): one point per ``(map, draw)``
-    running every search of ``searches`` on features built once (one per
-    ``(map, search, draw)`` when ``searches`` has one search), the ``N`` values of a point
+    running every method of ``methods`` on features built once (one per
+    ``(map, method, draw)`` when ``methods`` has one method), the ``N`` values of a point
     nested (its first ``N`` texts).
     Draw ``s`` has seed ``point_seed("flip-vs-N", data, d, n, s)``: every map and both
-    searches see the same texts; ``steps``/``starts``/``search_dtype`` apply to our search
-    only (the authors' search takes ``gen.py``'s,
+    methods see the same texts; ``search`` (a dict of :class:`~wsutils.search.Search`'s
+    fields, ``{"starts": 4, "steps": 300, "dtype": "float32"}``) applies to our search only
+    (the authors' search takes ``gen.py``'s,
     :func:`wsutils.generalization.authors_lr_steps`, in float64)."""
     Ns = check_Ns(Ns)
+    ours = {} if search is None else dict(search=dict(search))
     points = []
     for s in seeds:
         seed = point_seed("flip-vs-N", data, d, n, s)
+        common = dict(n=n, d=d, Ns=list(Ns), seed=seed, data=data, losses=["output"])
         for m in maps:
-            if len(searches) > 1:  # one point: the features are built once for both
+            if len(methods) > 1:  # one point: the features are built once for both
                 points.append(
-                    dict(
-                        map=m,
-                        n=n,
-                        d=d,
-                        Ns=list(Ns),
-                        seed=seed,
-                        search=list(searches),
-                        data=data,
-                        losses=["output"],
-                        trainings=list(trainings),
-                        starts=starts,
-                        steps=steps,
-                        search_dtype=search_dtype,
-                    )
+                    dict(map=m, **common, trainings=list(trainings), method=list(methods), **ours)
                 )
                 continue
-            for search in searches:
-                opts = (
-                    dict(starts=starts, steps=steps, search_dtype=search_dtype)
-                    if search == "ours"
-                    else {}
-                )
+            for method in methods:
+                opts = ours if method == "ours" else {}
                 points.append(
-                    dict(
-                        map=m,
-                        n=n,
-                        d=d,
-                        Ns=list(Ns),
-                        seed=seed,
-                        search=search,
-                        data=data,
-                        losses=["output"],
-                        trainings=list(trainings),
-                        **opts,
-                    )
+                    dict(map=m, **common, trainings=list(trainings), method=method, **opts)
                 )
     return points
 
 
 def sweep_table(runs: Sequence[dict], key: str = "yD1") -> dict:
-    """Mean over draws (and trainings) per ``(map, search, N)`` of ``key``: ``"yD1"``
+    """Mean over draws (and trainings) per ``(map, method, N)`` of ``key``: ``"yD1"``
     (``y·t_1^Δ``), ``"base"`` (``y·(t_0^Δ − t_0)``, the base-model term of
     eq. :eq:`eq-flip-identity`), ``"sens"`` (``y·(c − 1)(y − t_0)``, the sensitivity term) or
     ``"scale"`` (``‖φ‖·‖θ₀‖``, which bounds the base-model term by ``S·‖φ‖·‖θ₀‖``)."""
@@ -207,27 +180,27 @@ def sweep_table(runs: Sequence[dict], key: str = "yD1") -> dict:
         raise ValueError(f"key must be one of {sorted(get)}, got {key!r}.")
     groups = defaultdict(list)
     for r in runs:
-        groups[(r["map"], r["search"], r["N"])].append(get[key](r))
+        groups[(r["map"], r["method"], r["N"])].append(get[key](r))
     return {k: float(np.mean(v)) for k, v in sorted(groups.items())}
 
 
 def plot_sweep(axes, runs: Sequence[dict], maps: Sequence[str] = ("rf", "raf", "relu")) -> None:
-    """One panel per map: ``y·t_1^Δ`` against ``N`` for both searches (solid: ours, dashed:
+    """One panel per map: ``y·t_1^Δ`` against ``N`` for both methods (solid: ours, dashed:
     the authors'), with the two terms of eq. :eq:`eq-flip-identity` for our search (``1 +``
     base-model term, and the sensitivity term), so that ``y·t_1^Δ = 1 + base + sens``."""
     for ax, m in zip(axes, maps):
-        for search, ls in (("ours", "-"), ("authors", "--")):
+        for method, ls in (("ours", "-"), ("authors", "--")):
             t = sweep_table([r for r in runs if r["map"] == m], "yD1")
-            Ns = [N for (_, s, N) in t if s == search]
+            Ns = [N for (_, s, N) in t if s == method]
             ax.plot(
                 Ns,
-                [t[m, search, N] for N in Ns],
+                [t[m, method, N] for N in Ns],
                 "o" + ls,
                 color="k",
                 ms=4,
-                label=f"$y\\,t_1^\\Delta$, {search} search",
+                label=f"$y\\,t_1^\\Delta$, {method} search",
             )
-        ours = [r for r in runs if r["map"] == m and r["search"] == "ours"]
+        ours = [r for r in runs if r["map"] == m and r["method"] == "ours"]
         base, sens = sweep_table(ours, "base"), sweep_table(ours, "sens")
         Ns = [N for (_, _, N) in base]
         ax.plot(
@@ -285,12 +258,13 @@ def regime_points(
     seeds: Sequence[int],
     maps: Sequence[str] = ("rf", "raf"),
     data: str = "planted",
-    starts: int = 4,
-    steps: int = 300,
+    search: dict | None = None,
 ) -> list[dict]:
     """Points for :func:`wsutils.run.sweep.run_grid` of :func:`wsutils.generalization.flip_point`
     for the protection study (chapter ``generalization-n``): one point per ``(map, draw)``,
-    the output loss under both trainings, our search in float32, the ``N`` values nested.
+    the output loss under both trainings, our search in float32 (``search``: a dict of
+    :class:`~wsutils.search.Search`'s fields besides, ``{"starts": 4, "steps": 300}``), the
+    ``N`` values nested.
     Draw ``s`` has seed ``point_seed("regime", d, n, s)``, so every map sees the same
     texts, and ``data="planted"`` and ``"independent"`` share them too."""
     Ns = check_Ns(Ns)
@@ -303,9 +277,7 @@ def regime_points(
             seed=point_seed("regime", d, n, s),
             data=data,
             losses=["output"],
-            starts=starts,
-            steps=steps,
-            search_dtype="float32",
+            search={**(search or {}), "dtype": "float32"},
         )
         for s in seeds
         for m in maps
