@@ -16,16 +16,16 @@ from ..search import Search, point_search
 from ..weights import sample_W
 from ._common import DATA, LOSSES, METHODS, TRAININGS, check_Ns, map_normalisation
 from ._features import _attention_rows, _rf_rows, authors_data, independent_data, planted_data
-from ._linalg import _gram_solve, fine_tune, gram_cholesky
+from ._linalg import _cholesky, _fine_tune, _gram_solve
 from ._search import (
     FLIP_SEARCH,
     FlipModel,
     FlipResult,
     _attention_flip_model,
+    _flip_target,
     authors_lr_steps,
     authors_search,
     authors_searches,
-    flip_target,
     rf_flip_model,
     search_flip,
     search_flips,
@@ -304,24 +304,25 @@ def _flip_runs(
             )
         else:
             all_opts[m_name] = ours
-    check_finite("phi", phi)  # the door: Phi_all is checked by gram_cholesky
+    # the door for the features (finite texts can still give overflowing features): every
+    # helper below trusts them, no check again per N, training or loss
+    check_finite("the training texts' features", Phi_all)
+    check_finite("phi", phi)
     norm_phi = float(torch.linalg.vector_norm(phi))
     runs: list[dict] = []
     # The Cholesky factor of a leading block of K is the leading block of K's factor.
-    L_all = gram_cholesky(Phi_all)
+    L_all = _cholesky(Phi_all)
     fits = {}
     targets: dict = {}  # search key -> (w, τ), in the order first met
     for N in sorted(set(Ns)):
         Phi, YN = Phi_all[:N], Y[:N]
         L = L_all[:N, :N]
-        # Phi_all, Y and phi were checked at the door (_check_flip_data, _features): the
-        # helpers below trust them (no check_finite pass over the N × p matrix per call)
         theta0 = _min_norm(Phi, YN, L)
         Pphi = _project(Phi, phi, L)
         interp_err = float((Phi @ theta0 - YN).abs().max())
         for training in trainings:
             theta1 = (
-                fine_tune(theta0, phi, y)
+                _fine_tune(theta0, phi, y)
                 if training == "fine_tune"
                 else _retrain(phi, y, theta0, Pphi)
             )
@@ -329,7 +330,7 @@ def _flip_runs(
             for loss in losses:
                 key = _search_key(loss, N, training)
                 if key not in targets:
-                    targets[key] = flip_target(loss, theta1=theta1, phi=phi, y=y, Pphi=Pphi)
+                    targets[key] = _flip_target(loss, theta1, phi, y, Pphi)
     for m_name in methods:
         opts = all_opts[m_name]
         cache = {}

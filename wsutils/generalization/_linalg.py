@@ -41,7 +41,12 @@ def gram_cholesky(Phi: Array, *, rcond: float | None = None) -> torch.Tensor:
     The test is on the pivots, ``min L_jj² < rcond · max K_jj`` with ``rcond = N·eps``
     by default (a pivot of ``K`` is never below its smallest eigenvalue).
     """
-    P = _matrix("Phi", Phi)
+    return _cholesky(_matrix("Phi", Phi), rcond)
+
+
+def _cholesky(P: torch.Tensor, rcond: float | None = None) -> torch.Tensor:
+    """:func:`gram_cholesky` of a checked matrix (finite, ``N × p``): the same factor, the
+    same refusals of a singular Gram matrix."""
     N, p = P.shape
     if N > p:
         raise ValueError(
@@ -111,10 +116,16 @@ def fine_tune(theta0: Array, phi: Array, y: float) -> Array:
         raise ValueError(f"theta0 must be a vector, got shape {tuple(th.shape)}.")
     check_finite("theta0", th)
     f = _vector("phi", phi, th.shape[0], th, "the length of theta0")
+    return like(_fine_tune(th, f, y), theta0)
+
+
+def _fine_tune(th: torch.Tensor, f: torch.Tensor, y: float) -> torch.Tensor:
+    """:func:`fine_tune` of checked tensors (``θ₀``, ``φ`` finite, of one length; ``y`` a
+    real number): the same formula, the same refusal of ``φ = 0``."""
     nrm2 = float(f @ f)
     if not nrm2 > 0:
         raise ValueError("φ(X) = 0: no parameter can fit the new label; the text has no features.")
-    return like(th + f * (float(y) - float(f @ th)) / nrm2, theta0)
+    return th + f * (float(y) - float(f @ th)) / nrm2
 
 
 def retrain(

@@ -156,7 +156,11 @@ def flip_target(
     """Read-out vector ``w`` and target ``τ`` of the search loss ``(⟨φ(X_Δ), w⟩ − τ)²``:
     ``"output"`` (eq. :eq:`eq-output-loss`): ``w = θ₁, τ = −y``; ``"align_ft"``
     (eq. :eq:`eq-align-loss`): ``w = φ/‖φ‖², τ = −1``; ``"align_rt"``: ``w = Pφ/‖Pφ‖², τ = −1``."""
-    y = check_real("y", y)
+    return _flip_target(loss, theta1, phi, check_real("y", y), Pphi)
+
+
+def _flip_target(loss: str, theta1, phi, y: float, Pphi) -> tuple[torch.Tensor, float]:
+    """:func:`flip_target` with ``y`` a checked real number."""
     if loss == "output":
         return theta1, -y
     if loss == "align_ft":
