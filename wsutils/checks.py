@@ -9,6 +9,8 @@ import numbers
 import numpy as np
 import torch
 
+from ._tensor import Array, as_tensor
+
 
 def all_finite(t: torch.Tensor) -> bool:
     """Whether every entry of ``t`` is finite (no NaN, no infinity), as
@@ -50,6 +52,15 @@ def check_text(X: torch.Tensor) -> tuple[int, int]:
         )
     check_finite("X", X)
     return n, d
+
+
+def as_text(X: Array, *, dtype: torch.dtype | None = None, device=None):
+    """The one door of a text: ``X`` as a tensor (:func:`wsutils._tensor.as_tensor`, in
+    ``dtype`` on ``device`` when given; complex or non-numeric input is a TypeError), checked
+    by :func:`check_text`. Returns ``(tensor, n, d)``."""
+    Xt = as_tensor(X, dtype=dtype, device=device, name="X")
+    n, d = check_text(Xt)
+    return Xt, n, d
 
 
 def check_shape(name: str, t: torch.Tensor, shape: tuple[int, ...], hint: str) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ._tensor import Array, as_tensor, like, pow2_above, row_norms
-from .checks import all_finite, check_finite, check_shape, check_text
+from .checks import all_finite, as_text, check_finite, check_shape
 
 __all__ = [
     "flat",
@@ -124,8 +124,7 @@ def _relu_attention(X: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
 
 
 def _prepare(X: Array, dtype, weights: dict[str, Array]):
-    Xt = as_tensor(X, dtype=dtype, name="X")
-    n, d = check_text(Xt)
+    Xt, n, d = as_text(X, dtype=dtype)
     ws = {k: as_tensor(v, dtype=Xt.dtype, device=Xt.device, name=k) for k, v in weights.items()}
     return Xt, n, d, ws
 
@@ -242,8 +241,7 @@ def normalise_rows(X: Array) -> Array:
     ValueError
         If a row is zero (it has no direction to keep) or ``X`` is not finite.
     """
-    Xt = as_tensor(X, name="X")
-    n, d = check_text(Xt)
+    Xt, n, d = as_text(X)
     norms = row_norms(Xt)
     if bool((norms == 0).any()):
         raise ValueError(

@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ._tensor import Array, as_tensor, row_norms
-from .checks import check_finite, check_int, check_real, check_text, check_unit_rows
+from .checks import as_text, check_finite, check_int, check_real, check_unit_rows
 from .search import Search
 
 __all__ = [
@@ -263,8 +263,7 @@ def relative_change(phi: Map, X: Array, row: int, Delta: Array) -> float:
     Evaluated in float64 whatever the dtypes of ``X`` and ``Delta`` (their values are taken
     exactly), so ``phi`` must accept a float64 ``(B, n, d)`` batch; the maps of
     :mod:`wsutils.maps` cast their weights to the input's dtype."""
-    Xt = as_tensor(X, dtype=torch.float64, name="X")
-    n, d = check_text(Xt)
+    Xt, n, d = as_text(X, dtype=torch.float64)
     if Xt.ndim != 2:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
     Dt = as_tensor(Delta, dtype=torch.float64, device=Xt.device, name="Delta")
@@ -341,8 +340,7 @@ def search_setup(
     ``steps ≥ 0``. Returns ``(X as a tensor in its search dtype, the list of rows, init as an
     m × d tensor or None)``; the search dtype is ``X``'s if float32/float64, else float32
     (:func:`search_dtype`)."""
-    Xt = as_tensor(X, device=device, name="X")
-    n, d = check_text(Xt)
+    Xt, n, d = as_text(X, device=device)
     if Xt.ndim != 2:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
     if check_norms:

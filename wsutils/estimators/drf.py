@@ -16,8 +16,8 @@ import math
 import numpy as np
 import torch
 
-from .._tensor import Array, as_tensor, row_norms
-from ..checks import check_int, check_seed, check_text
+from .._tensor import Array, row_norms
+from ..checks import as_text, check_int, check_seed
 from ..search import Search, parse_fixed
 from ..sensitivity import (
     check_rows,
@@ -140,9 +140,8 @@ def drf_row_law(
     search dtype (:func:`wsutils.sensitivity.search_dtype`); the draw itself is in
     ``precision`` (``"float64"``, the default, or ``"float32"``: single-precision weights, see
     ``_draw_law``) on the CPU, so it depends on ``seed`` and ``precision`` only."""
-    Xt = as_tensor(X, device=device, name="X")
+    Xt, n, d = as_text(X, device=device)
     dt = search_dtype(Xt.dtype)
-    n, d = check_text(Xt)
     row = _one_row(row, n)
     L = check_int("L (the number of layers)", L, minimum=1)
     k = check_int("k (the width of each layer)", k, minimum=1)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .._tensor import Array, as_tensor, like
-from ..checks import check_int, check_real, check_seed, check_shape, check_text, check_unit_rows
+from ..checks import as_text, check_int, check_real, check_seed, check_shape, check_unit_rows
 from ..maps import attention_scores, relu_attention
 from ..sensitivity import project_ball, relative_change
 from .rates import kappa_isotropic
@@ -47,8 +47,7 @@ __all__ = [
 
 
 def _prepare(X: Array, W: Array, row: int):
-    Xt = as_tensor(X, dtype=torch.float64)
-    n, d = check_text(Xt)
+    Xt, n, d = as_text(X, dtype=torch.float64)
     if Xt.ndim != 2:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
     check_unit_rows(Xt)
@@ -171,8 +170,7 @@ def relu_zeta_estimate(
     Any value seen is attained, so the result is an upper estimate of ``ζ_i``, not a certified
     lower bound: a bound evaluated with it can only come out smaller than the proved one.
     """
-    Xt = as_tensor(X, dtype=torch.float64)
-    n, d = check_text(Xt)
+    Xt, n, d = as_text(X, dtype=torch.float64)
     i = check_int("row", row, minimum=0)
     if i >= n:
         raise ValueError(f"row {i} is out of range for a text of n = {n} words.")
@@ -419,8 +417,7 @@ def relu_zeta_lower(X: Array) -> np.ndarray:
     ``‖t‖_∞ ≤ max_k ‖x_k‖``, so ``ζ_i ≥ ((σ_min(X)² − ‖x_i‖²)/max_k‖x_k‖ − ‖s_i‖)/2``,
     clipped at 0. Positive only for ``n`` of order ``d²`` (for isotropic rows), so on the
     book's grids it is 0, which the bound of :func:`relu_certified_upper` allows."""
-    Xt = as_tensor(X, dtype=torch.float64)
-    n, d = check_text(Xt)
+    Xt, n, d = as_text(X, dtype=torch.float64)
     smin = float(torch.linalg.svdvals(Xt)[-1]) if n >= d else 0.0
     norms2 = (Xt**2).sum(dim=1)
     s = Xt.sum(dim=0)[None] - Xt  # s_i = Σ_{k≠i} x_k
@@ -441,8 +438,7 @@ def relu_certified_upper(X: Array, W: Array) -> np.ndarray:
     row cannot raise an operator norm). ``μ_i``, ``α`` and ``‖φ_i‖`` are exact. Cost: two
     singular-value computations and ``O(n²)`` for all rows together, then a closed form per
     word. Raises ``ValueError`` where some ``μ_i = 0`` (the proposition does not apply)."""
-    Xt = as_tensor(X, dtype=torch.float64)
-    n, d = check_text(Xt)
+    Xt, n, d = as_text(X, dtype=torch.float64)
     if Xt.ndim != 2 or n < 2:
         raise ValueError(f"X must be one text of shape (n, d) with n ≥ 2, got {tuple(Xt.shape)}.")
     check_unit_rows(Xt)

@@ -28,7 +28,7 @@ from typing import Sequence
 import torch
 
 from .._tensor import Array, as_tensor, like
-from ..checks import check_shape, check_text, check_unit_rows
+from ..checks import as_text, check_shape, check_unit_rows
 from ..maps import Normalisation, attention_scores, general_attention, softmax_attention
 from ..sensitivity import check_rows, project_ball, relative_changes, search_dtype
 from .relu import orthogonal_points
@@ -48,8 +48,7 @@ def prepare(X: Array, W: Array, device=None, check_norms: bool = False):
     """Validate ``(X, W)`` once: ``X`` a finite real ``n × d`` text (rows of norm ``√d`` if
     ``check_norms``, checked in its own dtype), returned as a tensor in its search dtype
     (:func:`wsutils.sensitivity.search_dtype`); ``W`` a finite ``d × d`` matrix."""
-    Xt = as_tensor(X, device=device, name="X")
-    n, d = check_text(Xt)
+    Xt, n, d = as_text(X, device=device)
     if Xt.ndim != 2:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
     if check_norms:
