@@ -11,6 +11,7 @@ from justified import assert_justified, stochastic_upper
 
 import wsutils as ws
 from wsutils.estimators import attention as at
+from wsutils.estimators import objectives as ob
 from wsutils.estimators import takeover as tk
 from wsutils.maps import Normalisation, attention_scores
 
@@ -57,7 +58,7 @@ def test_candidates_in_ball_and_certificate_below_exact(n, d, seed):
 def test_fast_objective_equals_full_map(kind):
     n, d = 9, 7
     X, W = _text(n, d, 3)
-    obj = at._FastObjective(X, W, Normalisation.parse(kind))
+    obj = ob.fast_objective(X, W, Normalisation.parse(kind))
     g = torch.Generator().manual_seed(0)
     rows = torch.tensor([0, 4, 8, 4])
     Delta = torch.randn(4, d, generator=g, dtype=torch.float64) * 2
@@ -95,7 +96,7 @@ def test_relu_all_zero_rows_handled():
     X = torch.tensor([[r2, 0.0], [0.0, r2], [1.0, 1.0]], dtype=torch.float64)
     W = torch.tensor([[1.0, 0.0], [0.0, -1.0]], dtype=torch.float64)
     assert float(torch.linalg.vector_norm(ws.relu_attention(X, W)[1])) == 0.0
-    obj = at._FastObjective(X, W, Normalisation.parse("relu"))
+    obj = ob.fast_objective(X, W, Normalisation.parse("relu"))
     rows = torch.tensor([0, 0, 1, 2])
     Delta = torch.tensor([[0.3, 0.2], [-1.0, 0.9], [1.0, -1.0], [0.0, -1.4]], dtype=torch.float64)
     fast = obj(rows, Delta)

@@ -9,8 +9,8 @@ import torch
 
 import wsutils as ws
 from wsutils.estimators import authors as au
-from wsutils.estimators.attention import _FastObjective
 from wsutils.estimators.authors import authors_estimator, authors_map, authors_replica
+from wsutils.estimators.objectives import fast_objective
 from wsutils.estimators.relu import (
     FRO2_BIAS,
     FRO2_SD,
@@ -105,7 +105,7 @@ def test_authors_replica_takes_their_steps(kind):
     Xt, Wt, n, d, steps, lr, x0, norm = au._setup(X, W, kind, 3, 10.0, 60)
     fn = au._map_fn(norm)
     phi = fn(Xt, Wt).reshape(-1)
-    obj = _FastObjective(Xt, Wt, norm)
+    obj = fast_objective(Xt, Wt, norm)
     scale = obj.base_norm / math.sqrt(n * d)
     xt, rest, row = x0.clone(), Xt[1:], torch.zeros(1, dtype=torch.long)
     for _ in range(steps):

@@ -14,6 +14,7 @@ from test_ball import assert_in_ball
 
 import wsutils as ws
 from wsutils.estimators import attention as at
+from wsutils.estimators import objectives as ob
 from wsutils.estimators import takeover as tk
 from wsutils.estimators.drf import _draw_law, drf_row_sensitivity
 from wsutils.estimators.rf import rf_relative_change, rf_row_law
@@ -53,7 +54,7 @@ def test_fast_update_matches_full_map_at_every_score_scale(kind):
     rows = torch.arange(3 * n) % n
     for scale in [0.01, 1, 10, 30, 100, 1e3, 1e4, 1e6]:
         W = ws.sample_W(d, seed=4) * scale
-        obj = at._FastObjective(X, W, Normalisation.parse(kind))
+        obj = ob.fast_objective(X, W, Normalisation.parse(kind))
         fast = obj(rows, Deltas)
         smax = float(attention_scores(X, W).abs().max())
         tol = 100 * 4 * (n + d) * max(1.0, smax) * 1.1e-16
@@ -102,7 +103,7 @@ def test_fast_and_generic_agree_at_a_converged_maximum():
     gen = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, steps=300, starts=3, seed=0)
     rows = torch.arange(n)
     base = ws.raf(X, W)
-    obj = at._FastObjective(X, W, Normalisation.parse("raf"))
+    obj = ob.fast_objective(X, W, Normalisation.parse("raf"))
     objectives = {
         "fast": lambda D: obj(rows, D),
         "full": lambda D: (

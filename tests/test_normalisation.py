@@ -12,6 +12,7 @@ from justified import assert_justified, stochastic_upper
 
 import wsutils as ws
 from wsutils.estimators import attention as at
+from wsutils.estimators import objectives as ob
 from wsutils.estimators import takeover as tk
 from wsutils.maps import NORMALISATIONS, Normalisation, attention, sparsemax
 
@@ -199,7 +200,7 @@ def test_bad_arguments_are_refused():
 def test_fast_objective_equals_full_map(norm):
     n, d = 12, 5
     X, W = _text(n, d, 3)
-    obj = at._FastObjective(X, W, norm)
+    obj = ob.fast_objective(X, W, norm)
     g = torch.Generator().manual_seed(0)
     rows = torch.tensor([0, 4, 11, 4, 7])
     Delta = torch.randn(5, d, generator=g, dtype=torch.float64) * 1.5
@@ -253,7 +254,7 @@ def test_fast_objective_stable_at_every_score_scale(scale):
         Normalisation("hardmax"),
         Normalisation("sigmoid", beta=scale),
     ):
-        obj = at._FastObjective(X, W, norm)
+        obj = ob.fast_objective(X, W, norm)
         Delta = tk.takeover_candidates(X, W, 2)
         fast = obj(torch.full((Delta.shape[0],), 2), Delta)
         for b in range(Delta.shape[0]):
@@ -311,7 +312,7 @@ def test_compact_update_exact_for_random_texts(n, d, seed, log_beta, name):
     equals the full map for random sizes, score scales and perturbations (random and take-over)."""
     X, W = _text(n, d, seed)
     norm = Normalisation(name, beta=10.0**log_beta)
-    obj = at._FastObjective(X, W, norm)
+    obj = ob.fast_objective(X, W, norm)
     g = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, n, (4,), generator=g)
     Delta = ws.sensitivity.project_ball(
@@ -369,7 +370,7 @@ def test_compact_update_in_groups_equals_full_map(name, n, d):
     the vector form, K ≤ d the Gram form); every group still equals the full map."""
     X, W = _text(n, d, 21)
     norm = Normalisation(name)
-    obj = at._FastObjective(X, W, norm)
+    obj = ob.fast_objective(X, W, norm)
     if name == "entmax":
         assert len(obj.groups) > 1
     g = torch.Generator().manual_seed(3)
@@ -395,10 +396,10 @@ def test_entmax_threshold_on_the_largest_entries_is_a_lower_bound():
     g = torch.Generator().manual_seed(5)
     z = torch.randn(40, 500, generator=g, dtype=torch.float64) * 3
     tau_pkg, supp = _entmax_threshold_and_support(z / 2, dim=-1)  # α = 1.5: z/2 − τ
-    full = at._entmax_threshold(z, 1.5, k=500)
+    full = ob._entmax_threshold(z, 1.5, k=500)
     np.testing.assert_allclose(full.numpy(), tau_pkg.numpy(), rtol=0, atol=1e-12)
     for k in (5, 64):
-        part = at._entmax_threshold(z, 1.5, k=k)
+        part = ob._entmax_threshold(z, 1.5, k=k)
         assert bool((part <= full + 1e-12).all())
         fits = supp[:, 0] <= k
         np.testing.assert_allclose(part[fits].numpy(), full[fits].numpy(), rtol=0, atol=1e-12)

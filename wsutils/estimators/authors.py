@@ -32,7 +32,7 @@ from .._tensor import Array, as_tensor
 from ..checks import check_int, check_seed, check_shape, check_text
 from ..maps import Normalisation, raf, relu_attention
 from ..sensitivity import project_ball, relative_change
-from .attention import _FastObjective
+from .objectives import fast_objective
 
 __all__ = ["AuthorsRun", "authors_estimator", "authors_replica", "authors_map"]
 
@@ -148,7 +148,7 @@ def authors_replica(
     iterate), with the loss ``−(‖φ(X)‖/√(nd))·rel(Δ)`` evaluated in ``O(n·d)`` per step by the
     objective of :func:`wsutils.estimators.attention.attention_word_sensitivity`."""
     Xt, Wt, n, d, steps, lr, x0, norm = _setup(X, W, normalisation, seed, lr, steps)
-    obj = _FastObjective(Xt, Wt, norm)
+    obj = fast_objective(Xt, Wt, norm)
     scale = obj.base_norm / math.sqrt(n * d)
     xt, row = x0.clone(), torch.zeros(1, dtype=torch.long)
     for _ in range(steps):
