@@ -26,8 +26,8 @@ from wsutils.estimators.relu import (
     relu_certified_upper,
     relu_upper_bound,
     relu_zeta_estimate,
-    sigma2_model,
 )
+from wsutils.estimators.softmax_laws import sigma2_model
 from wsutils.experiments.attention import sensitivity_point
 from wsutils.run.seeds import point_seed
 

@@ -11,17 +11,18 @@ import wsutils as ws
 from wsutils.estimators import authors as au
 from wsutils.estimators.authors import authors_estimator, authors_map, authors_replica
 from wsutils.estimators.objectives import fast_objective
+from wsutils.estimators.rates import far_slope_prediction, slope_standard_error
 from wsutils.estimators.relu import (
+    relu_orthogonal_takeover,
+    relu_upper_bound,
+    relu_zeta_estimate,
+)
+from wsutils.estimators.softmax_laws import (
     FRO2_BIAS,
     FRO2_SD,
     attention_fro2_draws,
     attention_fro2_law,
-    far_slope_prediction,
     lse_model,
-    relu_orthogonal_takeover,
-    relu_upper_bound,
-    relu_zeta_estimate,
-    slope_standard_error,
 )
 
 
@@ -194,7 +195,7 @@ def test_sigma2_model_matches_the_construction():
     computed from the row take-over itself, at d = 48 (means within 4 combined standard
     errors; sd within 20 %)."""
     from wsutils.estimators import takeover as tk
-    from wsutils.estimators.relu import sigma2_model
+    from wsutils.estimators.softmax_laws import sigma2_model
 
     d, m = 48, 300
     direct = []

@@ -190,7 +190,7 @@ def _bad_calls():
     from wsutils import sensitivity as S
     from wsutils import weights as Wt
     from wsutils.estimators import rates
-    from wsutils.estimators import relu as R
+    from wsutils.estimators import softmax_laws as SL
 
     nan, inf = float("nan"), float("inf")
     ones = torch.ones(5, 4, dtype=torch.float64)
@@ -215,10 +215,10 @@ def _bad_calls():
             "lr must be a finite positive",
         ),
         "family_failure z nan": (lambda: rates.family_failure(nan, 3), "z must be a finite"),
-        "lse_model sigma2 nan": (lambda: R.lse_model(10, nan), "sigma2 must be finite"),
-        "lse_model sigma2 < 0": (lambda: R.lse_model(10, -1.0), "sigma2 is a variance"),
+        "lse_model sigma2 nan": (lambda: SL.lse_model(10, nan), "sigma2 must be finite"),
+        "lse_model sigma2 < 0": (lambda: SL.lse_model(10, -1.0), "sigma2 is a variance"),
         "slope_standard_error nan": (
-            lambda: R.slope_standard_error(
+            lambda: rates.slope_standard_error(
                 [10, 20, 40], np.array([[0.1, nan], [0.2, 0.3], [0.4, 0.5]])
             ),
             "NaN or an infinity",

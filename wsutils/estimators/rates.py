@@ -26,6 +26,7 @@ log–log slope. The **model** used for every slope check of random features is
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
@@ -42,6 +43,8 @@ __all__ = [
     "family_failure",
     "ols_slope_bound",
     "slope_se_seeds",
+    "slope_standard_error",
+    "far_slope_prediction",
 ]
 
 #: The largest ``a_1`` of the model ``S ∝ (1 + a_1·√(d/k))/√n`` (the lower certificate's factor).
@@ -191,4 +194,38 @@ def slope_se_seeds(n, log_values) -> float:
             "log_values holds a NaN or an infinity: pass the logs of positive values."
         )
     sigma2 = float(y.var(axis=1, ddof=1).mean())
+    return math.sqrt(sigma2 / (y.shape[1] * float(((x - x.mean()) ** 2).sum())))
+
+
+def far_slope_prediction(ns: Sequence[int], d: int) -> float:
+    """The log–log slope of ``S ∝ 1/κ`` over ``ns`` at width ``d`` with
+    ``κ = 1 + √(n/d)`` (:func:`kappa_isotropic`), fitted as the
+    chapter fits the data: the model of :prf:ref:`obs-far`. Near ``−0.35`` for ``n/d`` between
+    2.6 and 21, tending to ``−½`` only as ``n/d → ∞``."""
+    ns = np.asarray(ns, dtype=float)
+    return float(np.polyfit(np.log(ns), -np.log(kappa_isotropic(ns, d)), 1)[0])
+
+
+def slope_standard_error(ns: Sequence[int], log_values: np.ndarray) -> float:
+    """Standard error of the least-squares slope of ``log S`` on ``log n`` under the model
+    ``log S(n, s) = a + p log n + ε`` with ``ε`` independent across grid points and seeds.
+
+    ``log_values`` is ``(len(ns), seeds)``; the noise variance is estimated from the residuals
+    of every seed's value around the fitted line (``len(ns)·seeds − 2`` degrees of freedom), and
+    the slope is that of the per-``n`` mean, whose error is ``σ/√(seeds·Σ(log n − mean)²)``.
+    """
+    x = np.log(np.asarray(ns, dtype=float))
+    y = np.asarray(log_values, dtype=float)
+    if y.ndim != 2 or y.shape[0] != x.size or x.size < 3 or y.size < 4:
+        raise ValueError(
+            "log_values must be (len(ns), seeds) with at least 3 values of n and "
+            f"4 values in all, got shape {y.shape} for {x.size} values of n."
+        )
+    if not np.all(np.isfinite(y)):
+        raise ValueError(
+            "log_values holds a NaN or an infinity: pass the logs of positive values."
+        )
+    p, a = np.polyfit(x, y.mean(axis=1), 1)
+    resid = y - (a + p * x)[:, None]
+    sigma2 = float((resid**2).sum()) / (y.size - 2)
     return math.sqrt(sigma2 / (y.shape[1] * float(((x - x.mean()) ** 2).sum())))
