@@ -18,6 +18,7 @@ import time
 def main() -> None:
     from wsutils import generalization as G
     from wsutils.generalization import report as FR
+    from wsutils.maps import LABELS
     from wsutils.run import config
     from wsutils.run.sweep import run_grid
 
@@ -43,7 +44,7 @@ def main() -> None:
                 if key != "yD1" and s == "authors":
                     continue
                 print(
-                    f"{FR.NAMES[m]:>15} {s:>7}: "
+                    f"{LABELS[m]:>15} {s:>7}: "
                     + " ".join(f"{table[m, s, N]:+7.2f}" for N in grid["Ns"])
                 )
 

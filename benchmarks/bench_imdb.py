@@ -172,7 +172,7 @@ def main(argv=None) -> None:
     ap.add_argument("--points", default="100x384,150x768", help="n x d, comma separated")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--attention", action="store_true", help="float64 vs float32 search")
-    ap.add_argument("--maps", default="RAF", help="attention maps, comma separated")
+    ap.add_argument("--maps", default="raf", help="attention maps (raf, relu), comma separated")
     ap.add_argument("--texts", type=int, default=1, help="reviews per attention point")
     ap.add_argument("--upper", action="store_true", help="RF: with vs without upper bound")
     args = ap.parse_args(argv)

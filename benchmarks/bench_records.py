@@ -33,6 +33,9 @@ HERE = Path(__file__).resolve().parents[1]
 #: Parameter names that the redesign changes: old name → new name.
 RENAMED = {"kind": "normalisation", "name": "normalisation"}
 
+#: The IMDb sweep's map labels before the redesign → the maps' names (``wsutils.maps.LABELS``).
+LABELLED = {"RF": "rf", "RAF": "raf", "ReLU attention": "relu"}
+
 #: Record fields that the redesign renames: old name → new name (the flip runs' ``search``,
 #: the method that found them, is ``method``).
 FIELDS = {**RENAMED, "search": "method"}
@@ -132,6 +135,9 @@ def _call(module: str, name: str, kwargs: dict):
         if k not in params and k in RENAMED and RENAMED[k] in params:
             k = RENAMED[k]
         kw[k] = v
+    if isinstance(kw.get("map"), str) and kw["map"] in LABELLED:  # the IMDb sweep's labels
+        labels = getattr(importlib.import_module("wsutils.maps"), "LABELS", None)
+        kw["map"] = kw["map"] if labels is None else LABELLED[kw["map"]]
     if "method" in params and isinstance(kw.get("search"), (str, list)):  # the flip's method
         kw["method"] = kw.pop("search")
     if "search" in params and "starts" not in params:  # the search as one dict of settings

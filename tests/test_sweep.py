@@ -237,13 +237,13 @@ def test_imdb_sensitivity_point_searches_the_stated_rows():
         model=None,
         imdb=None,
     )
-    for m in ("RAF", "ReLU attention", "RF"):
+    for m in ("raf", "relu", "rf"):
         every, some = sensitivity_point(map=m, **kw), sensitivity_point(map=m, rows=4, **kw)
         assert every["n_rows"] == 20 and some["n_rows"] == 4
         assert some["row"] in (0, 6, 13, 19)
         for r in (every, some):  # the reported sup is recomputed with the full map
             assert r["S_row_min"] <= r["S"] * (1 + 1e-9) and r["S_first"] <= r["S"] * (1 + 1e-9)
-    assert sensitivity_point(map="RAF", rows=1, **kw)["n_rows"] == 1
+    assert sensitivity_point(map="raf", rows=1, **kw)["n_rows"] == 1
 
 
 def test_process_pool_one_worker_is_this_process_and_bad_counts_are_refused():
@@ -294,21 +294,24 @@ def test_imdb_scale_sweep_points_and_search_precision():
     )
     assert (p.rf_steps, p.rf_starts, p.rf_rows, p.workers, p.reviews) == (20, 2, 16, 2, 100)
     where = dict(model="m", imdb=None)
-    raf, relu, rf = (
-        sweep_point(p, m, 50, 96, "imdb", 7, **where) for m in imdb.SEARCH_DTYPE | {"RF": 0}
-    )
+    raf, relu, rf = (sweep_point(p, m, 50, 96, "imdb", 7, **where) for m in ("raf", "relu", "rf"))
     assert raf["search"]["dtype"] == "float32" and relu["search"]["dtype"] is None
     assert "dtype" not in rf["search"] and rf["rows"] == 16 and raf["rows"] is None
+    from wsutils.run.seeds import point_seed  # the label names the draw, as in every build
+
+    assert raf["seed"] == point_seed("RAF", "imdb", 96, 50, 7) and raf["map"] == "raf"
+    with pytest.raises(ValueError, match="map must be one of"):
+        sweep_point(p, "RAF", 50, 96, "imdb", 7, **where)
     kw = dict(n=12, d=8, source="gaussian", review=3, keep="all", seed=5)
     kw |= dict(model=None, imdb=None)
-    r64 = sensitivity_point(map="RAF", search=dict(steps=10, starts=2), **kw)
-    r32 = sensitivity_point(map="RAF", search=dict(steps=10, starts=2, dtype="float32"), **kw)
+    r64 = sensitivity_point(map="raf", search=dict(steps=10, starts=2), **kw)
+    r32 = sensitivity_point(map="raf", search=dict(steps=10, starts=2, dtype="float32"), **kw)
     assert r32["n_rows"] == 12 and r32["S_first"] <= r32["S"] * (1 + 1e-9)
     assert abs(r32["S"] - r64["S"]) <= 1e-4 * r64["S"]  # values certified in float64 either way
     with pytest.raises(ValueError, match="seeds its search from its own seed"):
-        sensitivity_point(map="RF", search=dict(steps=2, seed=3), **kw)
+        sensitivity_point(map="rf", search=dict(steps=2, seed=3), **kw)
     with pytest.raises(TypeError, match="unknown search setting"):
-        sensitivity_point(map="RAF", search=dict(steps=2, search_dtype="float32"), **kw)
+        sensitivity_point(map="raf", search=dict(steps=2, search_dtype="float32"), **kw)
 
 
 class _NeverFinishes(__import__("concurrent.futures").futures.Executor):

@@ -39,6 +39,7 @@ from ._tensor import Array, as_tensor, like, pow2_above, row_norms
 from .checks import all_finite, as_text, check_finite, check_shape
 
 __all__ = [
+    "LABELS",
     "flat",
     "rf",
     "drf",
@@ -254,6 +255,11 @@ def normalise_rows(X: Array) -> Array:
 # The general attention map: one score matrix, a named row normalisation (chapter normalisation)
 
 #: The row normalisations of :func:`attention` (eq. :eq:`eq-general-attention`).
+#: The paper's three feature maps by name, with the label the book prints for each: random
+#: features (:func:`rf`), softmax attention (:func:`raf`) and ReLU attention
+#: (:func:`relu_attention`). The names are those every grid point takes (``map="raf"``).
+LABELS = {"rf": "RF", "raf": "RAF", "relu": "ReLU attention"}
+
 NORMALISATIONS = ("softmax", "scalable", "sparsemax", "entmax", "sigmoid", "relu", "hardmax")
 
 

@@ -23,23 +23,21 @@ import numpy as np
 
 from ..checks import check_int
 from ..estimators.attention import attention_word_sensitivity
-from ..generalization import LOSSES, TRAININGS, check_Ns, flip_runs
-from ..maps import raf, relu_attention
+from ..generalization import LOSSES, MAPS, TRAININGS, check_Ns, flip_runs
+from ..maps import LABELS
 from ..run import config
 from ..run.seeds import point_seed
 from ..search import Search, point_search
 from ..text.data import load_imdb, select_reviews
 from ..text.embeddings import embed, load_model, sample_matrix, word_rows
 from ..weights import sample_W, sample_X
-from .attention import SEARCH_DTYPE as _ATTENTION_DTYPE
+from .attention import SEARCH_DTYPE
 
 __all__ = [
     "Scale",
     "SCALES",
     "scale",
-    "SEARCH_DTYPE",
     "sweep_point",
-    "MAPS",
     "review_matrix",
     "searched_rows",
     "sensitivity_point",
@@ -47,15 +45,7 @@ __all__ = [
     "flip_point_imdb",
 ]
 
-MAPS = {"RAF": raf, "ReLU attention": relu_attention}
-_KINDS = {"RAF": "raf", "ReLU attention": "relu"}
 KEEP = ("all", "words")
-
-#: The precision of each attention map's search in the sweep, that of the softmax and ReLU
-#: chapters' grids (:data:`wsutils.experiments.attention.SEARCH_DTYPE`, where the reasons
-#: are): float32 for softmax attention, float64 (``None``) for ReLU attention. Every value
-#: is recomputed with the full map in float64 on the float64 text either way.
-SEARCH_DTYPE = {m: _ATTENTION_DTYPE[k] for m, k in _KINDS.items()}
 
 
 @dataclass(frozen=True)
@@ -151,10 +141,14 @@ def sweep_point(
     keep: str = "all",
 ) -> dict:
     """The parameters of one sweep point for :func:`sensitivity_point` at sizes ``P``: its own
-    weights (seed ``point_seed(map, source, d, n, review)``), the search of ``map`` (random
+    weights (seed ``point_seed(LABELS[map], source, d, n, review)``: the map's label names
+    its draws, those of every build since the first), the search of ``map`` (random
     features: ``P.rf_*`` over ``P.rf_rows`` rows; attention: ``P.steps`` and ``P.starts`` over
-    every row, in the precision :data:`SEARCH_DTYPE` gives ``map``)."""
-    if map == "RF":
+    every row, in the precision of the attention chapters' grids,
+    :data:`wsutils.experiments.attention.SEARCH_DTYPE`)."""
+    if map not in MAPS:
+        raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
+    if map == "rf":
         search = dict(rows=P.rf_rows, search=dict(starts=P.rf_starts, steps=P.rf_steps))
     else:
         search = dict(starts=P.starts, steps=P.steps, dtype=SEARCH_DTYPE[map])
@@ -165,7 +159,7 @@ def sweep_point(
         d=int(d),
         source=source,
         review=int(review),
-        seed=point_seed(map, source, int(d), int(n), int(review)),
+        seed=point_seed(LABELS[map], source, int(d), int(n), int(review)),
         keep=keep,
         model=model,
         imdb=imdb,
@@ -254,9 +248,9 @@ def sensitivity_point(
     rf_mode: str = "rows",
 ) -> dict:
     """One point of the sweep: the word sensitivity (:prf:ref:`def-word-sensitivity`) of
-    ``map`` — ``"RF"`` (``k = D = n·d``, the exact estimator
-    :func:`wsutils.estimators.rf.rf_word_sensitivity`, which never forms ``V``), ``"RAF"`` or
-    ``"ReLU attention"`` (weights ``W`` drawn with ``seed``) — searched over **every** row
+    ``map`` — ``"rf"`` (``k = D = n·d``, the exact estimator
+    :func:`wsutils.estimators.rf.rf_word_sensitivity`, which never forms ``V``), ``"raf"`` or
+    ``"relu"`` (weights ``W`` drawn with ``seed``) — searched over **every** row
     (``rows=None``), or over ``rows`` of them spread evenly, row 0 included
     (:func:`searched_rows`; ``S`` is then the sup over those rows only).
 
@@ -282,8 +276,8 @@ def sensitivity_point(
     of rows searched (``n_rows``) and the wall time of the search."""
     from ..estimators.rf import rf_word_sensitivity
 
-    if map not in (*MAPS, "RF"):
-        raise ValueError(f"map must be one of {sorted(MAPS) + ['RF']}, got {map!r}.")
+    if map not in MAPS:
+        raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
     search = point_search(search)
     if rf_mode not in ("rows", "blocks"):
         raise ValueError(f"rf_mode must be 'rows' or 'blocks', got {rf_mode!r}.")
@@ -295,7 +289,7 @@ def sensitivity_point(
         raise ValueError(f"source must be 'imdb' or 'gaussian', got {source!r}.")
     picked = searched_rows(n, rows)
     t0 = time.perf_counter()
-    if map == "RF":
+    if map == "rf":
         r = rf_word_sensitivity(
             X,
             n * d,
@@ -310,7 +304,7 @@ def sensitivity_point(
         r = attention_word_sensitivity(
             X,
             sample_W(d, seed=seed),
-            normalisation=_KINDS[map],
+            normalisation=map,
             rows=picked,
             search=Search.parse(search, seed=seed),
         )

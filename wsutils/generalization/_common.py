@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..checks import check_int
-from ..maps import Normalisation
+from ..maps import LABELS, Normalisation
 
 LOSSES = ("output", "align_ft", "align_rt")
 TRAININGS = ("fine_tune", "retrain")
-MAPS = ("rf", "raf", "relu")
+MAPS = tuple(LABELS)  # the paper's three maps: "rf", "raf", "relu"
 METHODS = ("ours", "authors")
 DATA = ("planted", "independent", "authors")
 

@@ -13,12 +13,12 @@ from typing import Sequence
 
 import numpy as np
 
+from ..maps import LABELS
 from ..run.seeds import point_seed
 from . import LOSSES, METHODS, check_Ns
 
 __all__ = [
     "CONFIGS",
-    "NAMES",
     "flip_lower_bound",
     "invariant_errors",
     "flip_values",
@@ -35,7 +35,6 @@ __all__ = [
 
 #: The configurations ``(map, n)`` of the authors' ``gen.py`` (``ns`` per ``--map``).
 CONFIGS = (("rf", 40), ("raf", 40), ("raf", 120), ("relu", 120))
-NAMES = {"rf": "RF", "raf": "RAF", "relu": "ReLU attention"}
 
 
 def flip_lower_bound(r: dict, S: float) -> float:
@@ -118,7 +117,7 @@ def plot_flip(ax, runs: Sequence[dict], configs: Sequence[tuple[str, int]] = CON
                 )
     for level in (1, 0, -1):
         ax.axhline(level, color="0.6", lw=0.8, ls="--" if level else ":")
-    ax.set_xticks(range(len(configs)), [f"{NAMES[m]}\n$n$ = {n}" for m, n in configs])
+    ax.set_xticks(range(len(configs)), [f"{LABELS[m]}\n$n$ = {n}" for m, n in configs])
     ax.set_ylabel(r"$y \cdot f(X_\Delta; \theta_1)$")
     ax.legend(fontsize=9, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.02), frameon=False)
 
@@ -223,7 +222,7 @@ def plot_sweep(axes, runs: Sequence[dict], maps: Sequence[str] = ("rf", "raf", "
             ax.axhline(level, color="0.6", lw=0.8, ls="--" if level else ":")
         ax.set_xscale("log")
         ax.set_xlabel("$N$ (training texts)")
-        ax.set_title(NAMES[m])
+        ax.set_title(LABELS[m])
     axes[0].set_ylabel("value")
     axes[0].legend(fontsize=8, loc="lower left")
 
@@ -320,7 +319,7 @@ def plot_regime(ax_share, ax_base, tables: dict) -> None:
                 r,
                 [v["flipped"] / v["runs"] for v in rows],
                 "-",
-                label=f"{NAMES[m]}, {label}",
+                label=f"{LABELS[m]}, {label}",
                 **style,
             )
             if m == "rf":
