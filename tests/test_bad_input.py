@@ -256,9 +256,9 @@ def tiny(tmp_path_factory):
 
 
 def _bad_text_calls(enc, X):
-    from wsutils.text import attention as TA
     from wsutils.text import data as TD
     from wsutils.text import embeddings as E
+    from wsutils.text import word_attention as TA
     from wsutils.trained import heads as H
     from wsutils.trained import maps as M
     from wsutils.trained import own_norm as O

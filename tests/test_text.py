@@ -352,11 +352,11 @@ def test_chat_model_unset(monkeypatch):
     assert config.chat_model() is None
 
 
-# --- wsutils.text.attention --------------------------------------------------------------
+# --- wsutils.text.word_attention --------------------------------------------------------------
 
 
 def test_first_layer_attention_matches_model(enc):
-    from wsutils.text import attention as ta
+    from wsutils.text import word_attention as ta
 
     ids = enc.tokenizer(["i love her much", "i love her smile"], return_tensors="pt")["input_ids"]
     with torch.no_grad():
@@ -372,7 +372,7 @@ def test_first_layer_attention_matches_model(enc):
 
 
 def test_one_word_pairs_and_shift(enc):
-    from wsutils.text import attention as ta
+    from wsutils.text import word_attention as ta
 
     texts = ["the movie was good and the plot was great. i love her smile and the film."] * 3
     pairs = ta.one_word_pairs(texts, enc.tokenizer, count=4, seed=0, min_words=4)

@@ -366,7 +366,7 @@ def test_bad_input(enc):
 
 
 def test_pair_changes(enc):
-    from wsutils.text import attention as ta
+    from wsutils.text import word_attention as ta
 
     texts = [
         "i love her much. the movie was good and the plot great! "

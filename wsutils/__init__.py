@@ -9,8 +9,8 @@ the wide limit), :mod:`wsutils.estimators.takeover` (take-over constructions and
 certificates), :mod:`wsutils.estimators.attention` (the fast attention estimator),
 :mod:`wsutils.generalization`, the real-text modules
 :mod:`wsutils.text.data`, :mod:`wsutils.text.embeddings`, :mod:`wsutils.experiments.imdb`,
-:mod:`wsutils.text.attention`, :mod:`wsutils.text.chat`, and :mod:`wsutils.run.sweep` (grids on
-any executor).
+:mod:`wsutils.text.word_attention`, :mod:`wsutils.text.chat`, and :mod:`wsutils.run.sweep`
+(grids on any executor).
 
 The random-features estimator lives in ``wsutils.estimators.rf``, not ``wsutils.rf``: a
 submodule named ``rf`` would shadow the map :func:`wsutils.rf` once imported.

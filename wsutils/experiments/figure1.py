@@ -1,7 +1,7 @@
 """The figure-1 chapter's sizes: the IMDb reviews it draws its one-word sentence pairs from.
 
 The trained-substitutions chapter places the same pairs (the same call of
-:func:`wsutils.text.attention.one_word_pairs` on the same reviews, same seed), so both read
+:func:`wsutils.text.word_attention.one_word_pairs` on the same reviews, same seed), so both read
 them from :func:`scale`.
 """
 
@@ -24,7 +24,7 @@ class Scale:
         Reviews selected from IMDb (:func:`wsutils.text.data.select_reviews`, seed 0).
     pairs
         One-word-different sentence pairs drawn from them
-        (:func:`wsutils.text.attention.one_word_pairs`).
+        (:func:`wsutils.text.word_attention.one_word_pairs`).
     """
 
     reviews: int

@@ -57,7 +57,8 @@ def substitution_changes(enc, input_ids, position: int, tokens, *, batch: int = 
 
 def pair_changes(enc, pairs) -> dict[str, np.ndarray]:
     """The real change of the model on one-word-different sentence pairs
-    (:class:`wsutils.text.attention.Pair`, e.g. :func:`wsutils.text.attention.one_word_pairs`):
+    (:class:`wsutils.text.word_attention.Pair`, e.g.
+    :func:`wsutils.text.word_attention.one_word_pairs`):
     for each pair, ``heads`` ``(P, heads)``: the relative change of every head of layer 1
     (:func:`head_map` on the embedding output); ``layers`` ``(P, L)``: the relative change of
     the hidden states of every layer (all positions); ``dist`` ``(P,)``:
