@@ -138,6 +138,12 @@ def _call(module: str, name: str, kwargs: dict):
     if isinstance(kw.get("map"), str) and kw["map"] in LABELLED:  # the IMDb sweep's labels
         labels = getattr(importlib.import_module("wsutils.maps"), "LABELS", None)
         kw["map"] = kw["map"] if labels is None else LABELLED[kw["map"]]
+    if isinstance(kw.get("rows"), int) and "Sequence" in str(params["rows"].annotation):
+        # a grid point's rows were a count (the first k words; the IMDb sweep: k spread
+        # evenly), now word indices as the estimators read them
+        k = kw["rows"]
+        spread = getattr(importlib.import_module(fn.__module__), "searched_rows", None)
+        kw["rows"] = list(range(k)) if spread is None else spread(kw["n"], k)
     if "method" in params and isinstance(kw.get("search"), (str, list)):  # the flip's method
         kw["method"] = kw.pop("search")
     if "search" in params and "starts" not in params:  # the search as one dict of settings

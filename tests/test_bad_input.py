@@ -398,11 +398,11 @@ def _bad_experiment_calls():
             "normalisation must be one of",
         ),
         "sensitivity_point more rows than words": (
-            lambda: XA.sensitivity_point("raf", 8, 4, 0, rows=5, search={"steps": 2}),
+            lambda: XA.sensitivity_point("raf", 8, 4, 0, rows=[0, 4], search={"steps": 2}),
             "out of range for a text of n = 4",
         ),
         "normalisation_point more rows than words": (
-            lambda: XN.normalisation_point("softmax", 8, 4, 0, rows=5, search={"steps": 2}),
+            lambda: XN.normalisation_point("softmax", 8, 4, 0, rows=[4], search={"steps": 2}),
             "out of range for a text of n = 4",
         ),
     }

@@ -510,7 +510,7 @@ def test_float32_search_keeps_every_certificate_in_float64(name):
     point (the certificate exactly, S as a search: loosely), and S ≥ the certificate."""
     from wsutils.experiments.normalisation import SEARCH_DTYPE, normalisation_point
 
-    p = dict(normalisation=name, d=8, n=48, seed=4, rows=1)
+    p = dict(normalisation=name, d=8, n=48, seed=4, rows=[0])
     r64 = normalisation_point(**p, search=dict(starts=2, steps=15))
     r32 = normalisation_point(**p, search=dict(starts=2, steps=15, dtype="float32"))
     assert r32["certified"] == r64["certified"] and r32["margin"] == r64["margin"]
@@ -536,7 +536,7 @@ def test_scale_is_the_chapters_sizes(monkeypatch):
     }
     assert paper.d_fit == 32
     assert paper.search("softmax") == dict(
-        rows=1, search=dict(starts=2, steps=30, dtype="float32")
+        rows=[0], search=dict(starts=2, steps=30, dtype="float32")
     )
     assert paper.search("relu")["search"]["dtype"] is None
     assert [paper.seeds(32, n) for n in (16, 1024, 4096)] == [3, 3, 2]

@@ -224,7 +224,7 @@ def test_imdb_searched_rows_spread_evenly_with_the_first_and_last():
 
 
 def test_imdb_sensitivity_point_searches_the_stated_rows():
-    from wsutils.experiments.imdb import sensitivity_point
+    from wsutils.experiments.imdb import searched_rows, sensitivity_point
 
     kw = dict(
         n=20,
@@ -238,12 +238,14 @@ def test_imdb_sensitivity_point_searches_the_stated_rows():
         imdb=None,
     )
     for m in ("raf", "relu", "rf"):
-        every, some = sensitivity_point(map=m, **kw), sensitivity_point(map=m, rows=4, **kw)
+        spread = searched_rows(20, 4)  # what sweep_point passes: 4 rows spread evenly
+        assert spread == [0, 6, 13, 19]
+        every, some = sensitivity_point(map=m, **kw), sensitivity_point(map=m, rows=spread, **kw)
         assert every["n_rows"] == 20 and some["n_rows"] == 4
         assert some["row"] in (0, 6, 13, 19)
         for r in (every, some):  # the reported sup is recomputed with the full map
             assert r["S_row_min"] <= r["S"] * (1 + 1e-9) and r["S_first"] <= r["S"] * (1 + 1e-9)
-    assert sensitivity_point(map="raf", rows=1, **kw)["n_rows"] == 1
+    assert sensitivity_point(map="raf", rows=[0], **kw)["n_rows"] == 1
 
 
 def test_process_pool_one_worker_is_this_process_and_bad_counts_are_refused():
@@ -275,7 +277,7 @@ def test_pick_takes_the_entry_of_the_scale(monkeypatch):
 
 def test_imdb_scale_sweep_points_and_search_precision():
     from wsutils.experiments import imdb
-    from wsutils.experiments.imdb import sensitivity_point, sweep_point
+    from wsutils.experiments.imdb import searched_rows, sensitivity_point, sweep_point
 
     q, p = imdb.scale("quick"), imdb.scale("paper")
     assert (q.ds(384), q.ns, q.texts, q.steps, q.starts) == ((96,), (10, 20, 40), 2, 25, 2)
@@ -296,7 +298,8 @@ def test_imdb_scale_sweep_points_and_search_precision():
     where = dict(model="m", imdb=None)
     raf, relu, rf = (sweep_point(p, m, 50, 96, "imdb", 7, **where) for m in ("raf", "relu", "rf"))
     assert raf["search"]["dtype"] == "float32" and relu["search"]["dtype"] is None
-    assert "dtype" not in rf["search"] and rf["rows"] == 16 and raf["rows"] is None
+    assert "dtype" not in rf["search"] and raf["rows"] is None
+    assert rf["rows"] == searched_rows(50, 16) and len(rf["rows"]) == 16
     from wsutils.run.seeds import point_seed  # the label names the draw, as in every build
 
     assert raf["seed"] == point_seed("RAF", "imdb", 96, 50, 7) and raf["map"] == "raf"

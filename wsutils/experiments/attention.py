@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
-from ..checks import check_int
 from ..estimators.attention import attention_word_sensitivity
 from ..estimators.rf import rf_word_sensitivity
 from ..estimators.takeover import certified_lower_bound, row_competition, takeover_certificate
@@ -54,7 +54,8 @@ class Scale:
 
     The grid of both chapters (at the paper's scale the grid of the authors' scripts):
     widths ``ds``, lengths ``ns``, ``seeds`` texts per point and the search of
-    :func:`sensitivity_point` (``rows``, ``starts``, ``steps``; :meth:`Scale.search`). Beyond it:
+    :func:`sensitivity_point` (its ``first_rows`` words, ``starts``, ``steps``;
+    :meth:`Scale.search`). Beyond it:
     the far lengths ``n_far`` (at ``d = ds[0]``), the phase diagram's ``phase_ds`` ×
     ``phase_ns``, the authors' search at ``auth_points`` (``(d, n)``) with ``auth_seeds``
     texts each, the ReLU chapter's orthogonal take-over at ``takeover_points``, its RF
@@ -64,7 +65,7 @@ class Scale:
     ds: tuple[int, ...]
     ns: tuple[int, ...]
     seeds: int
-    rows: int
+    first_rows: int
     starts: int
     steps: int
     n_far: tuple[int, ...]
@@ -79,10 +80,11 @@ class Scale:
 
     def search(self, normalisation: str) -> dict:
         """The search of :func:`sensitivity_point` for ``normalisation`` (``"raf"`` or
-        ``"relu"``) as a point takes it: ``rows`` and ``search`` (``starts``, ``steps`` and
-        the precision :data:`SEARCH_DTYPE` gives the map)."""
+        ``"relu"``) as a point takes it: ``rows`` (the first ``first_rows`` words) and
+        ``search`` (``starts``, ``steps`` and the precision :data:`SEARCH_DTYPE` gives the
+        map)."""
         search = dict(starts=self.starts, steps=self.steps, dtype=SEARCH_DTYPE[normalisation])
-        return dict(rows=self.rows, search=search)
+        return dict(rows=list(range(self.first_rows)), search=search)
 
 
 SCALES = {
@@ -90,7 +92,7 @@ SCALES = {
         ds=(192, 384),
         ns=(10, 50, 100, 250),
         seeds=2,
-        rows=1,
+        first_rows=1,
         starts=2,
         steps=40,
         n_far=(250, 500, 1000, 2000),
@@ -107,7 +109,7 @@ SCALES = {
         ds=(192, 384, 768),
         ns=(10, 20, 50, 100, 150, 200, 250),
         seeds=5,
-        rows=2,
+        first_rows=2,
         starts=4,
         steps=100,
         n_far=(250, 500, 1000, 2000, 4000),
@@ -162,7 +164,7 @@ def sensitivity_point(
     d: int,
     n: int,
     seed: int,
-    rows: int = 2,
+    rows: Sequence[int] = (0, 1),
     search: dict | None = None,
     certificates: bool = True,
 ) -> dict:
@@ -170,9 +172,9 @@ def sensitivity_point(
     (or of any other normalisation :meth:`wsutils.maps.Normalisation.parse` reads by name).
 
     The estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) searches
-    the first ``rows`` words from random starts plus the take-over constructions (``search``:
-    a dict of :class:`~wsutils.search.Search`'s fields over :data:`POINT_SEARCH`, seeded by
-    ``seed``; :func:`wsutils.search.point_search`);
+    the words ``rows`` (indices, the chapters' first one or two) from random starts plus the
+    take-over constructions (``search``: a dict of :class:`~wsutils.search.Search`'s fields
+    over :data:`POINT_SEARCH`, seeded by ``seed``; :func:`wsutils.search.point_search`);
     ``S`` is the float64 relative change at the best ``Δ`` found, recomputed with the full map
     (a certified lower bound). Also returns ``phi_norm = ‖φ(X)‖_F/√d`` (the float64 norm
     that certification divides by),
@@ -190,7 +192,7 @@ def sensitivity_point(
     torch.set_num_threads(1)
     X = sample_X(n, d, seed=seed)
     W = sample_W(d, seed=seed + 1)
-    searched = check_rows(list(range(check_int("rows", rows, minimum=1))), n)  # not fewer
+    searched = _point_rows(rows, n)
     search = Search.parse(POINT_SEARCH, **point_search(search), seed=seed)
     t0 = time.perf_counter()
     res = attention_word_sensitivity(
@@ -212,6 +214,14 @@ def sensitivity_point(
         c = takeover_certificate(X, W, 0)
         out.update(bound=c.bound, self_weight=c.self_weight, margin=c.margin, A_fro=c.A_fro)
     return out
+
+
+def _point_rows(rows, n: int) -> list[int]:
+    """A point's ``rows``: word indices (a list, as JSON gives it, or a tuple), checked
+    (:func:`wsutils.sensitivity.check_rows`); ``None`` (every word) is not a grid's search."""
+    if rows is None or isinstance(rows, (int, str)):
+        raise TypeError(f"rows must be a list of word indices, e.g. [0, 1], got {rows!r}.")
+    return check_rows(list(rows), n)
 
 
 def takeover_point(d: int, n: int, seed: int, certificate: bool = True) -> dict:

@@ -28,6 +28,7 @@ from ..maps import LABELS
 from ..run import config
 from ..run.seeds import point_seed
 from ..search import Search, point_search
+from ..sensitivity import check_rows
 from ..text.data import load_imdb, select_reviews
 from ..text.embeddings import embed, load_model, sample_matrix, word_rows
 from ..weights import sample_W, sample_X
@@ -143,13 +144,15 @@ def sweep_point(
     """The parameters of one sweep point for :func:`sensitivity_point` at sizes ``P``: its own
     weights (seed ``point_seed(LABELS[map], source, d, n, review)``: the map's label names
     its draws, those of every build since the first), the search of ``map`` (random
-    features: ``P.rf_*`` over ``P.rf_rows`` rows; attention: ``P.steps`` and ``P.starts`` over
+    features: ``P.rf_*`` over ``P.rf_rows`` rows spread evenly, :func:`searched_rows`;
+    attention: ``P.steps`` and ``P.starts`` over
     every row, in the precision of the attention chapters' grids,
     :data:`wsutils.experiments.attention.SEARCH_DTYPE`)."""
     if map not in MAPS:
         raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
     if map == "rf":
-        search = dict(rows=P.rf_rows, search=dict(starts=P.rf_starts, steps=P.rf_steps))
+        search = dict(starts=P.rf_starts, steps=P.rf_steps)
+        search = dict(rows=searched_rows(int(n), P.rf_rows), search=search)
     else:
         search = dict(starts=P.starts, steps=P.steps, dtype=SEARCH_DTYPE[map])
         search = dict(rows=None, search=search)
@@ -244,15 +247,15 @@ def sensitivity_point(
     search: dict,
     model: str,
     imdb: str | None,
-    rows: int | None = None,
+    rows: Sequence[int] | None = None,
     rf_mode: str = "rows",
 ) -> dict:
     """One point of the sweep: the word sensitivity (:prf:ref:`def-word-sensitivity`) of
     ``map`` — ``"rf"`` (``k = D = n·d``, the exact estimator
     :func:`wsutils.estimators.rf.rf_word_sensitivity`, which never forms ``V``), ``"raf"`` or
     ``"relu"`` (weights ``W`` drawn with ``seed``) — searched over **every** row
-    (``rows=None``), or over ``rows`` of them spread evenly, row 0 included
-    (:func:`searched_rows`; ``S`` is then the sup over those rows only).
+    (``rows=None``), or over the rows ``rows`` (indices; :func:`sweep_point` spreads them
+    evenly, :func:`searched_rows`; ``S`` is then the sup over those rows only).
 
     ``rf_mode`` (RF only): ``"rows"`` draws ``V flat(X)`` jointly with the searched column
     blocks only (:func:`wsutils.estimators.rf.rf_rows_law`, :prf:ref:`prop-rf-rows-law`: a
@@ -287,7 +290,7 @@ def sensitivity_point(
         X = sample_X(n, d, seed=review).numpy()
     else:
         raise ValueError(f"source must be 'imdb' or 'gaussian', got {source!r}.")
-    picked = searched_rows(n, rows)
+    picked = None if rows is None else check_rows(list(rows), n)
     t0 = time.perf_counter()
     if map == "rf":
         r = rf_word_sensitivity(

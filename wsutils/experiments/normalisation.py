@@ -28,6 +28,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -39,8 +40,9 @@ from ..estimators.takeover import key_takeover, row_takeover
 from ..maps import Normalisation, attention_scores, general_attention, normalise_scores
 from ..run.seeds import point_seed
 from ..search import Search, point_search
-from ..sensitivity import check_rows, perturb, project_ball
+from ..sensitivity import perturb, project_ball
 from ..weights import sample_W, sample_X
+from .attention import _point_rows
 
 __all__ = [
     "CHAPTER",
@@ -190,12 +192,12 @@ def normalisation_point(
     d: int,
     n: int,
     seed: int,
-    rows: int = 1,
+    rows: Sequence[int] = (0,),
     search: dict | None = None,
 ) -> dict:
     """``S`` of attention with ``normalisation`` (a label of :data:`CHAPTER`) at one synthetic text
     (``X = sample_X(n, d, seed)``, ``W = sample_W(d, seed + 1)``, as in the attention
-    chapters): the estimate ``S`` (fast estimator over the first ``rows`` words, random starts
+    chapters): the estimate ``S`` (fast estimator over the words ``rows``, random starts
     plus the take-over constructions; ``search``: a dict of :class:`~wsutils.search.Search`'s
     fields over :data:`POINT_SEARCH`, seeded by ``seed``), the certified lower bound
     ``certified`` (the best of the row and the key take-over of :prf:ref:`def-takeover` and
@@ -212,7 +214,7 @@ def normalisation_point(
     cpu0 = time.process_time()
     norm = _norm(normalisation)
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
-    searched = check_rows(list(range(check_int("rows", rows, minimum=1))), n)  # not fewer
+    searched = _point_rows(rows, n)
     double = project_ball(X[:1].clone(), math.sqrt(d))[0]  # Δ = x_0, in the ball exactly
     search = Search.parse(POINT_SEARCH, **point_search(search), seed=seed)
     t0 = time.perf_counter()
@@ -366,8 +368,9 @@ class Scale:
     ``seeds_fit``
         Seeds per point at ``d = d_fit`` and ``n < 4096``; elsewhere at most 2, and 1 for
         1.5-entmax at ``n ≥ 4096`` (:meth:`seeds`).
-    ``search_rows``, ``search_starts``, ``search_steps``
-        The search of :func:`normalisation_point` (its ``rows``, ``starts``, ``steps``).
+    ``first_rows``, ``search_starts``, ``search_steps``
+        The search of :func:`normalisation_point` (its first ``first_rows`` words,
+        ``starts``, ``steps``).
     ``phase_d``, ``phase_n``, ``phase_seeds``
         The phase diagram's widths, lengths and seeds per cell (:func:`phase_point`).
     ``flip_d``, ``flip_n``, ``flip_Ns``, ``flip_seeds``, ``flip_starts``, ``flip_steps``
@@ -379,7 +382,7 @@ class Scale:
 
     grid: tuple[tuple[int, tuple[int, ...]], ...]
     seeds_fit: int
-    search_rows: int
+    first_rows: int
     search_starts: int
     search_steps: int
     phase_d: tuple[int, ...]
@@ -405,7 +408,7 @@ class Scale:
         search = dict(
             starts=self.search_starts, steps=self.search_steps, dtype=SEARCH_DTYPE[normalisation]
         )
-        return dict(rows=self.search_rows, search=search)
+        return dict(rows=list(range(self.first_rows)), search=search)
 
     def seeds(self, d: int, n: int, normalisation: str | None = None) -> int:
         """Seeds at grid point ``(d, n)`` for ``normalisation`` (a label of :data:`CHAPTER`):
@@ -443,7 +446,7 @@ SCALES = {
     "quick": Scale(
         grid=((16, (16, 64, 256)),),
         seeds_fit=2,
-        search_rows=1,
+        first_rows=1,
         search_starts=2,
         search_steps=30,
         phase_d=(4, 16, 32, 64),
@@ -460,7 +463,7 @@ SCALES = {
     "paper": Scale(
         grid=((32, (16, 64, 256, 1024, 4096)), (128, (16, 128, 1024)), (768, (16, 128))),
         seeds_fit=3,
-        search_rows=1,
+        first_rows=1,
         search_starts=2,
         search_steps=30,
         phase_d=(2, 4, 8, 16, 32, 64, 128),

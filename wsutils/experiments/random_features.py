@@ -196,26 +196,25 @@ def rf_point(
     n: int,
     d: int,
     seed: int,
-    rows: str = "first",
+    rows: int | None = 0,
     steps: int = 30,
     precision: str = "float64",
 ) -> dict:
     """One grid point of the random-features chapter (for :func:`wsutils.run.sweep.run_grid`):
     the text ``sample_text(family, n, d, seed=seed)``, ``k = D = n·d``, weights from
-    ``seed + 1``; ``rows="first"`` (reduced law, row 0, drawn in ``precision``, see
-    :func:`wsutils.estimators.rf.rf_row_law`) or ``"all"`` (blocks mode). Returns
+    ``seed + 1``; ``rows=0`` (the first word: the reduced law, drawn in ``precision``, see
+    :func:`wsutils.estimators.rf.rf_row_law`) or ``None`` (every word, blocks mode), as
+    :func:`wsutils.estimators.rf.rf_word_sensitivity` reads them. Returns
     the estimate ``S``, the certified ``lower``/``upper``, and the wall-clock and CPU seconds
     (all threads) it took."""
     import time
 
-    if rows not in ("first", "all"):
-        raise ValueError(f"rows must be 'first' or 'all', got {rows!r}.")
     t0, c0 = time.perf_counter(), time.process_time()
     X = sample_text(family, n, d, seed=seed)
     r = rf_word_sensitivity(
         X,
         n * d,
-        rows=0 if rows == "first" else None,
+        rows=rows,
         seed=seed + 1,
         steps=steps,
         precision=precision,
