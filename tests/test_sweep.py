@@ -376,3 +376,17 @@ def test_grid_array_shapes_a_grid_and_refuses_a_ragged_one():
         grid_array(recs, "S", {"d": (1, 2, 9), "n": (3,)})
     with pytest.raises(KeyError):
         grid_array(recs, "T", {"d": (1,)})
+
+
+def test_grid_frame_is_one_row_per_point_with_nested_settings_as_columns():
+    from wsutils.run.records import grid_frame
+
+    records = [
+        dict(map="raf", n=10, S=1.5, search=dict(starts=2, steps=5)),
+        dict(map="rf", n=10, S=0.5, search=dict(starts=2, steps=9)),
+    ]
+    frame = grid_frame(records)
+    assert list(frame["S"]) == [1.5, 0.5] and list(frame["search.steps"]) == [5, 9]
+    assert frame.groupby("map").get_group("rf")["S"].tolist() == [0.5]
+    with pytest.raises(ValueError, match="records is empty"):
+        grid_frame([])

@@ -1,9 +1,13 @@
-"""A grid's records as arrays: what a chapter reads from :func:`wsutils.run.sweep.run_grid`.
+"""A grid's records as arrays and tables: what a chapter reads from
+:func:`wsutils.run.sweep.run_grid`.
 
 ``run_grid`` returns one record (a dict: the point's parameters and its results) per point.
 A chapter mostly wants one field over the grid's axes, ``S`` at every ``(d, n, seed)`` say:
 :func:`grid_array` gives it, checking that the grid is complete and rectangular instead of
-leaving a comprehension to drop a cell silently.
+leaving a comprehension to drop a cell silently. Where the grid is not rectangular (the
+IMDb sweep: RF on some rows, attention on all, a Gaussian control at one width),
+:func:`grid_frame` gives the records as a :class:`pandas.DataFrame`, one row per point, to
+group and select by name.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["grid_array"]
+__all__ = ["grid_array", "grid_frame"]
 
 
 def grid_array(records: Sequence[Mapping], key: str, axes: Mapping[str, Sequence]) -> np.ndarray:
@@ -49,3 +53,15 @@ def grid_array(records: Sequence[Mapping], key: str, axes: Mapping[str, Sequence
         )
     shape = tuple(len(v) for v in axes.values())
     return np.array(list(cells.values()), dtype=float).reshape(*shape, -1)
+
+
+def grid_frame(records: Sequence[Mapping]):
+    """The records as a :class:`pandas.DataFrame`, one row per point, one column per field;
+    a nested dict of settings (a point's ``search``) becomes columns ``search.starts``,
+    ``search.steps``, … (:func:`pandas.json_normalize`, one level). An empty grid is a
+    ValueError (there is nothing to read)."""
+    import pandas as pd
+
+    if len(records) == 0:
+        raise ValueError("records is empty: run the grid first (wsutils.run.sweep.run_grid).")
+    return pd.json_normalize(list(records), max_level=1)
