@@ -175,6 +175,22 @@ def ols_slope_bound(n, bound) -> float:
     return float(np.sum(np.abs(w) * b))
 
 
+def _log_table(x: np.ndarray, log_values, enough, what: str) -> np.ndarray:
+    """``log_values`` as a finite float64 array ``(len(n), seeds)`` for the slope errors below,
+    with at least ``what`` (``enough(y)``); a ValueError that says so otherwise."""
+    y = np.asarray(log_values, dtype=np.float64)
+    if y.ndim != 2 or y.shape[0] != x.size or not enough(y):
+        raise ValueError(
+            f"log_values must be (len(n), seeds) with at least {what}, got shape {y.shape} "
+            f"for {x.size} values of n."
+        )
+    if not np.all(np.isfinite(y)):
+        raise ValueError(
+            "log_values holds a NaN or an infinity: pass the logs of positive values."
+        )
+    return y
+
+
 def slope_se_seeds(n, log_values) -> float:
     """Standard error of the least-squares slope of the per-``n`` mean of ``log_values``
     (``(len(n), seeds)``) on ``log n``, from the spread between seeds only ("pure error"):
@@ -183,16 +199,9 @@ def slope_se_seeds(n, log_values) -> float:
     around the line, it does not count a curved mean (a decay that sets in part-way along the
     grid, chapter ``relu-attention``) as noise. Needs at least two seeds."""
     x = np.log(_positive("n", n)).ravel()
-    y = np.asarray(log_values, dtype=np.float64)
-    if y.ndim != 2 or y.shape[0] != x.size or y.shape[1] < 2 or x.size < 2:
-        raise ValueError(
-            "log_values must be (len(n), seeds) with at least 2 values of n and "
-            f"2 seeds, got shape {y.shape} for {x.size} values of n."
-        )
-    if not np.all(np.isfinite(y)):
-        raise ValueError(
-            "log_values holds a NaN or an infinity: pass the logs of positive values."
-        )
+    y = _log_table(
+        x, log_values, lambda y: y.shape[1] >= 2 and x.size >= 2, "2 values of n and 2 seeds"
+    )
     sigma2 = float(y.var(axis=1, ddof=1).mean())
     return math.sqrt(sigma2 / (y.shape[1] * float(((x - x.mean()) ** 2).sum())))
 
@@ -215,16 +224,9 @@ def slope_standard_error(ns: Sequence[int], log_values: np.ndarray) -> float:
     the slope is that of the per-``n`` mean, whose error is ``σ/√(seeds·Σ(log n − mean)²)``.
     """
     x = np.log(np.asarray(ns, dtype=float))
-    y = np.asarray(log_values, dtype=float)
-    if y.ndim != 2 or y.shape[0] != x.size or x.size < 3 or y.size < 4:
-        raise ValueError(
-            "log_values must be (len(ns), seeds) with at least 3 values of n and "
-            f"4 values in all, got shape {y.shape} for {x.size} values of n."
-        )
-    if not np.all(np.isfinite(y)):
-        raise ValueError(
-            "log_values holds a NaN or an infinity: pass the logs of positive values."
-        )
+    y = _log_table(
+        x, log_values, lambda y: x.size >= 3 and y.size >= 4, "3 values of n and 4 in all"
+    )
     p, a = np.polyfit(x, y.mean(axis=1), 1)
     resid = y - (a + p * x)[:, None]
     sigma2 = float((resid**2).sum()) / (y.size - 2)
