@@ -397,7 +397,7 @@ def test_heads_batch_matches_single_head_values(enc, H):
             heads[h], X, rows=[2, 5], starts=2, steps=10, seed=1, dtype=torch.float64
         )
         assert one[0] == pytest.approx(single.value, rel=1e-8)
-    grid = tr.head_grid(enc, H[:, 0], [1, 3], steps=3)
+    grid = tr.head_grid(enc, H[:, 0], [1, 3], search=dict(steps=3))
     assert grid.shape == (enc.layers, enc.heads) and (grid > 0).all()
 
 

@@ -264,19 +264,22 @@ def head_grid(
     rows,
     *,
     control: bool = False,
-    starts: int = 2,
-    steps: int = 20,
+    search: Search | dict | None = None,
     seed: int = 0,
     device=None,
 ) -> np.ndarray:
     """``S^own`` (:prf:ref:`def-own-norm-ws`) of every head of every layer, ``(L, heads)``:
     ``inputs`` is ``(L + 1, n, d)`` (one text, :func:`layer_inputs`); the heads of layer
     ``ℓ`` are searched at ``inputs[ℓ − 1]`` over ``rows`` by :func:`heads_word_sensitivity`
-    (seed :func:`wsutils.run.seeds.point_seed` ``(seed, ℓ)``). ``control=True`` searches
+    with ``search`` (default ``HEADS_SEARCH``; its starts seeded by
+    :func:`wsutils.run.seeds.point_seed` ``(seed, ℓ)`` for layer ``ℓ``). ``control=True`` searches
     :func:`random_head` of each head instead (seed ``point_seed("random head", seed, ℓ, h)``)."""
     from ..run.seeds import point_seed
 
     enc = _encoder(enc)
+    search = Search.parse(search, default=HEADS_SEARCH)
+    if search.seed is not None:
+        raise ValueError("head_grid seeds each layer's search from seed: leave search.seed unset.")
     out = np.empty((enc.layers, enc.heads))
     for layer in range(1, enc.layers + 1):
         X = np.asarray(inputs[layer - 1], dtype=np.float64)
@@ -290,9 +293,7 @@ def head_grid(
             heads,
             X,
             rows=rows,
-            starts=starts,
-            steps=steps,
-            seed=point_seed("heads", seed, layer),
+            search=replace(search, seed=point_seed("heads", seed, layer)),
             device=device,
         )
     return out
