@@ -1,1 +1,5 @@
-"""One module per chapter's grids: their grid-point functions (attention, normalisation, imdb)."""
+"""One module per chapter, with its sizes at each scale (``Scale``, ``scale()``) and its
+grid-point functions for :func:`wsutils.run.sweep.run_grid` (import from the module; nothing
+is re-exported here): ``word_sensitivity``, ``figure1``, ``random_features``,
+``deep_random_features``, ``attention`` (the softmax, far-``n`` and ReLU chapters),
+``normalisation``, ``generalization``, ``imdb`` and ``trained``."""

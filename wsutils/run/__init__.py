@@ -1,2 +1,4 @@
-"""Running the book's experiments: the knobs (config), seeds, grids on any executor (sweep),
-devices, progress bars, numbers for the prose (glue)."""
+"""Running the book's experiments (import from the module; nothing is re-exported here): the
+knobs (``config``), seeds (``seeds``), grids on any executor (``sweep``), grid records as
+arrays and tables (``records``), devices (``device``), progress bars (``progress``), numbers
+for the prose (``glue``)."""

@@ -1,2 +1,3 @@
-"""Real text: the IMDb reviews (data), BERT embeddings (embeddings), a model's own attention
-(attention), the chat panel (chat)."""
+"""Real text (import from the module; nothing is re-exported here): the IMDb reviews
+(``data``), a model's embeddings and its loading (``embeddings``), a real model's attention
+between words (``word_attention``), the chat panel (``chat``)."""
