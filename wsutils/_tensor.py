@@ -1,4 +1,5 @@
-"""numpy/torch interchange: every public function accepts either and returns the input's kind.
+"""numpy/torch interchange: :func:`like` returns a result as the input's kind (the
+conversion at the door, with its refusals, is :func:`wsutils.checks.as_tensor`).
 
 Also the overflow-safe row norm that every rescaling in ``wsutils`` uses (:func:`row_norms`)
 and the exact power-of-two rescaling (:func:`pow2_above`).
@@ -12,38 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 Array = Any  # numpy.ndarray or torch.Tensor
-
-
-def as_tensor(
-    x: Array, *, dtype: torch.dtype | None = None, device=None, name: str = "input"
-) -> torch.Tensor:
-    """A torch view of ``x``: float64 for numpy input unless ``dtype`` says otherwise;
-    a floating torch tensor keeps its dtype and device unless told otherwise.
-
-    Complex input is a TypeError (casting would silently drop the imaginary part), and so is
-    anything that is not numeric (strings, objects)."""
-    if isinstance(x, torch.Tensor):
-        if x.is_complex():
-            raise TypeError(
-                f"{name} is complex ({x.dtype}); wsutils works on real arrays: pass "
-                "the real part explicitly if that is what you mean."
-            )
-        if dtype is None and not x.is_floating_point():
-            dtype = torch.float64
-        return x.to(dtype=dtype or x.dtype, device=device or x.device)
-    a = np.asarray(x)
-    if np.iscomplexobj(a):
-        raise TypeError(
-            f"{name} is complex ({a.dtype}); wsutils works on real arrays: pass "
-            "the real part explicitly if that is what you mean."
-        )
-    if a.dtype.kind not in "biuf":
-        raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}.")
-    return torch.as_tensor(a, dtype=dtype or torch.float64, device=device)
 
 
 def like(result: torch.Tensor, reference: Array) -> Array:

@@ -1,5 +1,6 @@
-"""Input checks shared by the maps, the estimators and the bounds: each raises a ValueError
-that says what is wrong and what to do."""
+"""The door of every entry point: input conversion (:func:`as_tensor`, :func:`as_text`) and the
+checks shared by the maps, the estimators and the bounds; each raises a ValueError or a
+TypeError that says what is wrong and what to do."""
 
 from __future__ import annotations
 
@@ -9,7 +10,35 @@ import numbers
 import numpy as np
 import torch
 
-from ._tensor import Array, as_tensor
+from ._tensor import Array, row_norms
+
+
+def as_tensor(
+    x: Array, *, dtype: torch.dtype | None = None, device=None, name: str = "input"
+) -> torch.Tensor:
+    """A torch view of ``x``: float64 for numpy input unless ``dtype`` says otherwise;
+    a floating torch tensor keeps its dtype and device unless told otherwise.
+
+    Complex input is a TypeError (casting would silently drop the imaginary part), and so is
+    anything that is not numeric (strings, objects)."""
+    if isinstance(x, torch.Tensor):
+        if x.is_complex():
+            raise TypeError(
+                f"{name} is complex ({x.dtype}); wsutils works on real arrays: pass "
+                "the real part explicitly if that is what you mean."
+            )
+        if dtype is None and not x.is_floating_point():
+            dtype = torch.float64
+        return x.to(dtype=dtype or x.dtype, device=device or x.device)
+    a = np.asarray(x)
+    if np.iscomplexobj(a):
+        raise TypeError(
+            f"{name} is complex ({a.dtype}); wsutils works on real arrays: pass "
+            "the real part explicitly if that is what you mean."
+        )
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}.")
+    return torch.as_tensor(a, dtype=dtype or torch.float64, device=device)
 
 
 def all_finite(t: torch.Tensor) -> bool:
@@ -55,7 +84,7 @@ def check_text(X: torch.Tensor) -> tuple[int, int]:
 
 
 def as_text(X: Array, *, dtype: torch.dtype | None = None, device=None):
-    """The one door of a text: ``X`` as a tensor (:func:`wsutils._tensor.as_tensor`, in
+    """The one door of a text: ``X`` as a tensor (:func:`as_tensor`, in
     ``dtype`` on ``device`` when given; complex or non-numeric input is a TypeError), checked
     by :func:`check_text`. Returns ``(tensor, n, d)``."""
     Xt = as_tensor(X, dtype=dtype, device=device, name="X")
@@ -76,8 +105,6 @@ def check_unit_rows(X: torch.Tensor, *, rtol: float | None = None) -> None:
     then rounded to the dtype is off by at most one unit roundoff per entry, so a float16 text
     (``eps ≈ 1e-3``) is accepted as normalised when it is, and a float64 one is held to 1e-6.
     Norms are computed without overflow (``wsutils._tensor.row_norms``)."""
-    from ._tensor import row_norms
-
     if rtol is None:
         rtol = max(1e-6, 2 * torch.finfo(X.dtype).eps) if X.is_floating_point() else 1e-6
     d = X.shape[-1]

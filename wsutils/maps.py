@@ -35,8 +35,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ._tensor import Array, as_tensor, like, pow2_above, row_norms
-from .checks import all_finite, as_text, check_finite, check_shape
+from ._tensor import Array, like, pow2_above, row_norms
+from .checks import all_finite, as_tensor, as_text, check_finite, check_shape
 
 __all__ = [
     "LABELS",

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ._tensor import Array, as_tensor, row_norms
-from .checks import as_text, check_finite, check_int, check_real, check_unit_rows
+from ._tensor import Array, row_norms
+from .checks import as_tensor, as_text, check_finite, check_int, check_real, check_unit_rows
 from .search import Search
 
 __all__ = [

@@ -28,8 +28,8 @@ from typing import NamedTuple
 
 import torch
 
-from .._tensor import Array, as_tensor
-from ..checks import check_int, check_seed, check_shape, check_text
+from .._tensor import Array
+from ..checks import as_tensor, check_int, check_seed, check_shape, check_text
 from ..maps import Normalisation, raf, relu_attention
 from ..sensitivity import project_ball, relative_change
 from .objectives import fast_objective

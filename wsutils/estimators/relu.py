@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .._tensor import Array, as_tensor, like
-from ..checks import as_text, check_int, check_seed, check_shape, check_unit_rows
+from .._tensor import Array, like
+from ..checks import as_tensor, as_text, check_int, check_seed, check_shape, check_unit_rows
 from ..maps import attention_scores, relu_attention
 from ..sensitivity import project_ball, relative_change
 

@@ -45,8 +45,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .._tensor import Array, as_tensor
-from ..checks import check_finite, check_int, check_preactivations, check_seed, check_text
+from .._tensor import Array
+from ..checks import (
+    as_tensor,
+    check_finite,
+    check_int,
+    check_preactivations,
+    check_seed,
+    check_text,
+)
 from ..maps import flat
 from ..run.device import check_fits, optional_device, small_work_threads
 from ..search import Search, parse_fixed
@@ -611,7 +618,7 @@ def _check_rows(rows):
 
 def _float64_text(X, device) -> torch.Tensor:
     """``X`` as a detached float64 tensor on ``device`` (``None``: where it is); complex or
-    non-numeric input is a TypeError (``wsutils._tensor.as_tensor``)."""
+    non-numeric input is a TypeError (``wsutils.checks.as_tensor``)."""
     if isinstance(X, torch.Tensor):
         X = X.detach()
     return as_tensor(X, dtype=torch.float64, device=optional_device(device), name="X")

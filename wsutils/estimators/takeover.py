@@ -27,8 +27,8 @@ from typing import Sequence
 
 import torch
 
-from .._tensor import Array, as_tensor, like
-from ..checks import as_text, check_shape, check_unit_rows
+from .._tensor import Array, like
+from ..checks import as_tensor, as_text, check_shape, check_unit_rows
 from ..maps import Normalisation, attention_scores, general_attention, softmax_attention
 from ..sensitivity import check_rows, project_ball, relative_changes, search_dtype
 from .relu import orthogonal_points

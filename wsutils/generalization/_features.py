@@ -10,8 +10,8 @@ from typing import Iterator
 import torch
 from tqdm.auto import tqdm
 
-from .._tensor import Array, as_tensor
-from ..checks import check_finite, check_int, check_seed
+from .._tensor import Array
+from ..checks import as_tensor, check_finite, check_int, check_seed
 from ..estimators.rf import rf_block_seed
 from ..maps import Normalisation, attention, flat
 from ..weights import gaussian, sample_X

@@ -9,8 +9,8 @@ from typing import Sequence
 
 import torch
 
-from .._tensor import Array, as_tensor
-from ..checks import check_finite, check_shape, check_unit_rows
+from .._tensor import Array
+from ..checks import as_tensor, check_finite, check_shape, check_unit_rows
 from ..maps import Normalisation, flat
 from ..search import Search, point_search
 from ..weights import sample_W

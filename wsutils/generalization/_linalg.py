@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from .._tensor import Array, as_tensor, like
-from ..checks import check_finite, check_real
+from .._tensor import Array, like
+from ..checks import as_tensor, check_finite, check_real
 
 # ---------------------------------------------------------------------------------------------
 # Min-norm interpolation, fine-tuning, re-training (all through the N × N Gram matrix)

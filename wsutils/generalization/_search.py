@@ -10,8 +10,14 @@ from typing import Callable, Sequence
 
 import torch
 
-from .._tensor import as_tensor
-from ..checks import check_finite, check_int, check_preactivations, check_real, check_seed
+from ..checks import (
+    as_tensor,
+    check_finite,
+    check_int,
+    check_preactivations,
+    check_real,
+    check_seed,
+)
 from ..maps import Normalisation, flat, normalise_scores
 from ..search import Search
 from ..sensitivity import cosine_ascent, init_starts, perturb, project_ball

@@ -8,7 +8,8 @@ import math
 
 import torch
 
-from .._tensor import Array, as_tensor
+from .._tensor import Array
+from ..checks import as_tensor
 from ..search import Search
 from ..sensitivity import SensitivityResult, ascend_and_certify, map_objective, search_setup
 from ._common import Map
