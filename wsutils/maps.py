@@ -254,12 +254,12 @@ def normalise_rows(X: Array) -> Array:
 # ----------------------------------------------------------------------------------------------
 # The general attention map: one score matrix, a named row normalisation (chapter normalisation)
 
-#: The row normalisations of :func:`attention` (eq. :eq:`eq-general-attention`).
 #: The paper's three feature maps by name, with the label the book prints for each: random
 #: features (:func:`rf`), softmax attention (:func:`raf`) and ReLU attention
 #: (:func:`relu_attention`). The names are those every grid point takes (``map="raf"``).
 LABELS = {"rf": "RF", "raf": "RAF", "relu": "ReLU attention"}
 
+#: The row normalisations of :func:`attention` (eq. :eq:`eq-general-attention`).
 NORMALISATIONS = ("softmax", "scalable", "sparsemax", "entmax", "sigmoid", "relu", "hardmax")
 
 

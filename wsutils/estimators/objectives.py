@@ -436,6 +436,6 @@ def fast_objective(X: torch.Tensor, W: torch.Tensor, norm: Normalisation) -> _Fa
     """The fast objective of attention with ``norm`` at the text ``X`` (a finite ``n × d``
     tensor, trusted) and weights ``W`` (``d × d``, in ``X``'s dtype): a callable
     ``(row_idx, Delta) ↦`` relative changes ``(B,)``, with ``Phi`` (``φ(X)``) and
-    ``base_norm`` (``‖φ(X)‖``), made by the class of :data:`FAMILIES` for ``norm.name``. A
+    ``base_norm`` (``‖φ(X)‖``), made by the class of ``FAMILIES`` for ``norm.name``. A
     ValueError if the scores overflow ``X``'s dtype."""
     return FAMILIES.get(norm.name, _CompactObjective)(X, W, norm)

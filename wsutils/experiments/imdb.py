@@ -405,7 +405,7 @@ def flip_point_imdb(
     its sentiment as label ``y``. Then :func:`wsutils.generalization.flip_runs` with weights
     seed ``seed`` (search seed ``seed + 1``; ``search``, a dict of
     :class:`~wsutils.search.Search`'s fields over
-    :data:`wsutils.generalization.FLIP_SEARCH`, and ``batch_searches`` as there).
+    ``wsutils.generalization.FLIP_SEARCH``, and ``batch_searches`` as there).
     Returns ``{"runs": [...], "review": id of the new text, "y": its label}``.
     """
     Ns = check_Ns(Ns)

@@ -203,7 +203,7 @@ def flip_runs(
     with ``θ₀`` and ``θ₁``; ``gen.py`` records the same four).
 
     ``method="ours"``: :func:`search_flip` with ``search`` (a :class:`~wsutils.search.Search`
-    or a dict of some of its fields; default :data:`FLIP_SEARCH`: 4 starts, 300 steps, step
+    or a dict of some of its fields; default ``FLIP_SEARCH``: 4 starts, 300 steps, step
     size 0.3, in float64, best iterate; its starts seeded by ``search.seed``, default
     ``seed + 1``); ``method="authors"``: :func:`authors_search` with ``gen.py``'s ``lr`` and
     ``steps`` (:func:`authors_lr_steps`) unless ``search`` sets them.

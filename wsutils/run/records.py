@@ -6,7 +6,7 @@ A chapter mostly wants one field over the grid's axes, ``S`` at every ``(d, n, s
 :func:`grid_array` gives it, checking that the grid is complete and rectangular instead of
 leaving a comprehension to drop a cell silently. Where the grid is not rectangular (the
 IMDb sweep: RF on some rows, attention on all, a Gaussian control at one width),
-:func:`grid_frame` gives the records as a :class:`pandas.DataFrame`, one row per point, to
+:func:`grid_frame` gives the records as a ``pandas.DataFrame``, one row per point, to
 group and select by name.
 """
 
@@ -56,9 +56,9 @@ def grid_array(records: Sequence[Mapping], key: str, axes: Mapping[str, Sequence
 
 
 def grid_frame(records: Sequence[Mapping]):
-    """The records as a :class:`pandas.DataFrame`, one row per point, one column per field;
+    """The records as a ``pandas.DataFrame``, one row per point, one column per field;
     a nested dict of settings (a point's ``search``) becomes columns ``search.starts``,
-    ``search.steps``, … (:func:`pandas.json_normalize`, one level). An empty grid is a
+    ``search.steps``, … (``pandas.json_normalize``, one level). An empty grid is a
     ValueError (there is nothing to read)."""
     import pandas as pd
 
