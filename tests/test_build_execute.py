@@ -129,13 +129,31 @@ def test_longest_first_and_lanes():
     assert ex.lanes(0, cores=2) == 1
 
 
-def test_table_has_a_row_per_chapter_and_a_total():
-    rows = [ex.Row("attention", "executed", 12.0, 20.0), ex.Row("imdb", "cached")]
+def test_table_has_a_row_per_chapter_a_total_and_the_lanes():
+    rows = [
+        ex.Row("attention", "executed", 12.0, 20.0, 1, 0.0, 12.0),
+        ex.Row("imdb", "cached"),
+        ex.Row("figure-1", "executed", 5.0, 6.0, 2, 0.0, 5.0),
+        ex.Row("rf", "executed", 9.0, 9.5, 2, 5.0, 14.0),
+    ]
     lines = ex.format_table(rows)
-    assert lines[0].split() == ["chapter", "wall", "s", "CPU", "s", "cache"]
-    assert lines[2].split() == ["attention", "12", "20", "executed"]
-    assert lines[3].split() == ["imdb", "–", "–", "hit"]
-    assert "1 executed, 1 from the cache" in lines[4]
+    assert lines[0].split() == [
+        "chapter",
+        "wall",
+        "s",
+        "CPU",
+        "s",
+        "lane",
+        "from–to",
+        "s",
+        "cache",
+    ]
+    assert lines[2].split() == ["attention", "12", "20", "1", "0–12", "executed"]
+    assert lines[3].split() == ["imdb", "–", "–", "–", "–", "hit"]
+    assert "3 executed, 1 from the cache" in lines[6]
+    assert lines[7] == "lane 1: attention; ends at 12 s"
+    assert lines[8] == "lane 2: figure-1 → rf; ends at 14 s  (the critical path)"
+    assert ex.lane_summary([ex.Row("imdb", "cached")]) == []
 
 
 def _job(tmp_path: Path, name: str, source: str):

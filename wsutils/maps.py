@@ -254,9 +254,9 @@ def normalise_rows(X: Array) -> Array:
 # ----------------------------------------------------------------------------------------------
 # The general attention map: one score matrix, a named row normalisation (chapter normalisation)
 
-#: The paper's three feature maps by name, with the label the book prints for each: random
-#: features (:func:`rf`), softmax attention (:func:`raf`) and ReLU attention
-#: (:func:`relu_attention`). The names are those every grid point takes (``map="raf"``).
+#: The label the book prints for each of the paper's three feature maps, by name (random
+#: features, :func:`rf`; softmax attention, :func:`raf`; ReLU attention,
+#: :func:`relu_attention`). The names are those every grid point takes (``map="raf"``).
 LABELS = {"rf": "RF", "raf": "RAF", "relu": "ReLU attention"}
 
 #: The row normalisations of :func:`attention` (eq. :eq:`eq-general-attention`).

@@ -214,6 +214,9 @@ class Row:
     status: str  # "executed", "cached" or "failed"
     wall: float | None = None
     cpu: float | None = None
+    lane: int | None = None  # which of the parallel lanes ran it (1, 2, …)
+    start: float | None = None  # seconds after the first chapter started
+    end: float | None = None
 
 
 @dataclass
@@ -376,6 +379,8 @@ class Prefill:
             + ", ".join(j.docname for j in todo)
         )
         failures = []
+        t0 = time.monotonic()
+        free_lanes = list(range(1, n_lanes + 1))
         with ThreadPoolExecutor(n_lanes, thread_name_prefix="wsbook-chapter") as pool:
             pending = {}
             queue = list(todo)
@@ -386,14 +391,16 @@ class Prefill:
                     threads, progress.path if progress else None, self.cache_path / "sweeps"
                 )
                 future = pool.submit(execute_one, job, env=env)
-                pending[future] = (job, progress)
+                pending[future] = (job, progress, free_lanes.pop(0), time.monotonic() - t0)
 
             while queue and len(pending) < n_lanes:
                 submit(queue.pop(0))
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    job, progress = pending.pop(future)
+                    job, progress, lane, began = pending.pop(future)
+                    free_lanes.append(lane)
+                    free_lanes.sort()
                     if progress is not None:
                         progress.stop()
                     try:
@@ -406,7 +413,9 @@ class Prefill:
                         continue
                     self._store(job, notebook, wall)
                     self.cells += cells
-                    self.rows[job.docname] = Row(job.docname, "executed", wall, cpu)
+                    self.rows[job.docname] = Row(
+                        job.docname, "executed", wall, cpu, lane, began, time.monotonic() - t0
+                    )
                     measured[job.docname] = round(wall, 1)
                     self.write(f"{job.docname} done in {wall:.0f} s ({cpu:.0f} CPU s)")
                     if queue:
@@ -443,17 +452,22 @@ def costliest_cells(cells: Iterable[CellCost], n: int = 12) -> list[str]:
 
 
 def format_table(rows: Iterable[Row]) -> list[str]:
-    """The end-of-build table, one line a chapter and a total."""
+    """The end-of-build table, one line a chapter (its wall and CPU seconds, the lane that ran
+    it and when, in seconds from the first chapter's start), a total, and one line per lane:
+    its chapters in order and when it ended; the lane that ends last is the build's critical
+    path."""
     rows = list(rows)
     lines = [
-        f"{'chapter':<24} {'wall s':>8} {'CPU s':>8}  cache",
-        f"{'-' * 24} {'-' * 8} {'-' * 8}  --------",
+        f"{'chapter':<24} {'wall s':>8} {'CPU s':>8}  {'lane':>4} {'from–to s':>11}  cache",
+        f"{'-' * 24} {'-' * 8} {'-' * 8}  {'-' * 4} {'-' * 11}  --------",
     ]
     for r in rows:
         wall = f"{r.wall:8.0f}" if r.wall is not None else f"{'–':>8}"
         cpu = f"{r.cpu:8.0f}" if r.cpu is not None else f"{'–':>8}"
+        lane = f"{r.lane:>4}" if r.lane is not None else f"{'–':>4}"
+        span = f"{r.start:5.0f}–{r.end:<5.0f}" if r.start is not None else f"{'–':>11}"
         status = {"executed": "executed", "cached": "hit", "failed": "FAILED"}[r.status]
-        lines.append(f"{r.docname:<24} {wall} {cpu}  {status}")
+        lines.append(f"{r.docname:<24} {wall} {cpu}  {lane} {span}  {status}")
     executed = [r for r in rows if r.status == "executed"]
     if executed:
         lines.append(
@@ -461,4 +475,24 @@ def format_table(rows: Iterable[Row]) -> list[str]:
             f"{sum(r.cpu for r in executed if r.cpu == r.cpu):8.0f}  "
             f"({len(executed)} executed, {len(rows) - len(executed)} from the cache)"
         )
+    lines += lane_summary(rows)
     return lines
+
+
+def lane_summary(rows: Iterable[Row]) -> list[str]:
+    """One line per lane of the executed chapters, in the order it ran them, with the time it
+    ended; the last to end is marked as the critical path."""
+    by_lane: dict[int, list[Row]] = {}
+    for r in rows:
+        if r.lane is not None and r.end is not None:
+            by_lane.setdefault(r.lane, []).append(r)
+    if not by_lane:
+        return []
+    ends = {lane: max(r.end for r in rs) for lane, rs in by_lane.items()}
+    last = max(ends, key=ends.get)
+    out = []
+    for lane in sorted(by_lane):
+        order = " → ".join(r.docname for r in sorted(by_lane[lane], key=lambda r: r.start))
+        mark = "  (the critical path)" if lane == last and len(by_lane) > 1 else ""
+        out.append(f"lane {lane}: {order}; ends at {ends[lane]:.0f} s{mark}")
+    return out
