@@ -39,8 +39,8 @@ def test_defaults_and_fields_are_checked_when_made():
         s.steps = 3  # frozen
     with pytest.raises(ValueError, match="^dtype must be"):
         Search(dtype=torch.float16)
-    with pytest.raises(ValueError, match="^search_dtype must be"):  # names its parameter
-        precision("half", name="search_dtype")
+    with pytest.raises(ValueError, match="^dtype must be"):
+        precision("half")
     assert precision(torch.float64) == "float64" and precision(None) is None
 
 

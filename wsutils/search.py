@@ -36,11 +36,10 @@ def check_lr(lr) -> float:
     return float(lr)
 
 
-def precision(dtype, name: str = "dtype") -> str | None:
+def precision(dtype) -> str | None:
     """``dtype`` as the name of a precision of ``PRECISIONS`` (``"float32"``, ``"float64"``;
     from the name or the torch dtype), or ``None`` (the text's own search dtype,
-    :func:`wsutils.sensitivity.search_dtype`): the one reader of a search's precision.
-    ``name`` is the parameter the message names."""
+    :func:`wsutils.sensitivity.search_dtype`): the one reader of a search's precision."""
     if dtype is None:
         return None
     for known, t in PRECISIONS.items():
@@ -49,7 +48,7 @@ def precision(dtype, name: str = "dtype") -> str | None:
     if isinstance(dtype, str) and dtype.strip().lower().removeprefix("torch.") in PRECISIONS:
         return dtype.strip().lower().removeprefix("torch.")
     raise ValueError(
-        f"{name} must be None (the search data's own precision), torch.float32, "
+        "dtype must be None (the search data's own precision), torch.float32, "
         f"torch.float64, 'float32' or 'float64', got {dtype!r}."
     )
 

@@ -648,13 +648,15 @@ def stalled(
     called once a step: append the best value so far of each search (each group of ``group``
     consecutive entries of ``best_val``; ``None``: one search) to ``trail`` (the caller's
     list, empty at step 0) and say whether every search gained at most ``rtol``, relative,
-    over the last ``m`` steps: ``b_t − b_{t−m} ≤ rtol·|b_{t−m}|``."""
+    over the last ``m`` steps: ``b_t ≤ b_{t−m} + rtol·|b_{t−m}|``, compared in float64
+    whatever the search's precision."""
     m, rtol = stop
-    trail.append(best_val.reshape(-1, group or best_val.shape[0]).amax(dim=1).clone())
+    best = best_val.reshape(-1, group or best_val.shape[0]).amax(dim=1)
+    trail.append(best.to(torch.float64, copy=True))
     if len(trail) <= m:
         return False
     b_old, b = trail.pop(0), trail[-1]
-    return bool((b - b_old <= rtol * b_old.abs()).all())
+    return bool((b <= b_old + rtol * b_old.abs()).all())
 
 
 def ascend_rows(

@@ -57,7 +57,14 @@ from ..checks import (
 from ..maps import flat
 from ..run.device import check_fits, optional_device, small_work_threads
 from ..search import Search, parse_fixed
-from ..sensitivity import SensitivityResult, check_rows, project_ball, search_setup, sphere_starts
+from ..sensitivity import (
+    SensitivityResult,
+    check_rows,
+    project_ball,
+    search_setup,
+    sphere_starts,
+    stalled,
+)
 
 __all__ = [
     "RFSensitivityResult",
@@ -405,9 +412,9 @@ def _ascend(
     ascent with a large step, as the authors' lr 100 is). Keeps the best iterate.
 
     ``stop = (m, rtol)``: stop before ``steps`` once the best value over all starts has gained
-    at most ``rtol`` (relative) over the last ``m`` steps, ``b_t ≤ (1 + rtol)·b_{t−m}``
-    (``b_t`` the best value seen up to step ``t``; :func:`rf_word_sensitivity`). ``None``
-    (default): every step is taken.
+    at most ``rtol`` (relative) over the last ``m`` steps (the rule of every search,
+    :func:`wsutils.sensitivity.stalled`; :func:`rf_word_sensitivity`). ``None`` (default):
+    every step is taken.
 
     The iterations run in ``work_dtype`` (float32 by default: each step is two passes over the
     ``k × d`` matrix ``V_i``, limited by memory bandwidth, and single precision halves the
@@ -424,7 +431,7 @@ def _ascend(
     Delta = project_ball(starts.to(Vi.dtype), radius, exact=False)
     best_val = torch.full((Delta.shape[0],), -1.0, dtype=Vi.dtype, device=Vi.device)
     best = Delta.clone()
-    trail: list[float] = []  # b_t, the best so far
+    trail: list = []  # the stopping rule's window
     for t in range(steps + 1):
         pre = u[:, None] + (Delta @ Vi.T).T  # k × B
         diff = torch.relu(pre) - base[:, None]
@@ -432,20 +439,15 @@ def _ascend(
         better = vals > best_val
         best_val = torch.where(better, vals, best_val)
         best[better] = Delta[better]
-        if t == steps:
+        if t == steps or (stop is not None and stalled(trail, best_val, stop)):
             break
-        if stop is not None:
-            trail.append(float(best_val.max()))
-            m, rtol = stop
-            if t >= m and trail[t] <= (1 + rtol) * trail[t - m]:
-                break
         # gradient of ½‖diff‖² w.r.t. Δ: V_iᵀ (1[pre > 0] ⊙ diff)
         grad = (diff * (pre > 0)).T.contiguous() @ Vi  # B × d (Bᵀ@A: the fast layout)
         gnorm = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
-        stalled = gnorm[:, 0] <= 0
+        zero_grad = gnorm[:, 0] <= 0
         step = grad / gnorm.clamp_min(torch.finfo(gnorm.dtype).tiny)
         Delta = torch.where(
-            stalled[:, None], Delta, project_ball(radius * step, radius, exact=False)
+            zero_grad[:, None], Delta, project_ball(radius * step, radius, exact=False)
         )
     return best_val, best
 
