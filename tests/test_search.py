@@ -121,6 +121,52 @@ def test_the_stopping_rule_cuts_the_same_trajectory():
     assert len(seen) == 31 and torch.equal(never, full)
 
 
+def test_the_sphere_step_lands_on_the_sphere_and_holds_still_without_a_gradient():
+    """:func:`wsutils.sensitivity.sphere_step` (the random-feature searches' step) moves each
+    row to ``radius·g/‖g‖``, within the ball's ``exact=False`` margin, and leaves a row whose
+    gradient is zero or not finite where it was."""
+    from wsutils.sensitivity import sphere_step
+
+    d, radius = 5, math.sqrt(5)
+    Delta = torch.full((4, d), 0.1, dtype=torch.float64)
+    grad = torch.randn(4, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    grad[1] = 0
+    grad[2, 0] = math.inf
+    grad[3, 1] = math.nan
+    moved = sphere_step(radius)(Delta, grad, 0)
+    unit = grad[0] / torch.linalg.vector_norm(grad[0])
+    assert torch.allclose(moved[0], radius * unit, rtol=1e-14, atol=0)
+    assert float(torch.linalg.vector_norm(moved[0])) <= radius
+    assert torch.equal(moved[1:], Delta[1:])
+
+
+def test_one_ascent_for_a_hand_gradient_and_autograd():
+    """:func:`wsutils.sensitivity.ascend` takes the gradient from its objective: a hand-written
+    one and autograd's give the same iterates, the best value of each row is the largest it
+    saw, and the best iterate is where it saw it."""
+    from wsutils.sensitivity import ascend, autograd_values, sphere_step
+
+    d = 4
+    target = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)
+    seen = []
+
+    def values(D):
+        return D @ target - 0.1 * (D**2).sum(-1)
+
+    def by_hand(D):
+        seen.append(D.clone())
+        return values(D), lambda: target - 0.2 * D
+
+    D0 = torch.randn(3, d, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    kw = dict(steps=5, step=sphere_step(math.sqrt(d)))
+    best_h, at_h = ascend(by_hand, D0.clone(), **kw)
+    best_a, at_a = ascend(autograd_values(values), D0.clone(), **kw)
+    assert torch.allclose(best_h, best_a, rtol=1e-12) and torch.allclose(at_h, at_a, rtol=1e-12)
+    trace = torch.stack([values(D) for D in seen])  # 6 evaluations, one per step and the last
+    assert len(seen) == 6 and torch.equal(best_h, trace.amax(dim=0))
+    assert torch.equal(values(at_h), best_h)
+
+
 def test_word_sensitivity_takes_the_stopping_rule():
     """The generic search stops early under ``Search.stop`` and still certifies its value."""
     X = ws.sample_X(6, 4, seed=3)

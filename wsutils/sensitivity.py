@@ -30,11 +30,14 @@ __all__ = [
     "BALL_DTYPES",
     "SensitivityResult",
     "ball_slack",
+    "ascend",
     "ascend_and_certify",
+    "autograd_values",
     "ascend_rows",
     "certify",
     "check_rows",
     "cosine_ascent",
+    "cosine_step",
     "map_objective",
     "perturb",
     "project_ball",
@@ -43,6 +46,7 @@ __all__ = [
     "search_dtype",
     "search_setup",
     "sphere_starts",
+    "sphere_step",
     "stalled",
     "word_sensitivity",
 ]
@@ -582,6 +586,105 @@ def sphere_starts(xi: torch.Tensor, radius: float) -> torch.Tensor:
     return xi
 
 
+def ascend(
+    evaluate,
+    Delta: torch.Tensor,
+    *,
+    steps: int,
+    step,
+    stop: tuple[int, float] | None = None,
+    group: int | None = None,
+):
+    """The one projected ascent of ``wsutils``, from each row of ``Delta`` (``B × d``, starts
+    already in the ball). ``evaluate(Delta)`` returns the values ``(B,)`` at ``Delta`` and a
+    function that returns their gradient ``(B × d)`` there (or the gradient of any function
+    increasing in each row's value: the steps use only its direction); :func:`autograd_values`
+    makes one from a differentiable ``values(Delta)``, an estimator with a gradient of its own
+    writes it (:func:`wsutils.estimators.rf.rf_word_sensitivity`). ``step(Delta, grad, t)``
+    returns the next iterates, in the ball: :func:`cosine_step` or :func:`sphere_step`.
+
+    Keeps each row's best value and the iterate attaining it (the best iterate, not the last;
+    ``-inf`` and the start where every value was NaN). ``stop = (m, rtol)`` ends the ascent
+    before ``steps`` once every search has stalled (:func:`stalled`; a search is a group of
+    ``group`` consecutive rows, ``None``: all rows are one search); ``None`` takes every step.
+    Trusts its caller (``steps`` a checked integer, ``stop`` checked by
+    :func:`wsutils.search.check_stop`).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        The best value of each row and the iterate attaining it, as the steps left it (not
+        projected onto the exact ball).
+    """
+    best_val = torch.full((Delta.shape[0],), -math.inf, dtype=Delta.dtype, device=Delta.device)
+    best = Delta.detach().clone()
+    trail: list[torch.Tensor] = []  # each search's best value so far, the last m + 1 steps
+    for t in range(steps + 1):
+        vals, gradient = evaluate(Delta)
+        with torch.no_grad():
+            better = vals > best_val
+            best_val = torch.where(better, vals, best_val)
+            best[better] = Delta[better]
+        if t == steps or (stop is not None and stalled(trail, best_val, stop, group)):
+            break
+        grad = gradient()
+        gradient = None  # the evaluation's work arrays go before the next one is made
+        with torch.no_grad():
+            Delta = step(Delta.detach(), grad, t)
+    return best_val, best
+
+
+def autograd_values(values):
+    """The ``evaluate`` of :func:`ascend` for a differentiable ``values(Delta) -> (B,)``:
+    the values, and their gradient by autograd (of their sum: the rows do not interact)."""
+
+    def evaluate(Delta: torch.Tensor):
+        Delta = Delta.detach().requires_grad_(True)
+        vals = values(Delta)
+        return vals.detach(), lambda: torch.autograd.grad(vals.sum(), Delta)[0]
+
+    return evaluate
+
+
+def _unit(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row of ``grad`` divided by its norm, and where that is defined (a finite,
+    nonzero norm; :func:`wsutils._tensor.row_norms`, without overflow)."""
+    gnorm = row_norms(grad)
+    ok = (gnorm > 0) & torch.isfinite(gnorm)
+    return grad / gnorm.clamp_min(torch.finfo(grad.dtype).tiny), ok
+
+
+def cosine_step(radius: float, lr: float, steps: int):
+    """The step of :func:`cosine_ascent`: step ``t`` moves by
+    ``lr·radius·(1 + cos(πt/steps))/2`` along the normalised gradient and projects back onto
+    the ball (:func:`project_ball`, ``exact=False``); a row whose gradient is zero or not
+    finite does not move."""
+
+    def step(Delta: torch.Tensor, grad: torch.Tensor, t: int) -> torch.Tensor:
+        eta = lr * radius * 0.5 * (1 + math.cos(math.pi * t / steps))
+        finite = torch.isfinite(grad).all(dim=-1, keepdim=True)
+        unit, ok = _unit(torch.where(finite, grad, torch.zeros_like(grad)))
+        unit = torch.where(ok, unit, torch.zeros_like(unit))
+        return project_ball(Delta + eta * unit, radius, exact=False)
+
+    return step
+
+
+def sphere_step(radius: float):
+    """The step of the random-feature searches: every step lands on the sphere
+    ``‖Δ‖ = radius`` along the normalised gradient (the fixed point of projected gradient
+    ascent with a step much longer than the radius, as the authors' ``lr = 100`` is;
+    :func:`project_ball`, ``exact=False``); a row whose gradient is zero or not finite does
+    not move."""
+
+    def step(Delta: torch.Tensor, grad: torch.Tensor, t: int) -> torch.Tensor:
+        unit, ok = _unit(grad)
+        moved = project_ball(radius * torch.where(ok, unit, Delta), radius, exact=False)
+        return torch.where(ok, moved, Delta)
+
+    return step
+
+
 def cosine_ascent(
     values,
     Delta: torch.Tensor,
@@ -594,15 +697,16 @@ def cosine_ascent(
     group: int | None = None,
 ):
     """Projected gradient ascent of ``values(Delta) -> (B,)`` from each row of ``Delta``
-    (``B × d``) over the ball ``‖Δ‖ ≤ radius``: step ``t`` moves by
-    ``lr·radius·(1 + cos(πt/steps))/2`` along the normalised gradient and projects back
-    (:func:`project_ball`, ``exact=False`` between steps). Returns the best value of each
-    search and the iterate attaining it (the best iterate, not the last; ``-inf`` and the start
-    where every value was NaN), projected onto the exact ball (``exact_result=True``): a
-    returned row can lie inside its iterate by the margin of :func:`ball_slack`, so callers
-    recompute values there. ``exact_result=False`` returns the iterates themselves, for a
-    caller that projects them exactly itself (in float64, with its smaller margin). A
-    search whose gradient is not finite stays where it is. Minimise a loss by passing ``-loss``.
+    (``B × d``) over the ball ``‖Δ‖ ≤ radius``: :func:`ascend` with the gradient by autograd
+    and :func:`cosine_step` (step ``t`` moves by ``lr·radius·(1 + cos(πt/steps))/2`` along
+    the normalised gradient and projects back, ``exact=False`` between steps). Returns the
+    best value of each search and the iterate attaining it (the best iterate, not the last;
+    ``-inf`` and the start where every value was NaN), projected onto the exact ball
+    (``exact_result=True``): a returned row can lie inside its iterate by the margin of
+    :func:`ball_slack`, so callers recompute values there. ``exact_result=False`` returns the
+    iterates themselves, for a caller that projects them exactly itself (in float64, with its
+    smaller margin). A search whose gradient is not finite stays where it is. Minimise a loss
+    by passing ``-loss``.
 
     ``stop = (m, rtol)`` (:func:`wsutils.search.check_stop`) ends the ascent before ``steps``
     once every search has stalled: ``b_t − b_{t−m} ≤ rtol·|b_{t−m}|`` for the best value
@@ -613,32 +717,15 @@ def cosine_ascent(
     radius = check_real("radius", radius, positive=True)
     if Delta.ndim != 2:
         raise ValueError(f"Delta must be (B, d), one start per row, got {tuple(Delta.shape)}.")
-    best_val = torch.full((Delta.shape[0],), -math.inf, dtype=Delta.dtype, device=Delta.device)
-    best_Delta = Delta.clone()
-    trail: list[torch.Tensor] = []  # each search's best value so far, the last m + 1 steps
-    for t in range(steps + 1):
-        Delta.requires_grad_(True)
-        vals = values(Delta)
-        with torch.no_grad():
-            better = vals > best_val
-            best_val = torch.where(better, vals, best_val)
-            best_Delta[better] = Delta[better]
-        if t == steps or (stop is not None and stalled(trail, best_val, stop, group)):
-            break
-        (grad,) = torch.autograd.grad(vals.sum(), Delta)
-        with torch.no_grad():
-            eta = lr * radius * 0.5 * (1 + math.cos(math.pi * t / steps))
-            ok = torch.isfinite(grad).all(dim=-1, keepdim=True)
-            grad = torch.where(ok, grad, torch.zeros_like(grad))
-            gnorm = row_norms(grad)
-            step = torch.where(
-                gnorm > 0,
-                grad / gnorm.clamp_min(torch.finfo(grad.dtype).tiny),
-                torch.zeros_like(grad),
-            )  # a zero gradient stays where it is
-            Delta = project_ball(Delta.detach() + eta * step, radius, exact=False)
-    best_Delta = best_Delta.detach()
-    return best_val.detach(), project_ball(best_Delta, radius) if exact_result else best_Delta
+    best_val, best = ascend(
+        autograd_values(values),
+        Delta,
+        steps=steps,
+        step=cosine_step(radius, lr, steps),
+        stop=stop,
+        group=group,
+    )
+    return best_val, project_ball(best, radius) if exact_result else best
 
 
 def stalled(

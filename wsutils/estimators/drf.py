@@ -16,16 +16,18 @@ import math
 import numpy as np
 import torch
 
-from .._tensor import Array, row_norms
+from .._tensor import Array
 from ..checks import as_text, check_int, check_seed
 from ..search import Search, parse_fixed
 from ..sensitivity import (
+    ascend,
+    autograd_values,
     check_rows,
     project_ball,
     search_dtype,
     search_setup,
     sphere_starts,
-    stalled,
+    sphere_step,
 )
 from .rf import PRECISIONS, _precision  # noqa: F401 (PRECISIONS: the values it takes)
 
@@ -279,29 +281,17 @@ def drf_row_sensitivity(
     with torch.no_grad():
         base = _drf_out(b, A, Vs, torch.zeros(1, d, dtype=dt, device=dev))
         base_norm = _check_base(base)
-    best_val = torch.full((Delta.shape[0],), -math.inf, dtype=dt, device=dev)
-    best = Delta.clone()
-    trail: list = []  # the stopping rule's window (wsutils.sensitivity.stalled)
-    for t in range(steps + 1):
-        Delta.requires_grad_(True)
-        vals = torch.linalg.vector_norm(_drf_out(b, A, Vs, Delta) - base, dim=1) / base_norm
-        with torch.no_grad():
-            better = vals > best_val
-            best_val = torch.where(better, vals, best_val)
-            best[better] = Delta[better]
-        if t == steps or (search.stop is not None and stalled(trail, best_val, search.stop)):
-            break
-        (grad,) = torch.autograd.grad(vals.sum(), Delta)
-        with torch.no_grad():
-            gn = row_norms(grad)
-            ok = (gn > 0) & torch.isfinite(gn)
-            step = project_ball(
-                radius
-                * torch.where(ok, grad / gn.clamp_min(torch.finfo(gn.dtype).tiny), Delta.detach()),
-                radius,
-                exact=False,
-            )
-            Delta = torch.where(ok, step, Delta.detach())
+
+    def values(D: torch.Tensor) -> torch.Tensor:  # the relative change at each row of D
+        return torch.linalg.vector_norm(_drf_out(b, A, Vs, D) - base, dim=1) / base_norm
+
+    _, best = ascend(
+        autograd_values(values),
+        Delta,
+        steps=steps,
+        step=sphere_step(radius),
+        stop=search.stop,
+    )
     # every start's best iterate, in float64 on the exact ball, re-evaluated in float64
     D64 = project_ball(best.detach().cpu().to(torch.float64), radius)
     with torch.no_grad():

@@ -59,11 +59,12 @@ from ..run.device import check_fits, optional_device, small_work_threads
 from ..search import Search, parse_fixed
 from ..sensitivity import (
     SensitivityResult,
+    ascend,
     check_rows,
     project_ball,
     search_setup,
     sphere_starts,
-    stalled,
+    sphere_step,
 )
 
 __all__ = [
@@ -407,8 +408,10 @@ def _ascend(
     work_dtype: torch.dtype | None = torch.float32,
     stop: tuple[int, float] | None = None,
 ):
-    """Projected ascent of the relative change from each row of ``starts``; every step moves to
-    the sphere ``‖Δ‖ = √d`` along the gradient (the fixed point of plain projected gradient
+    """Projected ascent of the relative change from each row of ``starts``: the one ascent of
+    every search (:func:`wsutils.sensitivity.ascend`) with this map's own gradient, every
+    step landing on the sphere ``‖Δ‖ = √d`` along the gradient
+    (:func:`~wsutils.sensitivity.sphere_step`: the fixed point of plain projected gradient
     ascent with a large step, as the authors' lr 100 is). Keeps the best iterate.
 
     ``stop = (m, rtol)``: stop before ``steps`` once the best value over all starts has gained
@@ -424,32 +427,28 @@ def _ascend(
     if work_dtype is not None:
         Vi = Vi.to(work_dtype)
     u = u.to(Vi.dtype)
-    d = Vi.shape[1]
-    radius = math.sqrt(d)
+    radius = math.sqrt(Vi.shape[1])
+    Delta = project_ball(starts.to(Vi.dtype), radius, exact=False)
+    return ascend(
+        _relative_change_objective(u, Vi), Delta, steps=steps, step=sphere_step(radius), stop=stop
+    )
+
+
+def _relative_change_objective(u: torch.Tensor, Vi: torch.Tensor):
+    """The ``evaluate`` of :func:`wsutils.sensitivity.ascend` for row ``i``'s relative change
+    ``‖ReLU(u + V_i Δ) − ReLU(u)‖ / ‖ReLU(u)‖`` (:func:`rf_relative_change`, in ``Vi``'s
+    dtype), with its gradient written by hand: that of ``½‖ReLU(u + V_i Δ) − ReLU(u)‖²``,
+    ``V_iᵀ (1[pre > 0] ⊙ diff)``, the same direction, from the evaluation's own arrays."""
     base = torch.relu(u)
     base_norm = torch.linalg.vector_norm(base)
-    Delta = project_ball(starts.to(Vi.dtype), radius, exact=False)
-    best_val = torch.full((Delta.shape[0],), -1.0, dtype=Vi.dtype, device=Vi.device)
-    best = Delta.clone()
-    trail: list = []  # the stopping rule's window
-    for t in range(steps + 1):
+
+    def evaluate(Delta: torch.Tensor):
         pre = u[:, None] + (Delta @ Vi.T).T  # k × B
         diff = torch.relu(pre) - base[:, None]
         vals = torch.linalg.vector_norm(diff, dim=0) / base_norm
-        better = vals > best_val
-        best_val = torch.where(better, vals, best_val)
-        best[better] = Delta[better]
-        if t == steps or (stop is not None and stalled(trail, best_val, stop)):
-            break
-        # gradient of ½‖diff‖² w.r.t. Δ: V_iᵀ (1[pre > 0] ⊙ diff)
-        grad = (diff * (pre > 0)).T.contiguous() @ Vi  # B × d (Bᵀ@A: the fast layout)
-        gnorm = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
-        zero_grad = gnorm[:, 0] <= 0
-        step = grad / gnorm.clamp_min(torch.finfo(gnorm.dtype).tiny)
-        Delta = torch.where(
-            zero_grad[:, None], Delta, project_ball(radius * step, radius, exact=False)
-        )
-    return best_val, best
+        return vals, lambda: (diff * (pre > 0)).T.contiguous() @ Vi  # Bᵀ@A: the fast layout
+
+    return evaluate
 
 
 def _search_row(u, Vi, *, starts, steps, g, d, search_dtype, upper=True, stop=None):
