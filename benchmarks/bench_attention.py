@@ -1,4 +1,4 @@
-"""Ours (:func:`wsutils.estimators.attention.attention_word_sensitivity`) against the authors'
+"""Ours (:func:`wsutils.estimators.self_attention.attention_word_sensitivity`) against the authors'
 estimator,
 on the same ``(X, W)``, for softmax attention (RAF).
 
@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 import wsutils as ws
-from wsutils.estimators.attention import attention_word_sensitivity
 from wsutils.estimators.authors import authors_estimator, authors_replica
+from wsutils.estimators.self_attention import attention_word_sensitivity
 from wsutils.run.device import describe_device
 
 GRID = [(192, 50), (192, 250), (768, 50), (768, 250)]

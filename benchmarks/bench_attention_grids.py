@@ -41,7 +41,7 @@ import time
 
 import torch
 
-from wsutils.estimators.attention import attention_word_sensitivity
+from wsutils.estimators.self_attention import attention_word_sensitivity
 from wsutils.estimators.takeover import certified_lower_bound, takeover_certificate
 from wsutils.experiments.attention import SEARCH_DTYPE, rf_point, sensitivity_point, takeover_point
 from wsutils.maps import raf, relu_attention

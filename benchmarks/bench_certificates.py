@@ -20,7 +20,7 @@ import time
 import torch
 
 import wsutils as ws
-import wsutils.estimators.attention as at
+import wsutils.estimators.self_attention as at
 import wsutils.estimators.takeover as tk
 from wsutils.estimators.relu import (
     relu_certified_upper,

@@ -246,7 +246,7 @@ def tiny(tmp_path_factory):
     from tiny_bert import save_tiny_bert
 
     from wsutils.text.embeddings import load_model
-    from wsutils.trained import maps as M
+    from wsutils.trained import layers as M
 
     torch.manual_seed(0)
     enc = load_model(str(save_tiny_bert(tmp_path_factory.mktemp("tiny"))))
@@ -260,7 +260,7 @@ def _bad_text_calls(enc, X):
     from wsutils.text import embeddings as E
     from wsutils.text import word_attention as TA
     from wsutils.trained import heads as H
-    from wsutils.trained import maps as M
+    from wsutils.trained import layers as M
     from wsutils.trained import own_norm as O
     from wsutils.trained import substitutions as SU
 

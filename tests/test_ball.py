@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import wsutils as ws
-from wsutils.estimators import attention as at
+from wsutils.estimators import self_attention as at
 from wsutils.estimators import takeover as tk
 from wsutils.estimators.drf import drf_row_sensitivity
 from wsutils.estimators.rf import rf_certified_lower, rf_row_law

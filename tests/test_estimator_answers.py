@@ -13,8 +13,8 @@ from justified import assert_justified, stochastic_upper
 from test_ball import assert_in_ball
 
 import wsutils as ws
-from wsutils.estimators import attention as at
 from wsutils.estimators import objectives as ob
+from wsutils.estimators import self_attention as at
 from wsutils.estimators import takeover as tk
 from wsutils.estimators.drf import _draw_law, drf_row_sensitivity
 from wsutils.estimators.rf import rf_relative_change, rf_row_law

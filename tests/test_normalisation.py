@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from justified import assert_justified, stochastic_upper
 
 import wsutils as ws
-from wsutils.estimators import attention as at
 from wsutils.estimators import objectives as ob
+from wsutils.estimators import self_attention as at
 from wsutils.estimators import takeover as tk
 from wsutils.maps import NORMALISATIONS, Normalisation, attention, sparsemax
 

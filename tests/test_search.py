@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import wsutils as ws
-from wsutils.estimators import attention as at
+from wsutils.estimators import self_attention as at
 from wsutils.search import Search, precision
 from wsutils.trained import own_norm_word_sensitivity
 

@@ -6,7 +6,7 @@ ReLU attention), :mod:`wsutils.weights` (seeded weight samplers), :mod:`wsutils.
 (the generic word-sensitivity estimator), :mod:`wsutils.estimators.rf` and
 :mod:`wsutils.estimators.drf` (random features without the ``k×D`` matrix, certified bounds,
 the wide limit), :mod:`wsutils.estimators.takeover` (take-over constructions and their
-certificates), :mod:`wsutils.estimators.attention` (the fast attention estimator),
+certificates), :mod:`wsutils.estimators.self_attention` (the fast attention estimator),
 :mod:`wsutils.generalization`, the real-text modules
 :mod:`wsutils.text.data`, :mod:`wsutils.text.embeddings`, :mod:`wsutils.experiments.imdb`,
 :mod:`wsutils.text.word_attention`, :mod:`wsutils.text.chat`, and :mod:`wsutils.run.sweep`
@@ -16,8 +16,8 @@ The random-features estimator lives in ``wsutils.estimators.rf``, not ``wsutils.
 submodule named ``rf`` would shadow the map :func:`wsutils.rf` once imported.
 """
 
-from .estimators.attention import attention_word_sensitivity
 from .estimators.rf import rf_word_sensitivity
+from .estimators.self_attention import attention_word_sensitivity
 from .estimators.takeover import certified_lower_bound
 from .maps import drf, flat, normalise_rows, raf, relu_attention, rf
 from .run.progress import install as _install_progress

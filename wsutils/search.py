@@ -2,7 +2,7 @@
 
 Every estimator that maximises a relative change by projected ascent
 (:func:`wsutils.sensitivity.word_sensitivity`, the fast attention estimator
-:func:`wsutils.estimators.attention.attention_word_sensitivity`, the trained heads and the
+:func:`wsutils.estimators.self_attention.attention_word_sensitivity`, the trained heads and the
 own-norm search of :mod:`wsutils.trained`) takes a :class:`Search`, or its fields as keywords
 (``steps=50`` is ``search=Search(steps=50)``), read once by :meth:`Search.parse`. The search
 only *proposes* a ``Δ``: every value an estimator reports is recomputed in float64 at that

@@ -755,7 +755,7 @@ def ascend_rows(
     extra: torch.Tensor | None = None,
 ) -> dict[int, torch.Tensor]:
     """The projected gradient ascent shared by :func:`word_sensitivity`, the fast attention
-    estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) and the
+    estimator (:func:`wsutils.estimators.self_attention.attention_word_sensitivity`) and the
     trained heads (:mod:`wsutils.trained`), for every row of ``row_list``: ``objective(chunk)``
     returns a function ``values(row_idx, Delta) -> (B,)`` of relative changes for the rows of
     ``chunk``, maximised by :func:`cosine_ascent` from ``search.starts`` starts seeded by

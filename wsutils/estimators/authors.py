@@ -13,7 +13,7 @@ ascent on the first word only:
 
 :func:`authors_estimator` runs exactly that with full forward and backward passes (``O(n²·d)``
 per step); :func:`authors_replica` computes the same iterates with the ``O(n·d)`` objective of
-:func:`wsutils.estimators.attention.attention_word_sensitivity` (the loss is a fixed multiple
+:func:`wsutils.estimators.self_attention.attention_word_sensitivity` (the loss is a fixed multiple
 of the relative change, so its gradient is the same multiple of the relative change's
 gradient). Both return :class:`AuthorsRun`: the value as their script reports it, the value
 after putting ``Δ`` back into the ball ``‖Δ‖ ≤ √d`` (a valid lower bound on ``S``), and
@@ -146,7 +146,7 @@ def authors_replica(
 ) -> AuthorsRun:
     """The iterates of :func:`authors_estimator` (same start, loss, steps, projection, last
     iterate), with the loss ``−(‖φ(X)‖/√(nd))·rel(Δ)`` evaluated in ``O(n·d)`` per step by the
-    objective of :func:`wsutils.estimators.attention.attention_word_sensitivity`."""
+    objective of :func:`wsutils.estimators.self_attention.attention_word_sensitivity`."""
     Xt, Wt, n, d, steps, lr, x0, norm = _setup(X, W, normalisation, seed, lr, steps)
     obj = fast_objective(Xt, Wt, norm)
     scale = obj.base_norm / math.sqrt(n * d)

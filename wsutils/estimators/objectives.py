@@ -1,5 +1,5 @@
 """The fast objectives of the attention estimator
-(:func:`wsutils.estimators.attention.attention_word_sensitivity`): ``Δ ↦`` the relative change
+(:func:`wsutils.estimators.self_attention.attention_word_sensitivity`): ``Δ ↦`` the relative change
 of attention at word ``i``, in ``O(n·d)`` per (row, ``Δ``) pair, one class per family of
 normalisations (softmax, ReLU, sigmoid, and the compact-support ones: sparsemax, entmax,
 hardmax), made by :func:`fast_objective`.

@@ -15,7 +15,7 @@ and the orthogonal take-over points are cached, keyed on the exact ``W`` (and ``
 they come from. Every ``Δ`` lies in the ball exactly (:func:`wsutils.sensitivity.project_ball`)
 and every certified value is computed in float64 whatever the input's dtype. The fast
 estimator that starts from these constructions is
-:func:`wsutils.estimators.attention.attention_word_sensitivity`.
+:func:`wsutils.estimators.self_attention.attention_word_sensitivity`.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from typing import Sequence
 
 import torch
 
-from ..estimators.attention import attention_word_sensitivity
 from ..estimators.rf import rf_word_sensitivity
+from ..estimators.self_attention import attention_word_sensitivity
 from ..estimators.takeover import certified_lower_bound, row_competition, takeover_certificate
 from ..run import config
 from ..run.seeds import point_seed
@@ -171,7 +171,7 @@ def sensitivity_point(
     """``S`` of softmax (``normalisation="raf"``) or ReLU (``"relu"``) attention at one text
     (or of any other normalisation :meth:`wsutils.maps.Normalisation.parse` reads by name).
 
-    The estimator (:func:`wsutils.estimators.attention.attention_word_sensitivity`) searches
+    The estimator (:func:`wsutils.estimators.self_attention.attention_word_sensitivity`) searches
     the words ``rows`` (indices, the chapters' first one or two) from random starts plus the
     take-over constructions (``search``: a dict of :class:`~wsutils.search.Search`'s fields
     over :data:`POINT_SEARCH`, seeded by ``seed``; :func:`wsutils.search.point_search`);

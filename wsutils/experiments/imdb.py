@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from ..checks import check_int
-from ..estimators.attention import attention_word_sensitivity
+from ..estimators.self_attention import attention_word_sensitivity
 from ..generalization import LOSSES, MAPS, TRAININGS, check_Ns, flip_runs
 from ..maps import LABELS
 from ..run import config

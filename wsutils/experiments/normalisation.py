@@ -11,8 +11,8 @@ for a take-over (:prf:ref:`prop-norm-margin`), and the per-point function of its
 - :func:`doubling_bound` is the bound of :prf:ref:`prop-norm-double` on what the doubling
   ``Δ = x_i`` changes, from the scores.
 - :func:`normalisation_point` is ``S`` of one normalisation at one text: the fast estimator
-  (:func:`wsutils.estimators.attention.attention_word_sensitivity`) and a certified lower bound
-  (the row and the key take-over and the doubling, through the full map), for
+  (:func:`wsutils.estimators.self_attention.attention_word_sensitivity`) and a certified lower
+  bound (the row and the key take-over and the doubling, through the full map), for
   :func:`wsutils.run.sweep.run_grid`; :func:`phase_point` is the row take-over's self-weight
   under :data:`PHASE`, for the phase diagram.
 - :func:`takeover_margin_model` and :func:`margin_interval` give the phase diagram's
@@ -35,7 +35,7 @@ import torch
 from scipy import special
 
 from ..checks import check_int
-from ..estimators.attention import attention_word_sensitivity
+from ..estimators.self_attention import attention_word_sensitivity
 from ..estimators.takeover import key_takeover, row_takeover
 from ..maps import Normalisation, attention_scores, general_attention, normalise_scores
 from ..run.seeds import point_seed

@@ -1,6 +1,6 @@
 """Word sensitivity of a trained BERT-family model, head by head and layer by layer, and of real
 one-word substitutions (the book's chapters ``trained-attention`` and ``trained-substitutions``).
-Every name below is defined in a module of this package by concern (``heads``, ``maps``,
+Every name below is defined in a module of this package by concern (``heads``, ``layers``,
 ``own_norm``, ``vocabulary``, ``substitutions``, ``fidelity``) and used from here,
 ``wsutils.trained.X``.
 
@@ -27,9 +27,9 @@ Every name below is defined in a module of this package by concern (``heads``, `
   itself) and :func:`head_word_sensitivity` runs the same search for one head with a rank-one
   update of ``Q, K, V`` (``O(n²·d_h)`` per start and step instead of ``O(n·d·d_h)``);
   :func:`heads_word_sensitivity` searches several heads in one batch and :func:`head_grid`
-  every head of every layer. The fast estimator of :mod:`wsutils.estimators.attention` does not
-  apply: a head is not of the form ``softmax(X W Xᵀ/√d) X`` (separate ``W_V``, biases, and the
-  rescaled coordinates of :func:`own_norm_problem`).
+  every head of every layer. The fast estimator of :mod:`wsutils.estimators.self_attention`
+  does not apply: a head is not of the form ``softmax(X W Xᵀ/√d) X`` (separate ``W_V``,
+  biases, and the rescaled coordinates of :func:`own_norm_problem`).
 - :func:`vocabulary_changes`: the realisable word sensitivity of the first layer's heads
   (:prf:ref:`def-realisable-ws`): replace token ``i`` by **every** token of the vocabulary
   through the model's embedding layer, batched, with every token's ``q, k, v`` from one
@@ -64,7 +64,7 @@ from .heads import (
     heads_word_sensitivity,
     random_head,
 )
-from .maps import block_map, layer_inputs, layer_map, stack_map
+from .layers import block_map, layer_inputs, layer_map, stack_map
 from .own_norm import own_norm_problem, own_norm_word_sensitivity
 from .substitutions import pair_changes, substitution_changes
 from .vocabulary import (

@@ -13,7 +13,7 @@ import torch
 
 from ._common import _encoder
 from .heads import Head, head_map, head_weights
-from .maps import layer_map
+from .layers import layer_map
 
 __all__ = ["MapFidelity", "map_fidelity"]
 

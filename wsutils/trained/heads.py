@@ -55,7 +55,7 @@ def _check_width(X: torch.Tensor, heads: Sequence[Head]) -> None:
     if widths != [X.shape[1]]:
         raise ValueError(
             f"X has width {X.shape[1]}, but the heads take width {', '.join(map(str, widths))}: "
-            "pass the inputs of their layer (wsutils.trained.maps.layer_inputs)."
+            "pass the inputs of their layer (wsutils.trained.layers.layer_inputs)."
         )
 
 

@@ -397,7 +397,7 @@ def vocabulary_changes(
     (``O(n·d)`` per candidate): every other output row ``j`` moves by
     ``(ρ' − ρ)(m_j − v_i) + (1 − ρ')(v'_i − v_i)`` with ``m_j`` the mean of the other values
     under row ``j``'s weights and ``ρ``, ``ρ'`` their total weight before and after, as in
-    :mod:`wsutils.estimators.attention`; batched over ``batch`` candidates.
+    :mod:`wsutils.estimators.self_attention`; batched over ``batch`` candidates.
 
     Raises
     ------
