@@ -61,6 +61,12 @@ def test_cache_roundtrip_corrupt_and_mismatch(enc, tmp_path):
     texts = ["i love her smile", "bad film"]
     E = em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path, ids=[3, 4])
     (f,) = list((tmp_path / "embeddings").glob("*.npz"))
+    fresh, mask = em.embed(texts, model=enc, max_length=12, cache_dir=False, return_mask=True)
+    np.testing.assert_array_equal(E, fresh)  # the cache changes no bit
+    cached = em.embed(
+        texts, model=enc, max_length=12, cache_dir=tmp_path, ids=[3, 4], return_mask=True
+    )
+    np.testing.assert_array_equal(cached[1], mask)
     stamp = f.stat().st_mtime_ns
     np.testing.assert_array_equal(
         em.embed(texts, model=enc, max_length=12, cache_dir=tmp_path, ids=[3, 4]), E
