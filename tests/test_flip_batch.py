@@ -158,3 +158,49 @@ def test_both_searches_in_one_point_are_the_two_points(map):
         G.flip_point(**kw, method=["ours", "ours"])
     with pytest.raises(ValueError, match="method must be"):
         G.flip_point(**kw, method=[])
+
+
+@pytest.mark.parametrize("kind", ["rf", "raf", "relu", "sparsemax"])
+def test_word_scores_are_the_full_maps_read_out(kind):
+    """``G.word_scores`` gives, for every candidate row and every read-out, the read-out of
+    the map's features on the whole text with that row replaced (a full forward pass here),
+    whatever the batch size; candidates far outside the ball are scored as well."""
+    n, d, row = 5, 4, 2
+    X = ws.sample_X(n, d, seed=0)
+    W = ws.sample_W(d, seed=1)
+    V = G.sample_V_blocked(17, n, d, seed=2, block_rows=2048, dtype=torch.float64).double()
+    full = {
+        "rf": lambda Z: ws.rf(Z, V),
+        "raf": lambda Z: ws.maps.flat(ws.raf(Z, W)),
+        "relu": lambda Z: ws.maps.flat(ws.relu_attention(Z, W)),
+        "sparsemax": lambda Z: ws.maps.flat(ws.maps.attention(Z, W, normalisation="sparsemax")),
+    }[kind]
+    model = _models()[kind]
+    g = torch.Generator().manual_seed(4)
+    rows = 3 * torch.randn(6, d, generator=g, dtype=torch.float64)  # ‖x' − x_i‖ > √d
+    p = full(X).reshape(-1).shape[0]
+    thetas = torch.randn(3, p, generator=g, dtype=torch.float64)
+    want = torch.stack(
+        [full(torch.cat([X[:row], r[None], X[row + 1 :]])).reshape(-1) @ thetas.T for r in rows]
+    )
+    for batch in (1, 4, 100):
+        got = G.word_scores(model, X[row], rows, thetas, batch=batch)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_word_scores_refuse_bad_input():
+    model = _models()["raf"]
+    X = ws.sample_X(5, 4, seed=0)
+    good = dict(x=X[2], rows=torch.ones(3, 4, dtype=torch.float64), thetas=torch.ones(1, 20))
+    for bad, msg in [
+        (dict(rows=torch.ones(3, 5)), "rows the candidates"),
+        (dict(rows=torch.ones(0, 4)), "rows the candidates"),
+        (dict(x=X), "one row"),
+        (dict(thetas=torch.ones(1, 19)), "read-outs"),
+        (dict(thetas=torch.ones(0, 20)), "thetas is empty"),
+        (dict(rows=torch.full((3, 4), math.nan)), "rows"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            G.word_scores(model, **{**good, **bad})
+    with pytest.raises(ValueError, match="batch"):
+        G.word_scores(model, **good, batch=0)

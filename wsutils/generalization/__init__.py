@@ -26,6 +26,9 @@ Three synthetic data sets: :func:`planted_data` (rows rescaled to norm ``√d``,
 chapter), :func:`independent_data` (the same texts, labels independent of them) and
 :func:`authors_data` (``gen.py``'s: rows not rescaled, the new text built on the planted
 direction ``w_⋆``).
+
+:func:`word_scores` reads the trained models on every one-word substitution of a text (real
+tokens, not a search in the ball).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ __all__ = [
     "GENERAL",
     "flip_normalisation",
     "check_Ns",
+    "word_scores",
 ]
 
 # The code lives in private modules by concern (the shared names in ``_common``); every
@@ -99,3 +103,4 @@ from ._search import (  # noqa: E402
     search_flip,
     search_flips,
 )
+from ._words import word_scores  # noqa: E402
