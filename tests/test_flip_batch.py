@@ -204,3 +204,36 @@ def test_word_scores_refuse_bad_input():
             G.word_scores(model, **{**good, **bad})
     with pytest.raises(ValueError, match="batch"):
         G.word_scores(model, **good, batch=0)
+
+
+@pytest.mark.parametrize("name", ["raf", "relu", "scalable"])
+def test_row_column_readouts_match_the_features(name):
+    """The row-and-column read-out of softmax, scalable softmax and ReLU attention
+    (``G.word_scores``' fast path) equals the features' read-out, also where the new scores
+    are huge (softmax saturates: each row's sums are kept relative to its largest score) and
+    where ReLU attention leaves rows of zero weight."""
+    n, d, row = 6, 5, 3
+    X = ws.sample_X(n, d, seed=5)
+    W = ws.sample_W(d, seed=6)
+    model = G.attention_flip_model(X, W, name, row)
+    assert model.readouts is not None
+    g = torch.Generator().manual_seed(7)
+    Delta = torch.cat(
+        [
+            torch.randn(5, d, generator=g, dtype=torch.float64),
+            40 * torch.randn(3, d, generator=g, dtype=torch.float64),  # scores in the hundreds
+            -X[row][None],  # x' = 0: column i and row i of the scores vanish
+        ]
+    )
+    thetas = torch.randn(4, n * d, generator=g, dtype=torch.float64)
+    want = model.phi_row(Delta) @ thetas.T
+    got = model.readouts(Delta, thetas)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+    if name == "relu":  # every score negative: rows of zero weight, but for row i's change
+        Xp, Wn = X.abs(), -W.abs()
+        assert (Xp @ Wn @ Xp.T < 0).all()
+        m = G.attention_flip_model(Xp, Wn, "relu", row)
+        torch.testing.assert_close(
+            m.readouts(Delta, thetas), m.phi_row(Delta) @ thetas.T, rtol=1e-9, atol=1e-9
+        )

@@ -74,6 +74,7 @@ __all__ = [
     "flip_normalisation",
     "check_Ns",
     "word_scores",
+    "row_column_readouts",
 ]
 
 # The code lives in private modules by concern (the shared names in ``_common``); every
@@ -103,4 +104,4 @@ from ._search import (  # noqa: E402
     search_flip,
     search_flips,
 )
-from ._words import word_scores  # noqa: E402
+from ._words import row_column_readouts, word_scores  # noqa: E402

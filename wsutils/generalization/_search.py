@@ -23,6 +23,7 @@ from ..search import Search
 from ..sensitivity import cosine_ascent, init_starts, perturb, project_ball
 from ._common import GENERAL, LOSSES, MAPS
 from ._features import _attention_fn
+from ._words import ROW_NORMALISED, row_column_readouts
 
 
 @dataclass
@@ -40,6 +41,9 @@ class FlipModel:
     #: several read-out vectors ``Ws`` (``S × p``) in one batch, computed in ``dtype``
     #: (:func:`search_flips`); ``None``: :func:`search_flips` loops over ``readout``.
     batched: Callable | None = None
+    #: ``readouts(Δ, Θ)`` → ``(B, m)``, ``⟨φ(X_i(Δ_b)), Θ_j⟩`` for every change and every
+    #: read-out (:func:`wsutils.generalization.word_scores`); ``None``: ``phi_row(Δ) @ Θᵀ``.
+    readouts: Callable | None = None
 
 
 def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
@@ -128,7 +132,8 @@ def _attention_flip_model(
 
         return f
 
-    return FlipModel(phi_row, readout, batched=batched)
+    readouts = row_column_readouts(X, W, norm, row) if norm.name in ROW_NORMALISED else None
+    return FlipModel(phi_row, readout, batched=batched, readouts=readouts)
 
 
 # ---------------------------------------------------------------------------------------------
