@@ -1,0 +1,56 @@
+"""The real-word flip experiment (wsutils.experiments.word_flips) on the embedded model and
+the repository's reviews, at a tiny size: every model interpolates the held-out review, and the
+substitution a point reports as its most flipping one gives, through the full map and a model
+trained again from scratch, the output the point recorded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from wsutils import generalization as G
+from wsutils.experiments.imdb import flip_texts
+from wsutils.experiments.word_flips import _fits, review_ids, word_flip_point
+from wsutils.maps import Normalisation
+from wsutils.text.embeddings import load_model
+from wsutils.text.token_rows import substitution_rows
+from wsutils.weights import sample_W
+
+POINT = dict(n=8, d=16, Ns=[6], seed=0, reviews=8, select_seed=0, held_out=6)
+
+
+@pytest.mark.parametrize("map", ["rf", "raf", "relu"])
+def test_the_reported_substitution_is_what_the_full_map_gives(map):
+    r = word_flip_point(map=map, **POINT, positions=[2, 5])
+    assert r["tokens"] == 30522 and r["y"] in (-1.0, 1.0)
+    X_all, Y, _ = flip_texts(n=8, d=16, reviews=8, select_seed=0, max_length=128)
+    X, y = torch.as_tensor(X_all[6]), float(Y[6])
+    train = torch.as_tensor(X_all[:6])
+    enc = load_model(None)
+    ids = review_ids(enc, reviews=8, select_seed=0, held_out=6, imdb=None, max_length=128)
+    for run in r["runs"]:
+        assert abs(run["t1"] - y) < 1e-8  # the trained model interpolates X
+        assert run["best_position"] in (2, 5)
+        p, v = run["best_position"], run["best_token"]
+        Xv = X.clone()
+        Xv[p] = torch.as_tensor(substitution_rows(enc, ids, p, 16, tokens=[v])[0])
+        texts = torch.cat([train, X[None], Xv[None]])
+        if map == "rf":
+            H, _ = G.rf_preactivations(texts, 8 * 16, seed=0)
+            F = torch.relu(H)
+        else:
+            F = G.attention_features(texts, sample_W(16, seed=0), Normalisation.parse(map))
+        thetas, keys = _fits(F[:6], torch.as_tensor(Y[:6]), F[6], y, [6], [run["training"]])
+        assert float(F[7] @ thetas[0]) == pytest.approx(run["best_t1"], rel=1e-6, abs=1e-9)
+        assert (run["flips"] > 0) == (y * run["best_t1"] < 0)
+
+
+def test_word_flip_point_refuses_bad_input():
+    for bad, msg in [
+        (dict(map="sparsemax"), "map must be one of"),
+        (dict(map="raf", positions=[0]), "word positions"),
+        (dict(map="raf", held_out=3), "held_out"),
+        (dict(map="raf", trainings=["sgd"]), "trainings"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            word_flip_point(**{**POINT, **bad})

@@ -1,0 +1,198 @@
+"""Can one real word flip a model trained on IMDb reviews? (issue 35; the models of the
+imdb-generalization chapter.)
+
+:func:`word_flip_point` trains the flip experiment's models on ``N`` reviews (min-norm
+interpolation, then fine-tuning or re-training on a held-out review ``X``,
+:prf:ref:`def-flip-problem`) and scores every real one-token substitution of ``X``: every
+position of its first ``n`` tokens that holds a word (not ``[CLS]``, ``[SEP]`` or
+``[PAD]``), every token of the vocabulary there
+(:func:`wsutils.text.token_rows.substitution_rows`: one substitution changes one row), each
+substituted text read out exactly by every trained model
+(:func:`wsutils.generalization.word_scores`). A model is flipped by a word when
+``y·t₁ < 0`` on the substituted text; a model no word flips is certified so, for this
+review, by the exhaustive scoring.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .. import generalization as G
+from ..generalization import TRAININGS, check_Ns
+from ..maps import LABELS, Normalisation
+from ..run import config
+from ..text.data import load_imdb, select_reviews
+from ..text.embeddings import load_model
+from ..text.token_rows import substitution_rows
+from ..weights import sample_W
+from .imdb import flip_texts
+
+__all__ = ["word_flip_point", "review_ids"]
+
+
+def review_ids(
+    enc, *, reviews: int, select_seed: int, held_out: int, imdb: str | None, max_length: int
+) -> list[int]:
+    """The token ids of the review at position ``held_out`` of
+    :func:`wsutils.experiments.imdb.flip_texts`'
+    selection, as its embedding tokenized it (``[CLS]`` … ``[SEP]``, padded to
+    ``max_length``)."""
+    sel = select_reviews(
+        load_imdb(imdb), reviews, tokenizer=enc.tokenizer, seed=select_seed, unique=True
+    )
+    text = sel.texts[held_out]
+    return enc.tokenizer(text, padding="max_length", truncation=True, max_length=max_length)[
+        "input_ids"
+    ]
+
+
+def _fits(Phi: torch.Tensor, Y: torch.Tensor, phi: torch.Tensor, y: float, Ns, trainings):
+    """The trained read-outs ``θ₁`` (one per ``(N, training)``, in that order) and their
+    labels."""
+    thetas, keys = [], []
+    for N in Ns:
+        theta0 = torch.as_tensor(G.min_norm_interpolator(Phi[:N], Y[:N]))
+        for training in trainings:
+            if training == "fine_tune":
+                theta1 = G.fine_tune(theta0, phi, y)
+            else:
+                theta1 = G.retrain(Phi[:N], Y[:N], phi, y)
+            thetas.append(torch.as_tensor(theta1, dtype=torch.float64))
+            keys.append((N, training))
+    return torch.stack(thetas), keys
+
+
+def word_flip_point(
+    *,
+    map: str,
+    n: int,
+    d: int,
+    Ns: list[int],
+    seed: int,
+    reviews: int,
+    select_seed: int,
+    held_out: int,
+    model: str | None = None,
+    imdb: str | None = None,
+    max_length: int = 128,
+    trainings: Sequence[str] = TRAININGS,
+    positions: list[int] | None = None,
+) -> dict:
+    """One review of the real-word flip experiment, for :func:`wsutils.run.sweep.run_grid`
+    (every parameter a JSON value). The texts, the training set (the first ``max(Ns)``
+    reviews), the held-out review and the weights (seed ``seed``) are those of
+    :func:`wsutils.experiments.imdb.flip_point_imdb`; ``map`` is ``"rf"`` (``k = n·d``),
+    ``"raf"`` or ``"relu"``. ``positions``: the positions to score (default: every word
+    position ``< n``).
+
+    Returns ``{"runs": [...], "review", "y", "positions", "tokens", "in_ball", "seconds"}``:
+    per ``(N, training)`` a run with ``t1`` (the model's output on ``X`` itself), ``flips``
+    (the substitutions with ``y·t₁ < 0``), ``flipped_positions``, and the substitution with the
+    smallest ``y·t₁`` (``best_position``, ``best_token``, ``best_t1``); ``tokens``: the
+    vocabulary size (every token scored at every position); ``in_ball``: how many of the
+    substitutions land in the ball ``‖x' − x_i‖ ≤ √d`` of the continuous search.
+    """
+    if map not in LABELS:
+        raise ValueError(f"map must be one of {tuple(LABELS)}, got {map!r}.")
+    Ns = check_Ns(Ns)
+    bad = [t for t in trainings if t not in TRAININGS]
+    if bad or not trainings:
+        raise ValueError(f"trainings must be some of {TRAININGS}, got {list(trainings)}.")
+    t0 = time.perf_counter()
+    model = config.model() if model is None else model
+    enc = load_model(model)
+    Nmax = max(Ns)
+    if not Nmax <= held_out < reviews:
+        raise ValueError(
+            f"held_out must lie after the {Nmax} training texts and below reviews = "
+            f"{reviews}, got {held_out}."
+        )
+    Xs, Y, ids = flip_texts(
+        n=n,
+        d=d,
+        reviews=reviews,
+        select_seed=select_seed,
+        model=model,
+        imdb=imdb,
+        max_length=max_length,
+    )
+    X, y = torch.as_tensor(Xs[held_out]), float(Y[held_out])
+    train = torch.as_tensor(Xs[:Nmax])
+    tokens = review_ids(
+        enc,
+        reviews=reviews,
+        select_seed=select_seed,
+        held_out=held_out,
+        imdb=imdb,
+        max_length=max_length,
+    )
+    special = set(enc.tokenizer.all_special_ids)
+    words = [p for p in range(n) if tokens[p] not in special]
+    positions = words if positions is None else [int(p) for p in positions]
+    if not positions or any(p not in words for p in positions):
+        raise ValueError(f"positions must be word positions of the review, some of {words}.")
+    if map == "rf":
+        k = n * d
+        H, _ = G.rf_preactivations(torch.cat([train, X[None]]), k, seed=seed)
+        V = G.sample_V_blocked(k, n, d, seed=seed)  # float32, as the features were made
+        feats = torch.relu(H)
+    else:
+        norm = Normalisation.parse(map)
+        W = sample_W(d, seed=seed)
+        feats = G.attention_features(torch.cat([train, X[None]]), W, norm)
+    Phi, phi = feats[:-1], feats[-1]
+    thetas, keys = _fits(Phi, torch.as_tensor(Y[:Nmax]), phi, y, Ns, trainings)
+    t1 = (phi @ thetas.T).numpy()
+    low = np.full(len(keys), np.inf)
+    best = [(-1, -1)] * len(keys)
+    flips = np.zeros(len(keys), dtype=np.int64)
+    flipped_at = [[] for _ in keys]
+    in_ball = 0
+    for p in positions:
+        rows = torch.as_tensor(substitution_rows(enc, tokens, p, d))
+        own = rows[tokens[p]]
+        if not torch.allclose(own, X[p], rtol=1e-5, atol=1e-5):
+            raise RuntimeError(
+                f"the substitution row of the review's own token at position {p} is not the "
+                "text's row: the review's tokens and its embedding disagree."
+            )
+        in_ball += int((torch.linalg.vector_norm(rows - X[p], dim=1) <= d**0.5).sum())
+        if map == "rf":
+            fm = G.rf_flip_model(H[-1], V[:, p * d : (p + 1) * d].double())
+        else:
+            fm = G.attention_flip_model(X, W, norm, p)
+        yt = (y * G.word_scores(fm, X[p], rows, thetas)).numpy()  # (T, m)
+        for j in range(len(keys)):
+            v = int(np.argmin(yt[:, j]))
+            if yt[v, j] < low[j]:
+                low[j], best[j] = yt[v, j], (p, v)
+            hits = int((yt[:, j] < 0).sum())
+            flips[j] += hits
+            if hits:
+                flipped_at[j].append(p)
+    runs = [
+        {
+            "N": N,
+            "training": training,
+            "t1": float(t1[j]),
+            "flips": int(flips[j]),
+            "flipped_positions": flipped_at[j],
+            "best_position": best[j][0],
+            "best_token": best[j][1],
+            "best_t1": float(y * low[j]),
+        }
+        for j, (N, training) in enumerate(keys)
+    ]
+    return {
+        "runs": runs,
+        "review": int(ids[held_out]),
+        "y": y,
+        "positions": positions,
+        "tokens": int(enc.vocab_size),
+        "in_ball": in_ball,
+        "seconds": time.perf_counter() - t0,
+    }
