@@ -43,6 +43,7 @@ __all__ = [
     "searched_rows",
     "sensitivity_point",
     "flip_texts",
+    "flip_split",
     "flip_point_imdb",
 ]
 
@@ -409,14 +410,9 @@ def flip_point_imdb(
     Returns ``{"runs": [...], "review": id of the new text, "y": its label}``.
     """
     Ns = check_Ns(Ns)
-    Nmax = max(Ns)
-    if not Nmax <= held_out < reviews:
-        raise ValueError(
-            f"held_out must be a position in the selection after the {Nmax} "
-            f"training texts, i.e. between {Nmax} and reviews − 1 = {reviews - 1}; "
-            f"got {held_out}."
-        )
-    Xs, y, ids = flip_texts(
+    Xs, Y, X, y, review = flip_split(
+        Ns=Ns,
+        held_out=held_out,
         n=n,
         d=d,
         reviews=reviews,
@@ -428,10 +424,10 @@ def flip_point_imdb(
     )
     out = flip_runs(
         map,
-        Xs[:Nmax],
-        y[:Nmax],
-        Xs[held_out],
-        float(y[held_out]),
+        Xs,
+        Y,
+        X,
+        y,
         Ns=Ns,
         seed=seed,
         losses=losses,
@@ -440,4 +436,21 @@ def flip_point_imdb(
         row=row,
         batch_searches=batch_searches,
     )
-    return {**out, "review": int(ids[held_out]), "y": float(y[held_out])}
+    return {**out, "review": review, "y": y}
+
+
+def flip_split(*, Ns: list[int], held_out: int, reviews: int, **texts):
+    """The generalization experiment's texts on IMDb (:func:`flip_texts` of ``reviews``
+    reviews, ``texts`` its other arguments): the training texts, the first ``max(Ns)`` of the
+    selection, and the new text, the one at position ``held_out`` (never a training text).
+    Returns ``(Xs, Y, X, y, review)``: the training texts and labels, the new text, its label
+    and its review's id. A ValueError unless ``max(Ns) ≤ held_out < reviews``."""
+    Nmax = max(Ns)
+    if not Nmax <= held_out < reviews:
+        raise ValueError(
+            f"held_out must be a position in the selection after the {Nmax} "
+            f"training texts, i.e. between {Nmax} and reviews − 1 = {reviews - 1}; "
+            f"got {held_out}."
+        )
+    Xs, y, ids = flip_texts(reviews=reviews, **texts)
+    return Xs[:Nmax], y[:Nmax], Xs[held_out], float(y[held_out]), int(ids[held_out])

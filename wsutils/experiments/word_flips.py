@@ -29,7 +29,7 @@ from ..text.data import load_imdb, select_reviews
 from ..text.embeddings import load_model
 from ..text.token_rows import substitution_rows
 from ..weights import sample_W
-from .imdb import flip_texts
+from .imdb import flip_split
 
 __all__ = ["word_flip_point", "review_ids"]
 
@@ -105,13 +105,9 @@ def word_flip_point(
     t0 = time.perf_counter()
     model = config.model() if model is None else model
     enc = load_model(model)
-    Nmax = max(Ns)
-    if not Nmax <= held_out < reviews:
-        raise ValueError(
-            f"held_out must lie after the {Nmax} training texts and below reviews = "
-            f"{reviews}, got {held_out}."
-        )
-    Xs, Y, ids = flip_texts(
+    Xs, Y, X, y, review = flip_split(
+        Ns=Ns,
+        held_out=held_out,
         n=n,
         d=d,
         reviews=reviews,
@@ -120,8 +116,7 @@ def word_flip_point(
         imdb=imdb,
         max_length=max_length,
     )
-    X, y = torch.as_tensor(Xs[held_out]), float(Y[held_out])
-    train = torch.as_tensor(Xs[:Nmax])
+    X, train = torch.as_tensor(X), torch.as_tensor(Xs)
     tokens = review_ids(
         enc,
         reviews=reviews,
@@ -145,7 +140,7 @@ def word_flip_point(
         W = sample_W(d, seed=seed)
         feats = G.attention_features(torch.cat([train, X[None]]), W, norm)
     Phi, phi = feats[:-1], feats[-1]
-    thetas, keys = _fits(Phi, torch.as_tensor(Y[:Nmax]), phi, y, Ns, trainings)
+    thetas, keys = _fits(Phi, torch.as_tensor(Y), phi, y, Ns, trainings)
     t1 = (phi @ thetas.T).numpy()
     low = np.full(len(keys), np.inf)
     best = [(-1, -1)] * len(keys)
@@ -189,7 +184,7 @@ def word_flip_point(
     ]
     return {
         "runs": runs,
-        "review": int(ids[held_out]),
+        "review": review,
         "y": y,
         "positions": positions,
         "tokens": int(enc.vocab_size),
