@@ -91,6 +91,7 @@ from ._features import (  # noqa: E402
 )
 from ._flip import flip_grid, flip_point, flip_runs, flip_table  # noqa: E402
 from ._linalg import fine_tune, gram_cholesky, min_norm_interpolator, project_out, retrain  # noqa: E402
+from ._readouts import row_column_readouts  # noqa: E402
 from ._search import (  # noqa: E402
     FLIP_SEARCH,
     FlipModel,
@@ -104,4 +105,4 @@ from ._search import (  # noqa: E402
     search_flip,
     search_flips,
 )
-from ._words import row_column_readouts, word_scores  # noqa: E402
+from ._words import word_scores  # noqa: E402

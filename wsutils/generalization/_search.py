@@ -23,7 +23,7 @@ from ..search import Search
 from ..sensitivity import cosine_ascent, init_starts, perturb, project_ball
 from ._common import GENERAL, LOSSES, MAPS
 from ._features import _attention_fn
-from ._words import ROW_NORMALISED, row_column_readouts
+from ._readouts import ROW_NORMALISED, row_column_readouts
 
 
 @dataclass

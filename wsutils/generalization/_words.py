@@ -3,16 +3,10 @@ substitutions' rows: :mod:`wsutils.text.token_rows`)."""
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Callable
-
 import torch
 
 from ..checks import as_tensor, check_finite, check_int
-from ..maps import Normalisation
-
-if TYPE_CHECKING:
-    from ._search import FlipModel
+from ._search import FlipModel
 
 
 def word_scores(
@@ -65,75 +59,3 @@ def word_scores(
             Delta = rows[j : j + batch] - x
             out[j : j + len(Delta)] = read(Delta, thetas).cpu()
     return out
-
-
-#: The normalisations :func:`row_column_readouts` handles: a weight ``u(z)`` of each score,
-#: each row divided by its sum (``exp``: softmax, with and without the scalable factor;
-#: ``relu``: ReLU attention, a row of zeros left at zero).
-ROW_NORMALISED = ("softmax", "scalable", "relu")
-
-
-def row_column_readouts(
-    X: torch.Tensor, W: torch.Tensor, norm: Normalisation, row: int
-) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``readouts(Δ, Θ) → (B, m)``: ``⟨φ(X_i(Δ)), θ_j⟩`` for attention
-    ``φ(X) = A(X) X`` (eq. :eq:`eq-general-attention`) whose weights are a per-score weight
-    ``u(z)``, ``z = c_n·x_r W x_cᵀ/√d``, normalised by row (``ROW_NORMALISED``), for a batch
-    of changes ``Δ`` of row ``i = row`` and ``m`` read-outs ``θ_j`` (``Θ``: ``(m, n·d)``).
-
-    Changing ``x_i`` into ``x' = x_i + Δ`` changes one score in each row ``r ≠ i`` (column
-    ``i``) and row ``i`` whole. With ``G_{rc} = ⟨x_c, θ_r⟩`` (``θ_r`` the ``r``-th row of
-    ``θ`` as ``n × d``), ``P_r = Σ_{c≠i} u(z_{rc}) G_{rc}`` and ``N_r = Σ_{c≠i} u(z_{rc})``
-    made once,
-
-    ``⟨φ(X'), θ⟩ = Σ_{r≠i} (P_r + u(z'_{ri}) ⟨x', θ_r⟩) / (N_r + u(z'_{ri}))
-    + Σ_c A'_{ic} G'_{ic}``,
-
-    with ``A'_{i·}`` row ``i``'s new weights and ``G'_{ic}`` equal to ``G_{ic}`` but
-    ``G'_{ii} = ⟨x', θ_i⟩``: ``O(d² + m·n·d)`` a candidate, against ``O(n²·d)`` for the
-    forward pass. For softmax each row's sums are kept relative to its largest score, so no
-    exponential overflows. Trusts its caller (``X``, ``W`` float64, ``norm`` one of
-    ``ROW_NORMALISED``)."""
-    if norm.name not in ROW_NORMALISED:
-        raise ValueError(f"row_column_readouts handles {ROW_NORMALISED}, not {norm.name!r}.")
-    n, d = X.shape
-    a = norm.scale(n) / math.sqrt(d)
-    soft = norm.name != "relu"
-    Z = a * (X @ W @ X.T)  # n × n, z_rc
-    others = torch.tensor([c for c in range(n) if c != row], device=X.device)
-    Zo = Z[:, others]
-    shift = Zo.amax(dim=1) if soft else torch.zeros(n, dtype=X.dtype, device=X.device)
-    U = torch.exp(Zo - shift[:, None]) if soft else torch.relu(Zo)
-    N = U.sum(dim=1)
-    QT, KT = (X @ W).T, W @ X.T  # z'_ri = a·x' QT[:, r], z'_ic = a·x' KT[:, c]
-    not_i = torch.ones(n, dtype=X.dtype, device=X.device)
-    not_i[row] = 0
-
-    def readouts(Delta: torch.Tensor, thetas: torch.Tensor) -> torch.Tensor:
-        Th = thetas.reshape(-1, n, d)  # m × n × d
-        G = Th @ X.T  # m × n × n
-        P = (U * G[:, :, others]).sum(dim=-1)  # m × n
-        xi = X[row] + Delta  # B × d
-        col = a * (xi @ QT)  # B × n: z'_ri
-        zi = a * (xi @ KT)  # B × n: z'_ic
-        zi[:, row] = a * ((xi @ W) * xi).sum(dim=-1)
-        g = torch.einsum("bd,mrd->bmr", xi, Th)  # B × m × n: ⟨x', θ_r⟩
-        if soft:
-            top = torch.maximum(shift, col)
-            old, new = torch.exp(shift - top), torch.exp(col - top)
-        else:
-            old, new = torch.ones_like(col), torch.relu(col)
-        den = (N * old + new)[:, None]  # B × 1 × n
-        num = P * old[:, None] + new[:, None] * g
-        rows_r = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
-        Ai = torch.softmax(zi, dim=-1) if soft else _rownorm(torch.relu(zi))
-        Gi = G[:, row].expand(len(xi), -1, -1).clone()  # B × m × n
-        Gi[:, :, row] = g[:, :, row]
-        return (rows_r * not_i).sum(dim=-1) + (Ai[:, None] * Gi).sum(dim=-1)
-
-    return readouts
-
-
-def _rownorm(u: torch.Tensor) -> torch.Tensor:
-    mass = u.sum(dim=-1, keepdim=True)
-    return u / torch.where(mass > 0, mass, torch.ones_like(mass))
