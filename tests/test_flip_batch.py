@@ -227,7 +227,7 @@ def test_row_column_readouts_match_the_features(name):
     )
     thetas = torch.randn(4, n * d, generator=g, dtype=torch.float64)
     want = model.phi_row(Delta) @ thetas.T
-    got = model.readouts(Delta, thetas)
+    got = model.readouts(thetas)(Delta)
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
     if name == "relu":  # every score negative: rows of zero weight, but for row i's change
@@ -235,5 +235,27 @@ def test_row_column_readouts_match_the_features(name):
         assert (Xp @ Wn @ Xp.T < 0).all()
         m = G.attention_flip_model(Xp, Wn, "relu", row)
         torch.testing.assert_close(
-            m.readouts(Delta, thetas), m.phi_row(Delta) @ thetas.T, rtol=1e-9, atol=1e-9
+            m.readouts(thetas)(Delta), m.phi_row(Delta) @ thetas.T, rtol=1e-9, atol=1e-9
         )
+
+
+def test_trained_readouts_are_the_flip_runs_models():
+    """``G.trained_readouts`` trains what the flip runs train: each ``θ₁`` interpolates the new
+    text and its ``N`` training texts; bad input is refused."""
+    g = torch.Generator().manual_seed(8)
+    Phi = torch.randn(7, 30, generator=g, dtype=torch.float64)
+    Y = torch.sign(torch.randn(7, generator=g, dtype=torch.float64))
+    phi = torch.randn(30, generator=g, dtype=torch.float64)
+    thetas, keys = G.trained_readouts(Phi, Y, phi, -1.0, Ns=[7, 5])
+    assert keys == [(5, "fine_tune"), (5, "retrain"), (7, "fine_tune"), (7, "retrain")]
+    torch.testing.assert_close(phi @ thetas.T, torch.full((4,), -1.0, dtype=torch.float64))
+    for (N, training), th in zip(keys, thetas):
+        if training == "retrain":
+            torch.testing.assert_close(Phi[:N] @ th, Y[:N])
+    for bad, msg in [
+        (dict(Ns=[8]), "N ≥ max"),
+        (dict(trainings=["sgd"]), "trainings"),
+        (dict(Y=Y[:6]), "one label"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            G.trained_readouts(**{**dict(Phi=Phi, Y=Y, phi=phi, y=-1.0, Ns=[5]), **bad})

@@ -25,7 +25,7 @@ from .. import generalization as G
 from ..generalization import TRAININGS, check_Ns
 from ..maps import LABELS, Normalisation
 from ..run import config
-from ..text.data import load_imdb, select_reviews
+from ..text.data import load_imdb
 from ..text.embeddings import load_model
 from ..text.token_rows import substitution_rows
 from ..weights import sample_W
@@ -34,36 +34,14 @@ from .imdb import flip_split
 __all__ = ["word_flip_point", "review_ids"]
 
 
-def review_ids(
-    enc, *, reviews: int, select_seed: int, held_out: int, imdb: str | None, max_length: int
-) -> list[int]:
-    """The token ids of the review at position ``held_out`` of
-    :func:`wsutils.experiments.imdb.flip_texts`'
-    selection, as its embedding tokenized it (``[CLS]`` … ``[SEP]``, padded to
-    ``max_length``)."""
-    sel = select_reviews(
-        load_imdb(imdb), reviews, tokenizer=enc.tokenizer, seed=select_seed, unique=True
-    )
-    text = sel.texts[held_out]
+def review_ids(enc, review: int, *, imdb: str | None, max_length: int) -> list[int]:
+    """The token ids of review ``review`` (its row in :func:`wsutils.text.data.load_imdb`, as
+    :func:`wsutils.experiments.imdb.flip_split` returns it), tokenized as its embedding was
+    (``[CLS]`` … ``[SEP]``, padded to ``max_length``)."""
+    text = load_imdb(imdb)[int(review)]["text"]
     return enc.tokenizer(text, padding="max_length", truncation=True, max_length=max_length)[
         "input_ids"
     ]
-
-
-def _fits(Phi: torch.Tensor, Y: torch.Tensor, phi: torch.Tensor, y: float, Ns, trainings):
-    """The trained read-outs ``θ₁`` (one per ``(N, training)``, in that order) and their
-    labels."""
-    thetas, keys = [], []
-    for N in Ns:
-        theta0 = torch.as_tensor(G.min_norm_interpolator(Phi[:N], Y[:N]))
-        for training in trainings:
-            if training == "fine_tune":
-                theta1 = G.fine_tune(theta0, phi, y)
-            else:
-                theta1 = G.retrain(Phi[:N], Y[:N], phi, y)
-            thetas.append(torch.as_tensor(theta1, dtype=torch.float64))
-            keys.append((N, training))
-    return torch.stack(thetas), keys
 
 
 def word_flip_point(
@@ -99,9 +77,6 @@ def word_flip_point(
     if map not in LABELS:
         raise ValueError(f"map must be one of {tuple(LABELS)}, got {map!r}.")
     Ns = check_Ns(Ns)
-    bad = [t for t in trainings if t not in TRAININGS]
-    if bad or not trainings:
-        raise ValueError(f"trainings must be some of {TRAININGS}, got {list(trainings)}.")
     t0 = time.perf_counter()
     model = config.model() if model is None else model
     enc = load_model(model)
@@ -117,14 +92,7 @@ def word_flip_point(
         max_length=max_length,
     )
     X, train = torch.as_tensor(X), torch.as_tensor(Xs)
-    tokens = review_ids(
-        enc,
-        reviews=reviews,
-        select_seed=select_seed,
-        held_out=held_out,
-        imdb=imdb,
-        max_length=max_length,
-    )
+    tokens = review_ids(enc, review, imdb=imdb, max_length=max_length)
     special = set(enc.tokenizer.all_special_ids)
     words = [p for p in range(n) if tokens[p] not in special]
     positions = words if positions is None else [int(p) for p in positions]
@@ -140,7 +108,7 @@ def word_flip_point(
         W = sample_W(d, seed=seed)
         feats = G.attention_features(torch.cat([train, X[None]]), W, norm)
     Phi, phi = feats[:-1], feats[-1]
-    thetas, keys = _fits(Phi, torch.as_tensor(Y), phi, y, Ns, trainings)
+    thetas, keys = G.trained_readouts(Phi, Y, phi, y, Ns=Ns, trainings=trainings)
     t1 = (phi @ thetas.T).numpy()
     low = np.full(len(keys), np.inf)
     best = [(-1, -1)] * len(keys)

@@ -73,6 +73,7 @@ __all__ = [
     "GENERAL",
     "flip_normalisation",
     "check_Ns",
+    "trained_readouts",
     "word_scores",
     "row_column_readouts",
 ]
@@ -89,7 +90,7 @@ from ._features import (  # noqa: E402
     rf_preactivations,
     sample_V_blocked,
 )
-from ._flip import flip_grid, flip_point, flip_runs, flip_table  # noqa: E402
+from ._flip import flip_grid, flip_point, flip_runs, flip_table, trained_readouts  # noqa: E402
 from ._linalg import fine_tune, gram_cholesky, min_norm_interpolator, project_out, retrain  # noqa: E402
 from ._readouts import row_column_readouts  # noqa: E402
 from ._search import (  # noqa: E402

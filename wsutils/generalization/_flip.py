@@ -173,6 +173,63 @@ def _retrain(
     return theta0 + Pf * (float(y) - float(f @ theta0)) / nrm2
 
 
+def _train(Phi_all, Y, phi, y: float, Ns, trainings) -> dict:
+    """The models of the flip experiment (:prf:ref:`def-flip-problem`) for checked features:
+    for each ``N`` (ascending) and training, ``(θ₀, Pφ, interpolation error, θ₁)``, ``θ₀``
+    the min-norm interpolator of the first ``N`` texts and ``θ₁`` its fine-tuning or
+    re-training on ``(φ, y)``. The Cholesky factor of ``K`` is computed once: that of a
+    leading block of ``K`` is the leading block of ``K``'s factor."""
+    L_all = _cholesky(Phi_all)
+    fits = {}
+    for N in sorted(set(Ns)):
+        Phi, YN = Phi_all[:N], Y[:N]
+        L = L_all[:N, :N]
+        theta0 = _min_norm(Phi, YN, L)
+        Pphi = _project(Phi, phi, L)
+        interp_err = float((Phi @ theta0 - YN).abs().max())
+        for training in trainings:
+            theta1 = (
+                _fine_tune(theta0, phi, y)
+                if training == "fine_tune"
+                else _retrain(phi, y, theta0, Pphi)
+            )
+            fits[N, training] = (theta0, Pphi, interp_err, theta1)
+    return fits
+
+
+def trained_readouts(
+    Phi: Array, Y: Array, phi: Array, y: float, *, Ns: Sequence[int], trainings=TRAININGS
+) -> tuple[torch.Tensor, list[tuple[int, str]]]:
+    """The read-outs ``θ₁`` that :func:`flip_runs` trains (the same arithmetic): for each
+    ``N`` of ``Ns`` (ascending) and each training, ``θ₀ = Φ_N⁺Y_N`` on the first ``N`` rows of
+    the training features ``Phi``, then fine-tuned or re-trained on the new text's features
+    ``phi`` with label ``y``. Returns ``(Θ, keys)``: ``Θ`` float64 ``(len(keys), p)`` and
+    ``keys`` the ``(N, training)`` of each row.
+
+    Raises
+    ------
+    ValueError
+        If the features are not finite, ``Y`` is not one label per row of ``Phi``, ``Ns``
+        is not a list of sizes up to the number of rows, a training is unknown, or a Gram
+        matrix is singular.
+    """
+    Phi, phi = as_tensor(Phi, dtype=torch.float64), as_tensor(phi, dtype=torch.float64)
+    Y = as_tensor(Y, dtype=torch.float64).reshape(-1)
+    check_finite("Phi", Phi)
+    check_finite("phi", phi)
+    Ns = check_Ns(Ns)
+    if Phi.ndim != 2 or Y.shape[0] != Phi.shape[0] or max(Ns) > Phi.shape[0]:
+        raise ValueError(
+            f"Phi must be (N, p) with one label of Y per row and N ≥ max(Ns) = {max(Ns)}, "
+            f"got shapes {tuple(Phi.shape)} and {tuple(Y.shape)}."
+        )
+    bad = [t for t in trainings if t not in TRAININGS]
+    if bad or not trainings:
+        raise ValueError(f"trainings must be some of {TRAININGS}, got {list(trainings)}.")
+    fits = _train(Phi[: max(Ns)], Y, phi, float(y), Ns, trainings)
+    return torch.stack([theta1 for *_, theta1 in fits.values()]), list(fits)
+
+
 def flip_runs(
     map: str,
     Xs: Array,
@@ -310,27 +367,13 @@ def _flip_runs(
     check_finite("phi", phi)
     norm_phi = float(torch.linalg.vector_norm(phi))
     runs: list[dict] = []
-    # The Cholesky factor of a leading block of K is the leading block of K's factor.
-    L_all = _cholesky(Phi_all)
-    fits = {}
+    fits = _train(Phi_all, Y, phi, y, Ns, trainings)
     targets: dict = {}  # search key -> (w, τ), in the order first met
-    for N in sorted(set(Ns)):
-        Phi, YN = Phi_all[:N], Y[:N]
-        L = L_all[:N, :N]
-        theta0 = _min_norm(Phi, YN, L)
-        Pphi = _project(Phi, phi, L)
-        interp_err = float((Phi @ theta0 - YN).abs().max())
-        for training in trainings:
-            theta1 = (
-                _fine_tune(theta0, phi, y)
-                if training == "fine_tune"
-                else _retrain(phi, y, theta0, Pphi)
-            )
-            fits[N, training] = (theta0, Pphi, interp_err, theta1)
-            for loss in losses:
-                key = _search_key(loss, N, training)
-                if key not in targets:
-                    targets[key] = _flip_target(loss, theta1, phi, y, Pphi)
+    for (N, training), (_, Pphi, _, theta1) in fits.items():
+        for loss in losses:
+            key = _search_key(loss, N, training)
+            if key not in targets:
+                targets[key] = _flip_target(loss, theta1, phi, y, Pphi)
     for m_name in methods:
         opts = all_opts[m_name]
         cache = {}

@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from ..maps import Normalisation
+from ..maps import Normalisation, normalise_scores
 
 #: The normalisations :func:`row_column_readouts` handles: a weight ``u(z)`` of each score,
 #: each row divided by its sum (``exp``: softmax, with and without the scalable factor;
@@ -19,7 +19,7 @@ ROW_NORMALISED = ("softmax", "scalable", "relu")
 def row_column_readouts(
     X: torch.Tensor, W: torch.Tensor, norm: Normalisation, row: int
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``readouts(Δ, Θ) → (B, m)``: ``⟨φ(X_i(Δ)), θ_j⟩`` for attention
+    """``readouts(Θ)`` → ``f(Δ) → (B, m)``: ``⟨φ(X_i(Δ)), θ_j⟩`` for attention
     ``φ(X) = A(X) X`` (eq. :eq:`eq-general-attention`) whose weights are a per-score weight
     ``u(z)``, ``z = c_n·x_r W x_cᵀ/√d``, normalised by row (``ROW_NORMALISED``), for a batch
     of changes ``Δ`` of row ``i = row`` and ``m`` read-outs ``θ_j`` (``Θ``: ``(m, n·d)``).
@@ -40,7 +40,8 @@ def row_column_readouts(
     if norm.name not in ROW_NORMALISED:
         raise ValueError(f"row_column_readouts handles {ROW_NORMALISED}, not {norm.name!r}.")
     n, d = X.shape
-    a = norm.scale(n) / math.sqrt(d)
+    s = math.sqrt(d)
+    a = norm.scale(n) / s
     soft = norm.name != "relu"
     Z = a * (X @ W @ X.T)  # n × n, z_rc
     others = torch.tensor([c for c in range(n) if c != row], device=X.device)
@@ -48,35 +49,34 @@ def row_column_readouts(
     shift = Zo.amax(dim=1) if soft else torch.zeros(n, dtype=X.dtype, device=X.device)
     U = torch.exp(Zo - shift[:, None]) if soft else torch.relu(Zo)
     N = U.sum(dim=1)
-    QT, KT = (X @ W).T, W @ X.T  # z'_ri = a·x' QT[:, r], z'_ic = a·x' KT[:, c]
+    QT, KT = (X @ W).T, W @ X.T  # z'_ri = a·x' QT[:, r]; row i's scores x' KT[:, c]/√d
     not_i = torch.ones(n, dtype=X.dtype, device=X.device)
     not_i[row] = 0
 
-    def readouts(Delta: torch.Tensor, thetas: torch.Tensor) -> torch.Tensor:
+    def readouts(thetas: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
         Th = thetas.reshape(-1, n, d)  # m × n × d
         G = Th @ X.T  # m × n × n
         P = (U * G[:, :, others]).sum(dim=-1)  # m × n
-        xi = X[row] + Delta  # B × d
-        col = a * (xi @ QT)  # B × n: z'_ri
-        zi = a * (xi @ KT)  # B × n: z'_ic
-        zi[:, row] = a * ((xi @ W) * xi).sum(dim=-1)
-        g = torch.einsum("bd,mrd->bmr", xi, Th)  # B × m × n: ⟨x', θ_r⟩
-        if soft:
-            top = torch.maximum(shift, col)
-            old, new = torch.exp(shift - top), torch.exp(col - top)
-        else:
-            old, new = torch.ones_like(col), torch.relu(col)
-        den = (N * old + new)[:, None]  # B × 1 × n
-        num = P * old[:, None] + new[:, None] * g
-        rows_r = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
-        Ai = torch.softmax(zi, dim=-1) if soft else _rownorm(torch.relu(zi))
-        Gi = G[:, row].expand(len(xi), -1, -1).clone()  # B × m × n
-        Gi[:, :, row] = g[:, :, row]
-        return (rows_r * not_i).sum(dim=-1) + (Ai[:, None] * Gi).sum(dim=-1)
+
+        def f(Delta: torch.Tensor) -> torch.Tensor:
+            xi = X[row] + Delta  # B × d
+            col = a * (xi @ QT)  # B × n: z'_ri
+            si = (xi @ KT) / s  # B × n: row i's new scores x' W x_c/√d
+            si[:, row] = ((xi @ W) * xi).sum(dim=-1) / s
+            g = torch.einsum("bd,mrd->bmr", xi, Th)  # B × m × n: ⟨x', θ_r⟩
+            if soft:
+                top = torch.maximum(shift, col)
+                old, new = torch.exp(shift - top), torch.exp(col - top)
+            else:
+                old, new = torch.ones_like(col), torch.relu(col)
+            den = (N * old + new)[:, None]  # B × 1 × n
+            num = P * old[:, None] + new[:, None] * g
+            rows_r = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+            Ai = normalise_scores(si, norm)  # row i's new weights, as the map makes them
+            Gi = G[:, row].expand(len(xi), -1, -1).clone()  # B × m × n
+            Gi[:, :, row] = g[:, :, row]
+            return (rows_r * not_i).sum(dim=-1) + (Ai[:, None] * Gi).sum(dim=-1)
+
+        return f
 
     return readouts
-
-
-def _rownorm(u: torch.Tensor) -> torch.Tensor:
-    mass = u.sum(dim=-1, keepdim=True)
-    return u / torch.where(mass > 0, mass, torch.ones_like(mass))

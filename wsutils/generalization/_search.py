@@ -41,8 +41,9 @@ class FlipModel:
     #: several read-out vectors ``Ws`` (``S × p``) in one batch, computed in ``dtype``
     #: (:func:`search_flips`); ``None``: :func:`search_flips` loops over ``readout``.
     batched: Callable | None = None
-    #: ``readouts(Δ, Θ)`` → ``(B, m)``, ``⟨φ(X_i(Δ_b)), Θ_j⟩`` for every change and every
-    #: read-out (:func:`wsutils.generalization.word_scores`); ``None``: ``phi_row(Δ) @ Θᵀ``.
+    #: ``readouts(Θ)`` → ``f(Δ)`` → ``(B, m)``, ``⟨φ(X_i(Δ_b)), Θ_j⟩`` for every change and
+    #: every read-out, ``Θ``'s share made once (:func:`wsutils.generalization.word_scores`);
+    #: ``None``: ``phi_row(Δ) @ Θᵀ``.
     readouts: Callable | None = None
 
 

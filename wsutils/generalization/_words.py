@@ -53,9 +53,12 @@ def word_scores(
                 f"thetas must be the read-outs (m, p) of the model's {p} features, m ≥ 1, "
                 f"got shape {tuple(thetas.shape)}."
             )
-        read = model.readouts or (lambda D, Th: model.phi_row(D) @ Th.T)
+        if model.readouts is not None:
+            read = model.readouts(thetas)
+        else:
+            read = lambda D: model.phi_row(D) @ thetas.T  # noqa: E731
         out = torch.empty(rows.shape[0], thetas.shape[0], dtype=torch.float64)
         for j in range(0, rows.shape[0], batch):
             Delta = rows[j : j + batch] - x
-            out[j : j + len(Delta)] = read(Delta, thetas).cpu()
+            out[j : j + len(Delta)] = read(Delta).cpu()
     return out
