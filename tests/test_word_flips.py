@@ -21,7 +21,7 @@ POINT = dict(n=8, d=16, Ns=[6], seed=0, reviews=8, select_seed=0, held_out=6)
 
 @pytest.mark.parametrize("map", ["rf", "raf", "relu"])
 def test_the_reported_substitution_is_what_the_full_map_gives(map):
-    r = word_flip_point(map=map, **POINT, positions=[2, 5])
+    r = word_flip_point(map=map, **POINT, positions=[2, 5], tau=0.0)  # RF: few ruled out
     assert r["tokens"] == 30522 and r["y"] in (-1.0, 1.0)
     X_all, Y, _ = flip_texts(n=8, d=16, reviews=8, select_seed=0, max_length=128)
     X, y = torch.as_tensor(X_all[6]), float(Y[6])
@@ -47,6 +47,27 @@ def test_the_reported_substitution_is_what_the_full_map_gives(map):
             theta1 = G.retrain(F[:6], torch.as_tensor(Y[:6]), F[6], y)
         assert float(F[7] @ theta1) == pytest.approx(run["best_t1"], rel=1e-6, abs=1e-9)
         assert (run["flips"] > 0) == (y * run["best_t1"] < 0)
+
+
+def test_pruning_changes_nothing_but_the_count_scored():
+    """Random features: the candidates a stronger bound rules out (more units scored exactly,
+    ``tau``) change no flip (nor the most flipping word, where one flips); every candidate
+    is ruled out or scored, and the ruled-out candidates scored anyway lie above their
+    bound."""
+    weak, strong = (
+        word_flip_point(map="rf", **POINT, positions=[2, 5], tau=tau) for tau in (0.0, 0.4)
+    )
+    for a, b in zip(weak["runs"], strong["runs"]):
+        assert b["ruled_out"] > a["ruled_out"] > 0
+        for r in (a, b):
+            assert r["ruled_out"] + r["scored"] == 2 * 30522
+        keys = ("flips", "flipped_positions") + (
+            ("best_position", "best_token", "best_t1") if a["flips"] else ()
+        )
+        for key in keys:
+            assert a[key] == b[key], key
+    assert weak["bound_gap"] >= 0 and strong["bound_gap"] >= 0
+    assert weak["in_ball"] == strong["in_ball"] > 0
 
 
 def test_word_flip_point_refuses_bad_input():

@@ -31,7 +31,12 @@ from ..text.token_rows import substitution_rows
 from ..weights import sample_W
 from .imdb import flip_split
 
-__all__ = ["word_flip_point", "review_ids"]
+__all__ = ["word_flip_point", "review_ids", "BOUND_MARGIN"]
+
+#: A random-features candidate is ruled out for a model when its lower bound
+#: (:func:`wsutils.generalization.rf_word_bounds`) exceeds this, far above the float64
+#: rounding of the bound's terms (outputs of order one), so no rounding can rule out a flip.
+BOUND_MARGIN = 1e-6
 
 
 def review_ids(enc, review: int, *, imdb: str | None, max_length: int) -> list[int]:
@@ -59,6 +64,8 @@ def word_flip_point(
     max_length: int = 128,
     trainings: Sequence[str] = TRAININGS,
     positions: list[int] | None = None,
+    tau: float = 0.4,
+    checked: int = 16,
 ) -> dict:
     """One review of the real-word flip experiment, for :func:`wsutils.run.sweep.run_grid`
     (every parameter a JSON value). The texts, the training set (the first ``max(Ns)``
@@ -67,12 +74,24 @@ def word_flip_point(
     ``"raf"`` or ``"relu"``. ``positions``: the positions to score (default: every word
     position ``< n``).
 
-    Returns ``{"runs": [...], "review", "y", "positions", "tokens", "in_ball", "seconds"}``:
-    per ``(N, training)`` a run with ``t1`` (the model's output on ``X`` itself), ``flips``
-    (the substitutions with ``y·t₁ < 0``), ``flipped_positions``, and the substitution with the
-    smallest ``y·t₁`` (``best_position``, ``best_token``, ``best_t1``); ``tokens``: the
-    vocabulary size (every token scored at every position); ``in_ball``: how many of the
-    substitutions land in the ball ``‖x' − x_i‖ ≤ √d`` of the continuous search.
+    Random features: each candidate's lower bounds ``L ≤ y·t₁``
+    (:func:`wsutils.generalization.rf_word_bounds`, exact units ``|h_l| ≤ tau``) rule it out
+    for every model where ``L > BOUND_MARGIN``; the rest are scored exactly, and so are up to
+    ``checked`` ruled-out candidates a position (drawn with ``seed``), to check the bound.
+    Attention: every candidate is scored exactly.
+
+    Returns ``{"runs": [...], "review", "y", "positions", "tokens", "in_ball",
+    "certified_positions", "bound_gap", "seconds"}``: per ``(N, training)`` a run with ``t1``
+    (the model's output on ``X`` itself), ``flips`` (the substitutions with ``y·t₁ < 0``),
+    ``flipped_positions``, the scored substitution with the smallest ``y·t₁``
+    (``best_position``, ``best_token``, ``best_t1``; ``-1``, ``-1``, ``None`` if none was
+    scored), ``ruled_out`` and ``scored`` (candidates ruled out by the bound, scored exactly);
+    ``tokens``: the vocabulary size (every token a candidate at every position); ``in_ball``:
+    how many candidates land in the ball ``‖x' − x_i‖ ≤ √d`` of the continuous search;
+    ``certified_positions``: random features' positions where
+    :prf:ref:`prop-flip-bound`'s certificate ``‖θ_j‖ ‖V_i‖_op max_v ‖Δ_v‖ < y·t_j`` rules out
+    every token for every model at once; ``bound_gap``: the smallest ``y·t₁ − L`` over the
+    ruled-out candidates scored anyway (``None`` if none; below zero only by rounding).
     """
     if map not in LABELS:
         raise ValueError(f"map must be one of {tuple(LABELS)}, got {map!r}.")
@@ -113,8 +132,10 @@ def word_flip_point(
     low = np.full(len(keys), np.inf)
     best = [(-1, -1)] * len(keys)
     flips = np.zeros(len(keys), dtype=np.int64)
+    ruled_out = np.zeros(len(keys), dtype=np.int64)
     flipped_at = [[] for _ in keys]
-    in_ball = 0
+    in_ball, certified, gap = 0, 0, np.inf
+    rng = np.random.default_rng(seed)
     for p in positions:
         rows = torch.as_tensor(substitution_rows(enc, tokens, p, d))
         own = rows[tokens[p]]
@@ -123,12 +144,38 @@ def word_flip_point(
                 f"the substitution row of the review's own token at position {p} is not the "
                 "text's row: the review's tokens and its embedding disagree."
             )
-        in_ball += int((torch.linalg.vector_norm(rows - X[p], dim=1) <= d**0.5).sum())
+        change = torch.linalg.vector_norm(rows - X[p], dim=1)
+        in_ball += int((change <= d**0.5).sum())
         if map == "rf":
-            fm = G.rf_flip_model(H[-1], V[:, p * d : (p + 1) * d].double())
+            Vi = V[:, p * d : (p + 1) * d].double()
+            fm = G.rf_flip_model(H[-1], Vi)
+            # prop-flip-bound's certificate, one bound for the whole position
+            move = thetas.norm(dim=1) * fm.change_bound / d**0.5 * float(change.max())
+            certified += int((move < y * torch.as_tensor(t1)).all())
+            L = G.rf_word_bounds(H[-1], Vi, X[p], rows, thetas, y, tau=tau)
+            out = L > BOUND_MARGIN  # (T, m): ruled out by prop-word-bound
+            ruled_out += out.sum(0).numpy()
+            scored = torch.nonzero(~out.all(1)).flatten()
+            check = torch.nonzero(out.any(1)).flatten().numpy()
+            check = torch.as_tensor(rng.permutation(check)[:checked])
         else:
             fm = G.attention_flip_model(X, W, norm, p)
-        yt = (y * G.word_scores(fm, X[p], rows, thetas)).numpy()  # (T, m)
+            scored, check = torch.arange(len(rows)), torch.arange(0)
+        yt = np.full((len(rows), len(keys)), np.inf)
+        both = torch.cat([scored, check])
+        if len(both):
+            exact = (y * G.word_scores(fm, X[p], rows[both], thetas)).numpy()
+            yt[scored.numpy()] = exact[: len(scored)]
+            if len(check):  # ruled-out candidates scored anyway: the bound holds
+                sample = L[check].numpy()
+                gap = min(
+                    gap,
+                    float(
+                        np.where(
+                            sample > BOUND_MARGIN, exact[len(scored) :] - sample, np.inf
+                        ).min()
+                    ),
+                )
         for j in range(len(keys)):
             v = int(np.argmin(yt[:, j]))
             if yt[v, j] < low[j]:
@@ -146,7 +193,9 @@ def word_flip_point(
             "flipped_positions": flipped_at[j],
             "best_position": best[j][0],
             "best_token": best[j][1],
-            "best_t1": float(y * low[j]),
+            "best_t1": float(y * low[j]) if np.isfinite(low[j]) else None,
+            "ruled_out": int(ruled_out[j]),
+            "scored": len(positions) * int(enc.vocab_size) - int(ruled_out[j]),
         }
         for j, (N, training) in enumerate(keys)
     ]
@@ -157,5 +206,7 @@ def word_flip_point(
         "positions": positions,
         "tokens": int(enc.vocab_size),
         "in_ball": in_ball,
+        "certified_positions": certified,
+        "bound_gap": gap if np.isfinite(gap) else None,
         "seconds": time.perf_counter() - t0,
     }

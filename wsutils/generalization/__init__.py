@@ -75,6 +75,7 @@ __all__ = [
     "check_Ns",
     "trained_readouts",
     "word_scores",
+    "rf_word_bounds",
     "row_column_readouts",
 ]
 
@@ -106,4 +107,5 @@ from ._search import (  # noqa: E402
     search_flip,
     search_flips,
 )
+from ._word_bounds import rf_word_bounds  # noqa: E402
 from ._words import word_scores  # noqa: E402

@@ -1,0 +1,81 @@
+"""Proved lower bounds on the trained random-features models' outputs at every one-word
+substitution of a text (``prop-word-bound``, chapter ``word-flips``): the candidates they rule
+out need not be scored."""
+
+from __future__ import annotations
+
+import torch
+
+from ..checks import as_tensor, check_finite, check_int, check_preactivations, check_real
+
+
+def rf_word_bounds(
+    h, Vi, x, rows, thetas, y: float, *, tau: float = 0.5, batch: int = 512
+) -> torch.Tensor:
+    """Lower bounds ``L[v, j] ≤ y·t_j(v)`` on the outputs ``t_j(v) = ⟨ReLU(h + V_i Δ_v), θ_j⟩``
+    of random features (eq. :eq:`eq-rf`, seen from word ``i``: ``h = V flat(X)``, ``V_i`` the
+    word's ``k × d`` block) on the text with row ``x`` replaced by each candidate row
+    (``Δ_v = rows[v] − x``), eq. ``eq-word-bound`` of ``prop-word-bound`` (chapter
+    ``word-flips``):
+
+    ``L = y·t_j(x) + y⟨g_j, Δ⟩ + y Σ_{|h_l| ≤ τ} θ_jl r_l(Δ) − Δᵀ M_j Δ``, with
+    ``g_j = V_iᵀ(θ_j ⊙ 1[h > 0])``, ``r_l`` the exact ReLU remainders of the units with
+    ``|h_l| ≤ tau`` and ``M_j = V_{i,c}ᵀ diag(|θ_jl| / 4|h_l|) V_{i,c}`` over the others.
+
+    Where ``L[v, j] > 0`` the substitution ``v`` cannot flip model ``j``. Costs ``O(m·k·d²)``
+    once and ``O(m·d² + s·d)`` a candidate (``s`` units with ``|h_l| ≤ tau``), against
+    ``O(k·d)`` a candidate for the exact output; in float64.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(T, m)`` float64 on the CPU.
+
+    Raises
+    ------
+    ValueError
+        If the arrays are not finite or not of the shapes above (``h`` (k,), ``Vi`` (k, d),
+        ``x`` (d,), ``rows`` (T, d), ``thetas`` (m, k), none empty), ``y`` is not ±1, ``tau``
+        is negative or ``batch`` is below one.
+    """
+    h = as_tensor(h, dtype=torch.float64, name="h")
+    Vi = as_tensor(Vi, dtype=torch.float64, name="Vi")
+    check_preactivations("h", h, Vi)
+    x = as_tensor(x, dtype=torch.float64, name="x")
+    rows = as_tensor(rows, dtype=torch.float64, name="rows")
+    thetas = as_tensor(thetas, dtype=torch.float64, name="thetas")
+    for name, t in (("x", x), ("rows", rows), ("thetas", thetas)):
+        check_finite(name, t)
+    k, d = Vi.shape
+    if x.shape != (d,) or rows.ndim != 2 or rows.shape[1] != d or rows.shape[0] == 0:
+        raise ValueError(
+            f"x must be one row ({d},) and rows the candidates (T, {d}), T ≥ 1, got shapes "
+            f"{tuple(x.shape)} and {tuple(rows.shape)}."
+        )
+    if thetas.ndim != 2 or thetas.shape[1] != k or thetas.shape[0] == 0:
+        raise ValueError(
+            f"thetas must be the read-outs (m, {k}), m ≥ 1, got shape {tuple(thetas.shape)}."
+        )
+    if y not in (-1, 1):
+        raise ValueError(f"y must be a label, +1 or -1, got {y!r}.")
+    tau = check_real("tau", tau)
+    if tau < 0:
+        raise ValueError(f"tau must be at least 0, got {tau}.")
+    batch = check_int("batch", batch, minimum=1)
+    on = (h > 0).double()
+    t_x = torch.relu(h) @ thetas.T  # (m,)
+    g = (thetas * on) @ Vi  # (m, d)
+    near = h.abs() <= tau
+    Vs, hs, ons, ths = Vi[near], h[near], on[near], thetas[:, near]
+    Vc, hc, thc = Vi[~near], h[~near], thetas[:, ~near]
+    weights = thc.abs() / (4 * hc.abs())  # (m, k - s), |h_l| > tau ≥ 0
+    M = torch.stack([(Vc.T * w) @ Vc for w in weights])  # (m, d, d)
+    out = torch.empty(rows.shape[0], thetas.shape[0], dtype=torch.float64)
+    for j in range(0, rows.shape[0], batch):
+        D = rows[j : j + batch] - x
+        a = D @ Vs.T
+        r = torch.relu(hs + a) - torch.relu(hs) - ons * a  # exact remainders, near units
+        first = t_x + D @ g.T + r @ ths.T
+        quad = torch.einsum("bd,mde,be->bm", D, M, D)
+        out[j : j + len(D)] = y * first - quad
+    return out
