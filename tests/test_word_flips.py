@@ -61,6 +61,7 @@ def test_pruning_changes_nothing_but_the_count_scored():
         assert b["ruled_out"] > a["ruled_out"] > 0
         for r in (a, b):
             assert r["ruled_out"] + r["scored"] == 2 * 30522
+            assert r["bound_min"] > 0  # ruled out: the bound cannot reach the sign
         keys = ("flips", "flipped_positions") + (
             ("best_position", "best_token", "best_t1") if a["flips"] else ()
         )

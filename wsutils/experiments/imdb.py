@@ -60,7 +60,8 @@ class Scale:
     (every row); ``rf_steps``, ``rf_starts``, ``rf_rows``: the random-features search, over
     ``rf_rows`` rows (:func:`searched_rows`); ``workers``: the sweep's processes. ``gen_*``:
     the generalization experiment (width ``h // gen_d_divisor``, training sizes ``gen_Ns``,
-    ``gen_draws`` new texts, the search's ``gen_starts`` and ``gen_steps``)."""
+    ``gen_draws`` new texts, the search's ``gen_starts`` and ``gen_steps``); ``word_reviews``:
+    the held-out reviews of the real-word flip experiment (chapter ``word-flips``)."""
 
     reviews: int
     d_divisors: tuple[int, ...]
@@ -77,6 +78,7 @@ class Scale:
     gen_draws: int
     gen_starts: int
     gen_steps: int
+    word_reviews: int
 
     def ds(self, h: int) -> tuple[int, ...]:
         """The sweep's widths for a model of width ``h``."""
@@ -104,6 +106,7 @@ SCALES = {
         gen_draws=1,
         gen_starts=3,
         gen_steps=120,
+        word_reviews=2,
     ),
     "paper": Scale(  # the attention search as the attention chapter's paper grid
         reviews=100,
@@ -121,6 +124,7 @@ SCALES = {
         gen_draws=2,
         gen_starts=4,
         gen_steps=300,
+        word_reviews=2,
     ),
 }
 

@@ -81,17 +81,21 @@ def word_flip_point(
     Attention: every candidate is scored exactly.
 
     Returns ``{"runs": [...], "review", "y", "positions", "tokens", "in_ball",
-    "certified_positions", "bound_gap", "seconds"}``: per ``(N, training)`` a run with ``t1``
-    (the model's output on ``X`` itself), ``flips`` (the substitutions with ``y·t₁ < 0``),
-    ``flipped_positions``, the scored substitution with the smallest ``y·t₁``
+    "certified_positions", "certificate", "bound_gap", "seconds"}``: per ``(N, training)`` a
+    run with ``t1`` (the model's output on ``X`` itself), ``flips`` (the substitutions with
+    ``y·t₁ < 0``), ``flipped_positions``, the scored substitution with the smallest ``y·t₁``
     (``best_position``, ``best_token``, ``best_t1``; ``-1``, ``-1``, ``None`` if none was
-    scored), ``ruled_out`` and ``scored`` (candidates ruled out by the bound, scored exactly);
+    scored), ``ruled_out`` and ``scored`` (candidates ruled out by the bound, scored exactly)
+    and ``bound_min``, the smallest bound ``L`` of a ruled-out candidate (``None`` if none),
+    so that every candidate has ``y·t₁ ≥ min(y·best_t1, bound_min)``;
     ``tokens``: the vocabulary size (every token a candidate at every position); ``in_ball``:
     how many candidates land in the ball ``‖x' − x_i‖ ≤ √d`` of the continuous search;
-    ``certified_positions``: random features' positions where
-    :prf:ref:`prop-flip-bound`'s certificate ``‖θ_j‖ ‖V_i‖_op max_v ‖Δ_v‖ < y·t_j`` rules out
-    every token for every model at once; ``bound_gap``: the smallest ``y·t₁ − L`` over the
-    ruled-out candidates scored anyway (``None`` if none; below zero only by rounding).
+    ``certified_positions``: random features' positions where :prf:ref:`prop-flip-bound`'s
+    certificate ``‖θ_j‖ ‖V_i‖_op max_v ‖Δ_v‖ < y·t_j`` rules out every token for every model
+    at once, and ``certificate`` the smallest over positions of ``max_j`` of that bound over
+    ``y·t_j`` (below one: certified; ``None`` for attention); ``bound_gap``: the smallest
+    ``y·t₁ − L`` over the ruled-out candidates scored anyway (``None`` if none; below zero
+    only by rounding).
     """
     if map not in LABELS:
         raise ValueError(f"map must be one of {tuple(LABELS)}, got {map!r}.")
@@ -133,8 +137,9 @@ def word_flip_point(
     best = [(-1, -1)] * len(keys)
     flips = np.zeros(len(keys), dtype=np.int64)
     ruled_out = np.zeros(len(keys), dtype=np.int64)
+    bound_min = np.full(len(keys), np.inf)  # the smallest bound of a ruled-out candidate
     flipped_at = [[] for _ in keys]
-    in_ball, certified, gap = 0, 0, np.inf
+    in_ball, certified, certificate, gap = 0, 0, np.inf, np.inf
     rng = np.random.default_rng(seed)
     for p in positions:
         rows = torch.as_tensor(substitution_rows(enc, tokens, p, d))
@@ -151,10 +156,12 @@ def word_flip_point(
             fm = G.rf_flip_model(H[-1], Vi)
             # prop-flip-bound's certificate, one bound for the whole position
             move = thetas.norm(dim=1) * fm.change_bound / d**0.5 * float(change.max())
-            certified += int((move < y * torch.as_tensor(t1)).all())
+            ratio = float((move / (y * torch.as_tensor(t1))).max())
+            certified, certificate = certified + int(ratio < 1), min(certificate, ratio)
             L = G.rf_word_bounds(H[-1], Vi, X[p], rows, thetas, y, tau=tau)
             out = L > BOUND_MARGIN  # (T, m): ruled out by prop-word-bound
             ruled_out += out.sum(0).numpy()
+            bound_min = np.minimum(bound_min, torch.where(out, L, np.inf).amin(0).numpy())
             scored = torch.nonzero(~out.all(1)).flatten()
             check = torch.nonzero(out.any(1)).flatten().numpy()
             check = torch.as_tensor(rng.permutation(check)[:checked])
@@ -195,6 +202,7 @@ def word_flip_point(
             "best_token": best[j][1],
             "best_t1": float(y * low[j]) if np.isfinite(low[j]) else None,
             "ruled_out": int(ruled_out[j]),
+            "bound_min": float(bound_min[j]) if np.isfinite(bound_min[j]) else None,
             "scored": len(positions) * int(enc.vocab_size) - int(ruled_out[j]),
         }
         for j, (N, training) in enumerate(keys)
@@ -207,6 +215,7 @@ def word_flip_point(
         "tokens": int(enc.vocab_size),
         "in_ball": in_ball,
         "certified_positions": certified,
+        "certificate": certificate if np.isfinite(certificate) else None,
         "bound_gap": gap if np.isfinite(gap) else None,
         "seconds": time.perf_counter() - t0,
     }

@@ -1,6 +1,6 @@
 """Proved lower bounds on the trained random-features models' outputs at every one-word
-substitution of a text (``prop-word-bound``, chapter ``word-flips``): the candidates they rule
-out need not be scored."""
+substitution of a text (:prf:ref:`prop-word-bound`): the candidates they rule out need not be
+scored."""
 
 from __future__ import annotations
 
@@ -10,17 +10,18 @@ from ..checks import as_tensor, check_finite, check_int, check_preactivations, c
 
 
 def rf_word_bounds(
-    h, Vi, x, rows, thetas, y: float, *, tau: float = 0.5, batch: int = 512
+    h, Vi, x, rows, thetas, y: float, *, tau: float = 0.4, batch: int = 512
 ) -> torch.Tensor:
     """Lower bounds ``L[v, j] ≤ y·t_j(v)`` on the outputs ``t_j(v) = ⟨ReLU(h + V_i Δ_v), θ_j⟩``
-    of random features (eq. :eq:`eq-rf`, seen from word ``i``: ``h = V flat(X)``, ``V_i`` the
-    word's ``k × d`` block) on the text with row ``x`` replaced by each candidate row
-    (``Δ_v = rows[v] − x``), eq. ``eq-word-bound`` of ``prop-word-bound`` (chapter
-    ``word-flips``):
+    of random features (eq. :eq:`eq-rf`, seen from word ``i``: ``h = V flat(X)``, the book's
+    pre-activations ``g``; ``V_i`` the word's ``k × d`` block) on the text with row ``x``
+    replaced by each candidate row (``Δ_v = rows[v] − x``), eq. :eq:`eq-word-bound` of
+    :prf:ref:`prop-word-bound`:
 
-    ``L = y·t_j(x) + y⟨g_j, Δ⟩ + y Σ_{|h_l| ≤ τ} θ_jl r_l(Δ) − Δᵀ M_j Δ``, with
-    ``g_j = V_iᵀ(θ_j ⊙ 1[h > 0])``, ``r_l`` the exact ReLU remainders of the units with
-    ``|h_l| ≤ tau`` and ``M_j = V_{i,c}ᵀ diag(|θ_jl| / 4|h_l|) V_{i,c}`` over the others.
+    ``L = y·t_j(x) + y⟨θ_j ⊙ 1[h > 0], V_i Δ⟩ + y Σ_{|h_l| ≤ τ} θ_jl r_l − Δᵀ M_j Δ``, with
+    ``r_l`` the exact ReLU remainders of the units with ``|h_l| ≤ tau`` and
+    ``M_j = V_iᵀ diag(ω_j) V_i``, ``ω_jl = |θ_jl| / 4|h_l|`` over the others (0 on the near
+    units), formed once a model.
 
     Where ``L[v, j] > 0`` the substitution ``v`` cannot flip model ``j``. Costs ``O(m·k·d²)``
     once and ``O(m·d² + s·d)`` a candidate (``s`` units with ``|h_l| ≤ tau``), against
