@@ -19,12 +19,12 @@ def rf_word_bounds(
     :prf:ref:`prop-word-bound`:
 
     ``L = y·t_j(x) + y⟨θ_j ⊙ 1[h > 0], V_i Δ⟩ + y Σ_{|h_l| ≤ τ} θ_jl r_l − Δᵀ M_j Δ``, with
-    ``r_l`` the exact ReLU remainders of the units with ``|h_l| ≤ tau`` and
-    ``M_j = V_iᵀ diag(ω_j) V_i``, ``ω_jl = |θ_jl| / 4|h_l|`` over the others (0 on the near
-    units), formed once a model.
+    ``r_l`` the exact ReLU remainders of the units with ``|h_l| ≤ tau`` and one quadratic
+    form for every model, ``M = V_iᵀ diag(ω) V_i``, ``ω_l = max_j |θ_jl| / 4|h_l|`` over the
+    other units (0 on the near ones): a larger ``ω`` than a model's own only lowers its bound.
 
-    Where ``L[v, j] > 0`` the substitution ``v`` cannot flip model ``j``. Costs ``O(m·k·d²)``
-    once and ``O(m·d² + s·d)`` a candidate (``s`` units with ``|h_l| ≤ tau``), against
+    Where ``L[v, j] > 0`` the substitution ``v`` cannot flip model ``j``. Costs ``O(k·d²)``
+    once and ``O(d² + (m + s)·d)`` a candidate (``s`` units with ``|h_l| ≤ tau``), against
     ``O(k·d)`` a candidate for the exact output; in float64.
 
     Returns
@@ -69,14 +69,14 @@ def rf_word_bounds(
     near = h.abs() <= tau
     Vs, hs, ons, ths = Vi[near], h[near], on[near], thetas[:, near]
     Vc, hc, thc = Vi[~near], h[~near], thetas[:, ~near]
-    weights = thc.abs() / (4 * hc.abs())  # (m, k - s), |h_l| > tau ≥ 0
-    M = torch.stack([(Vc.T * w) @ Vc for w in weights])  # (m, d, d)
+    omega = (thc.abs() / (4 * hc.abs())).amax(dim=0)  # (k - s,), |h_l| > tau ≥ 0
+    M = (Vc.T * omega) @ Vc  # (d, d), one form for every model
     out = torch.empty(rows.shape[0], thetas.shape[0], dtype=torch.float64)
     for j in range(0, rows.shape[0], batch):
         D = rows[j : j + batch] - x
         a = D @ Vs.T
         r = torch.relu(hs + a) - torch.relu(hs) - ons * a  # exact remainders, near units
         first = t_x + D @ g.T + r @ ths.T
-        quad = torch.einsum("bd,mde,be->bm", D, M, D)
+        quad = ((D @ M) * D).sum(dim=1, keepdim=True)
         out[j : j + len(D)] = y * first - quad
     return out
