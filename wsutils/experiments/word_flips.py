@@ -174,15 +174,9 @@ def word_flip_point(
             exact = (y * G.word_scores(fm, X[p], rows[both], thetas)).numpy()
             yt[scored.numpy()] = exact[: len(scored)]
             if len(check):  # ruled-out candidates scored anyway: the bound holds
-                sample = L[check].numpy()
-                gap = min(
-                    gap,
-                    float(
-                        np.where(
-                            sample > BOUND_MARGIN, exact[len(scored) :] - sample, np.inf
-                        ).min()
-                    ),
-                )
+                bound = L[check].numpy()
+                slack = np.where(bound > BOUND_MARGIN, exact[len(scored) :] - bound, np.inf)
+                gap = min(gap, float(slack.min()))
         for j in range(len(keys)):
             v = int(np.argmin(yt[:, j]))
             if yt[v, j] < low[j]:
