@@ -18,7 +18,7 @@ def rf_word_bounds(
     replaced by each candidate row (``Δ_v = rows[v] − x``), eq. :eq:`eq-word-bound` of
     :prf:ref:`prop-word-bound`:
 
-    ``L = y·t_j(x) + y⟨θ_j ⊙ 1[h > 0], V_i Δ⟩ + y Σ_{|h_l| ≤ τ} θ_jl r_l − Δᵀ M_j Δ``, with
+    ``L = y·t_j(x) + y⟨θ_j ⊙ 1[h > 0], V_i Δ⟩ + y Σ_{|h_l| ≤ τ} θ_jl r_l − Δᵀ M Δ``, with
     ``r_l`` the exact ReLU remainders of the units with ``|h_l| ≤ tau`` and one quadratic
     form for every model, ``M = V_iᵀ diag(ω) V_i``, ``ω_l = max_j |θ_jl| / 4|h_l|`` over the
     other units (0 on the near ones): a larger ``ω`` than a model's own only lowers its bound.
