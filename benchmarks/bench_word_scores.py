@@ -120,7 +120,7 @@ def _pruned(enc, n: int, d: int, i: int) -> None:
     exact = y * G.word_scores(model, X[i], rows, thetas)
     t_exact = time.process_time() - c0
     c0 = time.process_time()
-    L = G.rf_word_bounds(H[-1], Vi, X[i], rows, thetas, y, tau=0.4)
+    L = G.rf_word_bounds(H[-1], Vi, X[i], rows, thetas, y, tau=0.3)
     left = torch.nonzero(~(L > BOUND_MARGIN).all(1)).flatten()
     scored = y * G.word_scores(model, X[i], rows[left], thetas) if len(left) else None
     t_pruned = time.process_time() - c0

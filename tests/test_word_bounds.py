@@ -29,8 +29,9 @@ def _instance(seed=0, n=5, d=4, k=300, m=3):
 @pytest.mark.parametrize("y", [1.0, -1.0])
 def test_bounds_lie_below_the_exact_outputs(seed, y):
     """``L ≤ y·t`` for every candidate, near and far, whatever ``tau``; at the text's own
-    row the bound is its output; with every unit scored exactly (``tau ≥ max|h|``) the
-    bound is the output."""
+    row the bound is its output; with every unit scored exactly (``tau ≥ max|h|`` and
+    read-outs with ``y·θ_l < 0`` everywhere) the bound is the output, and units that can
+    only raise the outputs are left out of it."""
     X, V, thetas, rows = _instance(seed)
     row, d = 1, X.shape[1]
     h = V @ X.reshape(-1)
@@ -41,8 +42,18 @@ def test_bounds_lie_below_the_exact_outputs(seed, y):
         assert L.shape == exact.shape
         assert (L <= exact + 1e-12).all()
         torch.testing.assert_close(L[0], exact[0], rtol=0, atol=1e-12)
-    L = G.rf_word_bounds(h, Vi, X[row], rows, thetas, y, tau=float(h.abs().max()))
-    torch.testing.assert_close(L, exact, rtol=1e-10, atol=1e-10)
+    # every unit can lower every output (y·θ_l < 0): with tau ≥ max|h| all are exact
+    lowering = -y * thetas.abs()
+    low = y * G.word_scores(G.rf_flip_model(h, Vi), X[row], rows, lowering)
+    L = G.rf_word_bounds(h, Vi, X[row], rows, lowering, y, tau=float(h.abs().max()))
+    torch.testing.assert_close(L, low, rtol=1e-10, atol=1e-10)
+    # a unit that only raises the outputs (y·θ_l ≥ 0 for every model) is left out: the
+    # bound of read-outs that never lower is the output at x plus the linear term
+    raising = y * thetas.abs()
+    L = G.rf_word_bounds(h, Vi, X[row], rows, raising, y, tau=float(h.abs().max()))
+    on = (h > 0).double()
+    first = y * (torch.relu(h) @ raising.T + (rows - X[row]) @ ((raising * on) @ Vi).T)
+    torch.testing.assert_close(L, first, rtol=1e-10, atol=1e-10)
     # the bound rules out something at this scale: it is not vacuous
     assert (G.rf_word_bounds(h, Vi, X[row], rows, thetas, y, tau=0.3) > exact.min()).any()
 

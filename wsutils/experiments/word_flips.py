@@ -64,7 +64,7 @@ def word_flip_point(
     max_length: int = 128,
     trainings: Sequence[str] = TRAININGS,
     positions: list[int] | None = None,
-    tau: float = 0.4,
+    tau: float = 0.3,
     checked: int = 16,
 ) -> dict:
     """One review of the real-word flip experiment, for :func:`wsutils.run.sweep.run_grid`
@@ -75,7 +75,8 @@ def word_flip_point(
     position ``< n``).
 
     Random features: each candidate's lower bounds ``L ≤ y·t₁``
-    (:func:`wsutils.generalization.rf_word_bounds`, exact units ``|h_l| ≤ tau``) rule it out
+    (:func:`wsutils.generalization.rf_word_bounds`, exact remainders of the units with
+    ``|h_l| ≤ tau`` that can lower an output) rule it out
     for every model where ``L > BOUND_MARGIN``; the rest are scored exactly, and so are up to
     ``checked`` ruled-out candidates a position (drawn with ``seed``), to check the bound.
     Attention: every candidate is scored exactly.

@@ -10,7 +10,7 @@ from ..checks import as_tensor, check_finite, check_int, check_preactivations, c
 
 
 def rf_word_bounds(
-    h, Vi, x, rows, thetas, y: float, *, tau: float = 0.4, batch: int = 512
+    h, Vi, x, rows, thetas, y: float, *, tau: float = 0.3, batch: int = 512
 ) -> torch.Tensor:
     """Lower bounds ``L[v, j] ≤ y·t_j(v)`` on the outputs ``t_j(v) = ⟨ReLU(h + V_i Δ_v), θ_j⟩``
     of random features (eq. :eq:`eq-rf`, seen from word ``i``: ``h = V flat(X)``, the book's
@@ -18,14 +18,16 @@ def rf_word_bounds(
     replaced by each candidate row (``Δ_v = rows[v] − x``), eq. :eq:`eq-word-bound` of
     :prf:ref:`prop-word-bound`:
 
-    ``L = y·t_j(x) + y⟨θ_j ⊙ 1[h > 0], V_i Δ⟩ + y Σ_{|h_l| ≤ τ} θ_jl r_l − Δᵀ M Δ``, with
-    ``r_l`` the exact ReLU remainders of the units with ``|h_l| ≤ tau`` and one quadratic
-    form for every model, ``M = V_iᵀ diag(ω) V_i``, ``ω_l = max_j |θ_jl| / 4|h_l|`` over the
-    other units (0 on the near ones): a larger ``ω`` than a model's own only lowers its bound.
+    ``L = y·t_j(x) + y⟨θ_j ⊙ 1[h > 0], V_i Δ⟩ + y Σ_{l ∈ Z} θ_jl r_l − Δᵀ M Δ``, with ``r_l ≥ 0``
+    the exact ReLU remainders of the units ``Z`` where ``|h_l| ≤ tau`` and some model has
+    ``y·θ_jl < 0`` (a unit with ``y·θ_jl ≥ 0`` for every model only raises every output, and
+    is left out), and one quadratic form for every model, ``M = V_iᵀ diag(ω) V_i``,
+    ``ω_l = max_j max(0, −y·θ_jl) / 4|h_l|`` over the units with ``|h_l| > tau`` (0 on the
+    others): a larger ``ω`` than a model's own only lowers its bound.
 
     Where ``L[v, j] > 0`` the substitution ``v`` cannot flip model ``j``. Costs ``O(k·d²)``
-    once and ``O(d² + (m + s)·d)`` a candidate (``s`` units with ``|h_l| ≤ tau``), against
-    ``O(k·d)`` a candidate for the exact output; in float64.
+    once and ``O(d² + (m + s)·d)`` a candidate (``s`` units in ``Z``), against ``O(k·d)`` a
+    candidate for the exact output; in float64.
 
     Returns
     -------
@@ -66,10 +68,12 @@ def rf_word_bounds(
     on = (h > 0).double()
     t_x = torch.relu(h) @ thetas.T  # (m,)
     g = (thetas * on) @ Vi  # (m, d)
+    hurt = (-y * thetas).clamp_min(0)  # (m, k): the models a unit's remainder can lower
     near = h.abs() <= tau
-    Vs, hs, ons, ths = Vi[near], h[near], on[near], thetas[:, near]
-    Vc, hc, thc = Vi[~near], h[~near], thetas[:, ~near]
-    omega = (thc.abs() / (4 * hc.abs())).amax(dim=0)  # (k - s,), |h_l| > tau ≥ 0
+    exact = near & (hurt > 0).any(dim=0)  # Z
+    Vs, hs, ons, ths = Vi[exact], h[exact], on[exact], thetas[:, exact]
+    Vc, hc, hurt_c = Vi[~near], h[~near], hurt[:, ~near]
+    omega = (hurt_c / (4 * hc.abs())).amax(dim=0)  # (k - |near|,), |h_l| > tau ≥ 0
     M = (Vc.T * omega) @ Vc  # (d, d), one form for every model
     out = torch.empty(rows.shape[0], thetas.shape[0], dtype=torch.float64)
     for j in range(0, rows.shape[0], batch):
