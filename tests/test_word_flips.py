@@ -19,16 +19,17 @@ from wsutils.weights import sample_W
 POINT = dict(n=8, d=16, Ns=[6], seed=0, reviews=8, select_seed=0, held_out=6)
 
 
-@pytest.mark.parametrize("map", ["rf", "raf", "relu"])
-def test_the_reported_substitution_is_what_the_full_map_gives(map):
-    r = word_flip_point(map=map, **POINT, positions=[2, 5], tau=0.0)  # RF: few ruled out
+def test_the_reported_substitution_is_what_the_full_map_gives():
+    r = word_flip_point(**POINT, positions=[2, 5], tau=0.0)  # RF: few ruled out
     assert r["tokens"] == 30522 and r["y"] in (-1.0, 1.0)
+    assert [run["map"] for run in r["runs"]] == ["rf"] * 2 + ["raf"] * 2 + ["relu"] * 2
     X_all, Y, _ = flip_texts(n=8, d=16, reviews=8, select_seed=0, max_length=128)
     X, y = torch.as_tensor(X_all[6]), float(Y[6])
     train = torch.as_tensor(X_all[:6])
     enc = load_model(None)
     ids = review_ids(enc, r["review"], imdb=None, max_length=128)
     for run in r["runs"]:
+        map = run["map"]
         assert abs(run["t1"] - y) < 1e-8  # the trained model interpolates X
         assert run["best_position"] in (2, 5)
         p, v = run["best_position"], run["best_token"]
@@ -55,7 +56,7 @@ def test_pruning_changes_nothing_but_the_count_scored():
     is ruled out or scored, and the ruled-out candidates scored anyway lie above their
     bound."""
     weak, strong = (
-        word_flip_point(map="rf", **POINT, positions=[2, 5], tau=tau) for tau in (0.0, 0.4)
+        word_flip_point(maps=["rf"], **POINT, positions=[2, 5], tau=tau) for tau in (0.0, 0.4)
     )
     for a, b in zip(weak["runs"], strong["runs"]):
         assert b["ruled_out"] > a["ruled_out"] > 0
@@ -71,12 +72,25 @@ def test_pruning_changes_nothing_but_the_count_scored():
     assert weak["in_ball"] == strong["in_ball"] > 0
 
 
+def test_maps_scored_together_as_alone():
+    """The candidate rows are made once for every map: scored together or one map at a
+    time, every run is the same."""
+    both = word_flip_point(maps=["raf", "rf"], **POINT, positions=[3])
+    alone = [word_flip_point(maps=[m], **POINT, positions=[3]) for m in ("raf", "rf")]
+    assert both["runs"] == alone[0]["runs"] + alone[1]["runs"]
+    for key in ("in_ball", "certified_positions", "certificate", "bound_gap"):
+        assert both[key] == alone[1][key], key
+    assert alone[0]["certificate"] is None and set(both["map_seconds"]) == {"raf", "rf"}
+
+
 def test_word_flip_point_refuses_bad_input():
     for bad, msg in [
-        (dict(map="sparsemax"), "map must be one of"),
-        (dict(map="raf", positions=[0]), "word positions"),
-        (dict(map="raf", held_out=3), "held_out"),
-        (dict(map="raf", trainings=["sgd"]), "trainings"),
+        (dict(maps=["sparsemax"]), "maps must be distinct ones of"),
+        (dict(maps=[]), "maps must be distinct ones of"),
+        (dict(maps=["raf", "raf"]), "maps must be distinct ones of"),
+        (dict(maps=["raf"], positions=[0]), "word positions"),
+        (dict(maps=["raf"], held_out=3), "held_out"),
+        (dict(maps=["raf"], trainings=["sgd"]), "trainings"),
     ]:
         with pytest.raises(ValueError, match=msg):
             word_flip_point(**{**POINT, **bad})

@@ -8,7 +8,8 @@ position of its first ``n`` tokens that holds a word (not ``[CLS]``, ``[SEP]`` o
 ``[PAD]``), every token of the vocabulary there
 (:func:`wsutils.text.token_rows.substitution_rows`: one substitution changes one row), each
 substituted text read out exactly by every trained model
-(:func:`wsutils.generalization.word_scores`). A model is flipped by a word when
+(:func:`wsutils.generalization.word_scores`), the rows made once for every map. A model is
+flipped by a word when
 ``y·t₁ < 0`` on the substituted text; a model no word flips is certified so, for this
 review, by the exhaustive scoring.
 """
@@ -16,6 +17,7 @@ review, by the exhaustive scoring.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -51,7 +53,6 @@ def review_ids(enc, review: int, *, imdb: str | None, max_length: int) -> list[i
 
 def word_flip_point(
     *,
-    map: str,
     n: int,
     d: int,
     Ns: list[int],
@@ -59,6 +60,7 @@ def word_flip_point(
     reviews: int,
     select_seed: int,
     held_out: int,
+    maps: Sequence[str] = ("rf", "raf", "relu"),
     model: str | None = None,
     imdb: str | None = None,
     max_length: int = 128,
@@ -70,36 +72,38 @@ def word_flip_point(
     """One review of the real-word flip experiment, for :func:`wsutils.run.sweep.run_grid`
     (every parameter a JSON value). The texts, the training set (the first ``max(Ns)``
     reviews), the held-out review and the weights (seed ``seed``) are those of
-    :func:`wsutils.experiments.imdb.flip_point_imdb`; ``map`` is ``"rf"`` (``k = n·d``),
-    ``"raf"`` or ``"relu"``. ``positions``: the positions to score (default: every word
-    position ``< n``).
+    :func:`wsutils.experiments.imdb.flip_point_imdb`; ``maps``: some of ``"rf"``
+    (``k = n·d``), ``"raf"`` and ``"relu"``, every one scored on the same candidate rows.
+    ``positions``: the positions to score (default: every word position ``< n``).
 
     Random features: each candidate's lower bounds ``L ≤ y·t₁``
     (:func:`wsutils.generalization.rf_word_bounds`, exact remainders of the units with
-    ``|h_l| ≤ tau`` that can lower an output) rule it out
-    for every model where ``L > BOUND_MARGIN``; the rest are scored exactly, and so are up to
-    ``checked`` ruled-out candidates a position (drawn with ``seed``), to check the bound.
-    Attention: every candidate is scored exactly.
+    ``|h_l| ≤ tau`` that can lower an output) rule it out for every model where
+    ``L > BOUND_MARGIN``; the rest are scored exactly, and so are up to ``checked``
+    ruled-out candidates a position (drawn with ``seed``), to check the bound. Attention:
+    every candidate is scored exactly.
 
     Returns ``{"runs": [...], "review", "y", "positions", "tokens", "in_ball",
-    "certified_positions", "certificate", "bound_gap", "seconds"}``: per ``(N, training)`` a
-    run with ``t1`` (the model's output on ``X`` itself), ``flips`` (the substitutions with
-    ``y·t₁ < 0``), ``flipped_positions``, the scored substitution with the smallest ``y·t₁``
-    (``best_position``, ``best_token``, ``best_t1``; ``-1``, ``-1``, ``None`` if none was
-    scored), ``ruled_out`` and ``scored`` (candidates ruled out by the bound, scored exactly)
-    and ``bound_min``, the smallest bound ``L`` of a ruled-out candidate (``None`` if none),
-    so that every candidate has ``y·t₁ ≥ min(y·best_t1, bound_min)``;
-    ``tokens``: the vocabulary size (every token a candidate at every position); ``in_ball``:
-    how many candidates land in the ball ``‖x' − x_i‖ ≤ √d`` of the continuous search;
-    ``certified_positions``: random features' positions where :prf:ref:`prop-flip-bound`'s
+    "certified_positions", "certificate", "bound_gap", "seconds"}``: per map, ``N`` and
+    training a run with ``map``, ``t1`` (the model's output on ``X`` itself), ``flips`` (the
+    substitutions with ``y·t₁ < 0``), ``flipped_positions``, the scored substitution with the
+    smallest ``y·t₁`` (``best_position``, ``best_token``, ``best_t1``; ``-1``, ``-1``,
+    ``None`` if none was scored), ``ruled_out`` and ``scored`` (candidates ruled out by the
+    bound, scored exactly) and ``bound_min``, the smallest bound ``L`` of a ruled-out
+    candidate (``None`` if none), so that every candidate has
+    ``y·t₁ ≥ min(y·best_t1, bound_min)``; ``tokens``: the vocabulary size (every token a
+    candidate at every position); ``in_ball``: how many candidates land in the ball
+    ``‖x' − x_i‖ ≤ √d`` of the continuous search; random features' (``None`` without
+    ``"rf"``): ``certified_positions``, the positions where :prf:ref:`prop-flip-bound`'s
     certificate ``‖θ_j‖ ‖V_i‖_op max_v ‖Δ_v‖ < y·t_j`` rules out every token for every model
-    at once, and ``certificate`` the smallest over positions of ``max_j`` of that bound over
-    ``y·t_j`` (below one: certified; ``None`` for attention); ``bound_gap``: the smallest
-    ``y·t₁ − L`` over the ruled-out candidates scored anyway (``None`` if none; below zero
-    only by rounding).
+    at once, ``certificate``, the smallest over positions of ``max_j`` of that bound over
+    ``y·t_j`` (below one: certified), and ``bound_gap``, the smallest ``y·t₁ − L`` over the
+    ruled-out candidates scored anyway (``None`` if none; below zero only by rounding);
+    ``seconds``: the whole point's, and ``map_seconds``, each map's models and scores.
     """
-    if map not in LABELS:
-        raise ValueError(f"map must be one of {tuple(LABELS)}, got {map!r}.")
+    maps = list(maps)
+    if not maps or any(m not in LABELS for m in maps) or len(set(maps)) < len(maps):
+        raise ValueError(f"maps must be distinct ones of {tuple(LABELS)}, got {maps!r}.")
     Ns = check_Ns(Ns)
     t0 = time.perf_counter()
     model = config.model() if model is None else model
@@ -122,25 +126,12 @@ def word_flip_point(
     positions = words if positions is None else [int(p) for p in positions]
     if not positions or any(p not in words for p in positions):
         raise ValueError(f"positions must be word positions of the review, some of {words}.")
-    if map == "rf":
-        k = n * d
-        H, _ = G.rf_preactivations(torch.cat([train, X[None]]), k, seed=seed)
-        V = G.sample_V_blocked(k, n, d, seed=seed)  # float32, as the features were made
-        feats = torch.relu(H)
-    else:
-        norm = Normalisation.parse(map)
-        W = sample_W(d, seed=seed)
-        feats = G.attention_features(torch.cat([train, X[None]]), W, norm)
-    Phi, phi = feats[:-1], feats[-1]
-    thetas, keys = G.trained_readouts(Phi, Y, phi, y, Ns=Ns, trainings=trainings)
-    t1 = (phi @ thetas.T).numpy()
-    low = np.full(len(keys), np.inf)
-    best = [(-1, -1)] * len(keys)
-    flips = np.zeros(len(keys), dtype=np.int64)
-    ruled_out = np.zeros(len(keys), dtype=np.int64)
-    bound_min = np.full(len(keys), np.inf)  # the smallest bound of a ruled-out candidate
-    flipped_at = [[] for _ in keys]
-    in_ball, certified, certificate, gap = 0, 0, np.inf, np.inf
+    scorers = {}
+    for m in maps:
+        t = time.perf_counter()
+        scorers[m] = _Scorer.train(m, train, Y, X, y, Ns=Ns, trainings=trainings, seed=seed)
+        scorers[m].seconds += time.perf_counter() - t
+    in_ball = 0
     rng = np.random.default_rng(seed)
     for p in positions:
         rows = torch.as_tensor(substitution_rows(enc, tokens, p, d))
@@ -152,24 +143,100 @@ def word_flip_point(
             )
         change = torch.linalg.vector_norm(rows - X[p], dim=1)
         in_ball += int((change <= d**0.5).sum())
+        for sc in scorers.values():
+            t = time.perf_counter()
+            sc.position(p, X, rows, change, tau=tau, checked=checked, rng=rng)
+            sc.seconds += time.perf_counter() - t
+    rf = scorers.get("rf")
+    return {
+        "runs": [run for sc in scorers.values() for run in sc.runs(len(positions), enc)],
+        "review": review,
+        "y": y,
+        "positions": positions,
+        "tokens": int(enc.vocab_size),
+        "in_ball": in_ball,
+        "certified_positions": None if rf is None else rf.certified,
+        "certificate": None if rf is None else _finite(rf.certificate),
+        "bound_gap": None if rf is None else _finite(rf.gap),
+        "seconds": time.perf_counter() - t0,
+        "map_seconds": {m: sc.seconds for m, sc in scorers.items()},
+    }
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if np.isfinite(v) else None
+
+
+@dataclass
+class _Scorer:
+    """One map's trained models on one review (:func:`word_flip_point`): their read-outs
+    ``thetas`` (one row per ``(N, training)`` of ``keys``), their outputs ``t1`` on the
+    review, what the map needs to score a candidate row, and the tallies over positions."""
+
+    map: str
+    thetas: torch.Tensor
+    keys: list
+    t1: np.ndarray
+    y: float
+    features: dict  # rf: h (k,), V; attention: W, norm
+    seconds: float = 0.0
+    certified: int = 0
+    certificate: float = np.inf
+    gap: float = np.inf
+    tally: dict = field(default_factory=dict)
+
+    @classmethod
+    def train(cls, map, train, Y, X, y, *, Ns, trainings, seed) -> "_Scorer":
+        n, d = X.shape
         if map == "rf":
+            k = n * d
+            H, _ = G.rf_preactivations(torch.cat([train, X[None]]), k, seed=seed)
+            V = G.sample_V_blocked(k, n, d, seed=seed)  # float32, as the features were made
+            feats, features = torch.relu(H), dict(h=H[-1], V=V)
+        else:
+            norm = Normalisation.parse(map)
+            W = sample_W(d, seed=seed)
+            feats = G.attention_features(torch.cat([train, X[None]]), W, norm)
+            features = dict(W=W, norm=norm)
+        thetas, keys = G.trained_readouts(feats[:-1], Y, feats[-1], y, Ns=Ns, trainings=trainings)
+        t1 = (feats[-1] @ thetas.T).numpy()
+        m = len(keys)
+        tally = dict(
+            low=np.full(m, np.inf),
+            best=[(-1, -1)] * m,
+            flips=np.zeros(m, dtype=np.int64),
+            ruled_out=np.zeros(m, dtype=np.int64),
+            bound_min=np.full(m, np.inf),  # the smallest bound of a ruled-out candidate
+            flipped_at=[[] for _ in keys],
+        )
+        return cls(map, thetas, keys, t1, y, features, tally=tally)
+
+    def position(self, p, X, rows, change, *, tau, checked, rng) -> None:
+        """Score, or rule out, every candidate row at position ``p`` for every model."""
+        y, thetas, T = self.y, self.thetas, self.tally
+        d = X.shape[1]
+        if self.map == "rf":
+            h, V = self.features["h"], self.features["V"]
             Vi = V[:, p * d : (p + 1) * d].double()
-            fm = G.rf_flip_model(H[-1], Vi)
+            fm = G.rf_flip_model(h, Vi)
             # prop-flip-bound's certificate, one bound for the whole position
             move = thetas.norm(dim=1) * fm.change_bound / d**0.5 * float(change.max())
-            ratio = float((move / (y * torch.as_tensor(t1))).max())
-            certified, certificate = certified + int(ratio < 1), min(certificate, ratio)
-            L = G.rf_word_bounds(H[-1], Vi, X[p], rows, thetas, y, tau=tau)
+            ratio = float((move / (y * torch.as_tensor(self.t1))).max())
+            self.certified += int(ratio < 1)
+            self.certificate = min(self.certificate, ratio)
+            L = G.rf_word_bounds(h, Vi, X[p], rows, thetas, y, tau=tau)
             out = L > BOUND_MARGIN  # (T, m): ruled out by prop-word-bound
-            ruled_out += out.sum(0).numpy()
-            bound_min = np.minimum(bound_min, torch.where(out, L, np.inf).amin(0).numpy())
+            T["ruled_out"] += out.sum(0).numpy()
+            T["bound_min"] = np.minimum(
+                T["bound_min"], torch.where(out, L, np.inf).amin(0).numpy()
+            )
             scored = torch.nonzero(~out.all(1)).flatten()
             check = torch.nonzero(out.any(1)).flatten().numpy()
             check = torch.as_tensor(rng.permutation(check)[:checked])
         else:
-            fm = G.attention_flip_model(X, W, norm, p)
+            fm = G.attention_flip_model(X, self.features["W"], self.features["norm"], p)
             scored, check = torch.arange(len(rows)), torch.arange(0)
-        yt = np.full((len(rows), len(keys)), np.inf)
+        yt = np.full((len(rows), len(self.keys)), np.inf)
         both = torch.cat([scored, check])
         if len(both):
             exact = (y * G.word_scores(fm, X[p], rows[both], thetas)).numpy()
@@ -177,40 +244,33 @@ def word_flip_point(
             if len(check):  # ruled-out candidates scored anyway: the bound holds
                 bound = L[check].numpy()
                 slack = np.where(bound > BOUND_MARGIN, exact[len(scored) :] - bound, np.inf)
-                gap = min(gap, float(slack.min()))
-        for j in range(len(keys)):
+                self.gap = min(self.gap, float(slack.min()))
+        for j in range(len(self.keys)):
             v = int(np.argmin(yt[:, j]))
-            if yt[v, j] < low[j]:
-                low[j], best[j] = yt[v, j], (p, v)
+            if yt[v, j] < T["low"][j]:
+                T["low"][j], T["best"][j] = yt[v, j], (p, v)
             hits = int((yt[:, j] < 0).sum())
-            flips[j] += hits
+            T["flips"][j] += hits
             if hits:
-                flipped_at[j].append(p)
-    runs = [
-        {
-            "N": N,
-            "training": training,
-            "t1": float(t1[j]),
-            "flips": int(flips[j]),
-            "flipped_positions": flipped_at[j],
-            "best_position": best[j][0],
-            "best_token": best[j][1],
-            "best_t1": float(y * low[j]) if np.isfinite(low[j]) else None,
-            "ruled_out": int(ruled_out[j]),
-            "bound_min": float(bound_min[j]) if np.isfinite(bound_min[j]) else None,
-            "scored": len(positions) * int(enc.vocab_size) - int(ruled_out[j]),
-        }
-        for j, (N, training) in enumerate(keys)
-    ]
-    return {
-        "runs": runs,
-        "review": review,
-        "y": y,
-        "positions": positions,
-        "tokens": int(enc.vocab_size),
-        "in_ball": in_ball,
-        "certified_positions": certified,
-        "certificate": certificate if np.isfinite(certificate) else None,
-        "bound_gap": gap if np.isfinite(gap) else None,
-        "seconds": time.perf_counter() - t0,
-    }
+                T["flipped_at"][j].append(p)
+
+    def runs(self, positions: int, enc) -> list[dict]:
+        """One record per trained model, over the ``positions`` positions scored."""
+        T = self.tally
+        return [
+            {
+                "map": self.map,
+                "N": N,
+                "training": training,
+                "t1": float(self.t1[j]),
+                "flips": int(T["flips"][j]),
+                "flipped_positions": T["flipped_at"][j],
+                "best_position": T["best"][j][0],
+                "best_token": T["best"][j][1],
+                "best_t1": float(self.y * T["low"][j]) if np.isfinite(T["low"][j]) else None,
+                "ruled_out": int(T["ruled_out"][j]),
+                "bound_min": _finite(T["bound_min"][j]),
+                "scored": positions * int(enc.vocab_size) - int(T["ruled_out"][j]),
+            }
+            for j, (N, training) in enumerate(self.keys)
+        ]
