@@ -54,28 +54,34 @@ def row_column_readouts(
     not_i[row] = 0
 
     def readouts(thetas: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-        Th = thetas.reshape(-1, n, d)  # m × n × d
+        m = thetas.shape[0]
+        Th = thetas.reshape(m, n, d)  # m × n × d
         G = Th @ X.T  # m × n × n
         P = (U * G[:, :, others]).sum(dim=-1)  # m × n
+        Gi = G[:, row]  # m × n: row i's ⟨x_c, θ_i⟩
+        # one product gives a candidate's every linear term: z'_ri/a, row i's scores·√d,
+        # x'W, and ⟨x', θ_r⟩ for every model and row
+        C = torch.cat([QT, KT, W, Th.reshape(m * n, d).T], dim=1)  # d × (2n + d + m·n)
 
         def f(Delta: torch.Tensor) -> torch.Tensor:
             xi = X[row] + Delta  # B × d
-            col = a * (xi @ QT)  # B × n: z'_ri
-            si = (xi @ KT) / s  # B × n: row i's new scores x' W x_c/√d
-            si[:, row] = ((xi @ W) * xi).sum(dim=-1) / s
-            g = torch.einsum("bd,mrd->bmr", xi, Th)  # B × m × n: ⟨x', θ_r⟩
+            B = len(xi)
+            lin = xi @ C
+            col = a * lin[:, :n]  # B × n: z'_ri
+            si = lin[:, n : 2 * n] / s  # B × n: row i's new scores x' W x_c/√d
+            si[:, row] = (lin[:, 2 * n : 2 * n + d] * xi).sum(dim=-1) / s
+            g = lin[:, 2 * n + d :].reshape(B, m, n)  # B × m × n: ⟨x', θ_r⟩
             if soft:
                 top = torch.maximum(shift, col)
                 old, new = torch.exp(shift - top), torch.exp(col - top)
             else:
                 old, new = torch.ones_like(col), torch.relu(col)
-            den = (N * old + new)[:, None]  # B × 1 × n
-            num = P * old[:, None] + new[:, None] * g
-            rows_r = torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+            den = N * old + new  # B × n; rows r ≠ i: (P_r·old + g_r·new) / den
+            inv = torch.where(den > 0, 1 / torch.where(den > 0, den, 1.0), 0.0) * not_i
+            rows_r = (old * inv) @ P.T + torch.einsum("bmr,br->bm", g, new * inv)
             Ai = normalise_scores(si, norm)  # row i's new weights, as the map makes them
-            Gi = G[:, row].expand(len(xi), -1, -1).clone()  # B × m × n
-            Gi[:, :, row] = g[:, :, row]
-            return (rows_r * not_i).sum(dim=-1) + (Ai[:, None] * Gi).sum(dim=-1)
+            # row i: Σ_c A'_ic G_ic, but G'_ii = ⟨x', θ_i⟩
+            return rows_r + Ai @ Gi.T + Ai[:, row : row + 1] * (g[:, :, row] - Gi[:, row])
 
         return f
 

@@ -10,7 +10,7 @@ from ._search import FlipModel
 
 
 def word_scores(
-    model: FlipModel, x: torch.Tensor, rows, thetas, *, batch: int = 512
+    model: FlipModel, x: torch.Tensor, rows, thetas, *, batch: int = 1024
 ) -> torch.Tensor:
     """The outputs ``t_j(v) = ⟨φ(X_i(x'_v − x_i)), θ_j⟩`` of linear read-outs of ``model``'s
     features (:class:`FlipModel`, seen from word ``i``) on the text with row ``i`` replaced by
