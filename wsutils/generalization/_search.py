@@ -58,7 +58,9 @@ def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
     def phi_row(Delta):
         return torch.relu(h + Delta @ Vi.T)
 
-    bound = float(torch.linalg.matrix_norm(Vi, ord=2)) * math.sqrt(d)
+    # ‖V_i‖_op² is the largest eigenvalue of the d × d Gram matrix (an SVD of V_i is k/d
+    # times the work)
+    bound = math.sqrt(float(torch.linalg.eigvalsh(Vi.T @ Vi)[-1].clamp_min(0)) * d)
 
     def batched(Ws, dtype):
         hd, Vd, Wd = h.to(dtype), Vi.to(dtype), Ws.to(dtype)
