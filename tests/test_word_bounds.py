@@ -45,12 +45,27 @@ def test_bounds_lie_below_the_exact_outputs(seed, y):
     # every unit can lower every output (y·θ_l < 0): with tau ≥ max|h| all are exact
     lowering = -y * thetas.abs()
     low = y * G.word_scores(G.rf_flip_model(h, Vi), X[row], rows, lowering)
-    L = G.rf_word_bounds(h, Vi, X[row], rows, lowering, y, tau=float(h.abs().max()))
+    everything = float(h.abs().max())
+    L = G.rf_word_bounds(
+        h, Vi, X[row], rows, lowering, y, tau=everything, near_dtype=torch.float64
+    )
     torch.testing.assert_close(L, low, rtol=1e-10, atol=1e-10)
+    # in single precision (the default) the bound is lowered by its rounding allowance
+    # γ_{d+2}‖Δ‖ Σ|θ_l|‖V_l‖ and stays within twice that of the output
+    L32 = G.rf_word_bounds(h, Vi, X[row], rows, lowering, y, tau=everything)
+    u = (d + 2) * 2.0**-24
+    allowance = (
+        u
+        / (1 - u)
+        * torch.linalg.vector_norm(rows - X[row], dim=1, keepdim=True)
+        * (lowering.abs() @ torch.linalg.vector_norm(Vi, dim=1))
+    )
+    assert (L32 <= low + 1e-12).all() and (low - L32 <= 2 * allowance + 1e-12).all()
+    assert (low - L32 > 0.5 * allowance).any()  # the allowance is subtracted
     # a unit that only raises the outputs (y·θ_l ≥ 0 for every model) is left out: the
     # bound of read-outs that never lower is the output at x plus the linear term
     raising = y * thetas.abs()
-    L = G.rf_word_bounds(h, Vi, X[row], rows, raising, y, tau=float(h.abs().max()))
+    L = G.rf_word_bounds(h, Vi, X[row], rows, raising, y, tau=everything)
     on = (h > 0).double()
     first = y * (torch.relu(h) @ raising.T + (rows - X[row]) @ ((raising * on) @ Vi).T)
     torch.testing.assert_close(L, first, rtol=1e-10, atol=1e-10)
@@ -78,3 +93,5 @@ def test_bounds_refuse_bad_input():
         G.rf_word_bounds(**good, tau=-0.1)
     with pytest.raises(ValueError, match="batch"):
         G.rf_word_bounds(**good, batch=0)
+    with pytest.raises(ValueError, match="near_dtype"):
+        G.rf_word_bounds(**good, near_dtype=torch.int32)

@@ -10,7 +10,16 @@ from ..checks import as_tensor, check_finite, check_int, check_preactivations, c
 
 
 def rf_word_bounds(
-    h, Vi, x, rows, thetas, y: float, *, tau: float = 0.3, batch: int = 512
+    h,
+    Vi,
+    x,
+    rows,
+    thetas,
+    y: float,
+    *,
+    tau: float = 0.3,
+    batch: int = 512,
+    near_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """Lower bounds ``L[v, j] ≤ y·t_j(v)`` on the outputs ``t_j(v) = ⟨ReLU(h + V_i Δ_v), θ_j⟩``
     of random features (eq. :eq:`eq-rf`, seen from word ``i``: ``h = V flat(X)``, the book's
@@ -27,7 +36,13 @@ def rf_word_bounds(
 
     Where ``L[v, j] > 0`` the substitution ``v`` cannot flip model ``j``. Costs ``O(k·d²)``
     once and ``O(d² + (m + s)·d)`` a candidate (``s`` units in ``Z``), against ``O(k·d)`` a
-    candidate for the exact output; in float64.
+    candidate for the exact output. In float64 but for ``a_Z = V_Z Δ`` (``s·d`` a candidate,
+    most of the cost), computed in ``near_dtype``: its rounding, at most
+    ``γ_{d+2}·Σ_q |Δ_q||V_lq| ≤ γ_{d+2}‖Δ‖‖V_l‖`` a unit in any order of the sums
+    (``γ_m = m·u/(1 − m·u)``, ``u`` the unit roundoff; Higham, *Accuracy and Stability of
+    Numerical Algorithms*, §3.1, with one more rounding for ``Δ`` and one for ``V_l``), moves
+    each ``r_l`` by no more (``r_l`` is 1-Lipschitz in ``a_l``), so ``L`` is lowered by
+    ``γ_{d+2}‖Δ‖ Σ_{l ∈ Z} |θ_jl|‖V_l‖``.
 
     Returns
     -------
@@ -39,7 +54,7 @@ def rf_word_bounds(
     ValueError
         If the arrays are not finite or not of the shapes above (``h`` (k,), ``Vi`` (k, d),
         ``x`` (d,), ``rows`` (T, d), ``thetas`` (m, k), none empty), ``y`` is not ±1, ``tau``
-        is negative or ``batch`` is below one.
+        is negative, ``batch`` is below one or ``near_dtype`` is not a floating type.
     """
     h = as_tensor(h, dtype=torch.float64, name="h")
     Vi = as_tensor(Vi, dtype=torch.float64, name="Vi")
@@ -65,6 +80,8 @@ def rf_word_bounds(
     if tau < 0:
         raise ValueError(f"tau must be at least 0, got {tau}.")
     batch = check_int("batch", batch, minimum=1)
+    if not isinstance(near_dtype, torch.dtype) or not near_dtype.is_floating_point:
+        raise ValueError(f"near_dtype must be a torch floating type, got {near_dtype!r}.")
     on = (h > 0).double()
     t_x = torch.relu(h) @ thetas.T  # (m,)
     g = (thetas * on) @ Vi  # (m, d)
@@ -75,12 +92,18 @@ def rf_word_bounds(
     Vc, hc, hurt_c = Vi[~near], h[~near], hurt[:, ~near]
     omega = (hurt_c / (4 * hc.abs())).amax(dim=0)  # (k - |near|,), |h_l| > tau ≥ 0
     M = (Vc.T * omega) @ Vc  # (d, d), one form for every model
+    # the rounding of a_Z in near_dtype, per unit of ‖Δ‖ and per model
+    mu = (d + 2) * torch.finfo(near_dtype).eps / 2
+    slack = mu / (1 - mu) * (ths.abs() @ torch.linalg.vector_norm(Vs, dim=1))  # (m,)
+    # r_l = ReLU(σ_l(h_l + a_l)), σ_l = −1 where h_l > 0 (ReLU(z) − z = ReLU(−z)), else +1
+    sign = 1 - 2 * ons
+    Vs_low, hs_signed = (sign[:, None] * Vs).to(near_dtype), sign * hs
     out = torch.empty(rows.shape[0], thetas.shape[0], dtype=torch.float64)
     for j in range(0, rows.shape[0], batch):
         D = rows[j : j + batch] - x
-        a = D @ Vs.T
-        r = torch.relu(hs + a) - torch.relu(hs) - ons * a  # exact remainders, near units
+        r = (D.to(near_dtype) @ Vs_low.T).double().add_(hs_signed).relu_()  # σ⊙a, then r
         first = t_x + D @ g.T + r @ ths.T
         quad = ((D @ M) * D).sum(dim=1, keepdim=True)
-        out[j : j + len(D)] = y * first - quad
+        rounding = torch.linalg.vector_norm(D, dim=1, keepdim=True) * slack
+        out[j : j + len(D)] = y * first - quad - rounding
     return out
