@@ -93,5 +93,6 @@ def test_bounds_refuse_bad_input():
         G.rf_word_bounds(**good, tau=-0.1)
     with pytest.raises(ValueError, match="batch"):
         G.rf_word_bounds(**good, batch=0)
-    with pytest.raises(ValueError, match="near_dtype"):
-        G.rf_word_bounds(**good, near_dtype=torch.int32)
+    for dtype in (torch.int32, torch.float16):
+        with pytest.raises(ValueError, match="near_dtype"):
+            G.rf_word_bounds(**good, near_dtype=dtype)

@@ -37,12 +37,12 @@ def rf_word_bounds(
     Where ``L[v, j] > 0`` the substitution ``v`` cannot flip model ``j``. Costs ``O(k·d²)``
     once and ``O(d² + (m + s)·d)`` a candidate (``s`` units in ``Z``), against ``O(k·d)`` a
     candidate for the exact output. In float64 but for ``a_Z = V_Z Δ`` (``s·d`` a candidate,
-    most of the cost), computed in ``near_dtype``: its rounding, at most
-    ``γ_{d+2}·Σ_q |Δ_q||V_lq| ≤ γ_{d+2}‖Δ‖‖V_l‖`` a unit in any order of the sums
-    (``γ_m = m·u/(1 − m·u)``, ``u`` the unit roundoff; Higham, *Accuracy and Stability of
-    Numerical Algorithms*, §3.1, with one more rounding for ``Δ`` and one for ``V_l``), moves
-    each ``r_l`` by no more (``r_l`` is 1-Lipschitz in ``a_l``), so ``L`` is lowered by
-    ``γ_{d+2}‖Δ‖ Σ_{l ∈ Z} |θ_jl|‖V_l‖``.
+    most of the cost), computed in ``near_dtype`` (``torch.float32`` or ``torch.float64``):
+    its rounding, at most ``ε_d·Σ_q |Δ_q||V_lq| ≤ ε_d‖Δ‖‖V_l‖`` a unit in any order of the
+    sums (``ε_d = (d+2)u/(1 − (d+2)u)``, ``u`` the type's unit roundoff; Higham, *Accuracy and
+    Stability of Numerical Algorithms*, §3.1: ``d`` products, and one more rounding each for
+    ``Δ`` and ``V_l``), moves each ``r_l`` by no more (``r_l`` is 1-Lipschitz in ``a_l``), so
+    ``L`` is lowered by ``ε_d‖Δ‖ Σ_{l ∈ Z} |θ_jl|‖V_l‖``.
 
     Returns
     -------
@@ -54,7 +54,7 @@ def rf_word_bounds(
     ValueError
         If the arrays are not finite or not of the shapes above (``h`` (k,), ``Vi`` (k, d),
         ``x`` (d,), ``rows`` (T, d), ``thetas`` (m, k), none empty), ``y`` is not ±1, ``tau``
-        is negative, ``batch`` is below one or ``near_dtype`` is not a floating type.
+        is negative, ``batch`` is below one or ``near_dtype`` is neither float32 nor float64.
     """
     h = as_tensor(h, dtype=torch.float64, name="h")
     Vi = as_tensor(Vi, dtype=torch.float64, name="Vi")
@@ -80,8 +80,8 @@ def rf_word_bounds(
     if tau < 0:
         raise ValueError(f"tau must be at least 0, got {tau}.")
     batch = check_int("batch", batch, minimum=1)
-    if not isinstance(near_dtype, torch.dtype) or not near_dtype.is_floating_point:
-        raise ValueError(f"near_dtype must be a torch floating type, got {near_dtype!r}.")
+    if near_dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"near_dtype must be torch.float32 or torch.float64, got {near_dtype!r}.")
     on = (h > 0).double()
     t_x = torch.relu(h) @ thetas.T  # (m,)
     g = (thetas * on) @ Vi  # (m, d)
@@ -93,8 +93,8 @@ def rf_word_bounds(
     omega = (hurt_c / (4 * hc.abs())).amax(dim=0)  # (k - |near|,), |h_l| > tau ≥ 0
     M = (Vc.T * omega) @ Vc  # (d, d), one form for every model
     # the rounding of a_Z in near_dtype, per unit of ‖Δ‖ and per model
-    mu = (d + 2) * torch.finfo(near_dtype).eps / 2
-    slack = mu / (1 - mu) * (ths.abs() @ torch.linalg.vector_norm(Vs, dim=1))  # (m,)
+    du = (d + 2) * torch.finfo(near_dtype).eps / 2  # (d + 2)u, far below 1 for these types
+    slack = du / (1 - du) * (ths.abs() @ torch.linalg.vector_norm(Vs, dim=1))  # (m,): ε_d Σ
     # r_l = ReLU(σ_l(h_l + a_l)), σ_l = −1 where h_l > 0 (ReLU(z) − z = ReLU(−z)), else +1
     sign = 1 - 2 * ons
     Vs_low, hs_signed = (sign[:, None] * Vs).to(near_dtype), sign * hs
