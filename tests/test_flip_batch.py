@@ -197,7 +197,7 @@ def test_word_scores_refuse_bad_input():
         (dict(rows=torch.ones(0, 4)), "rows the candidates"),
         (dict(x=X), "one row"),
         (dict(thetas=torch.ones(1, 19)), "read-outs"),
-        (dict(thetas=torch.ones(0, 20)), "thetas is empty"),
+        (dict(thetas=torch.ones(0, 20)), "read-outs"),
         (dict(rows=torch.full((3, 4), math.nan)), "rows"),
     ]:
         with pytest.raises(ValueError, match=msg):

@@ -81,7 +81,7 @@ def test_bounds_refuse_bad_input():
         (dict(h=h[:-1]), "one pre-activation"),
         (dict(x=X), "one row"),
         (dict(rows=rows[:, :3]), "candidates"),
-        (dict(rows=rows[:0]), "rows is empty"),
+        (dict(rows=rows[:0]), "rows the candidates"),
         (dict(thetas=thetas[:, :-1]), "read-outs"),
         (dict(y=0.5), "label"),
         (dict(rows=torch.full_like(rows, math.nan)), "rows"),

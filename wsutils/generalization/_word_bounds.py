@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import as_tensor, check_finite, check_int, check_preactivations, check_real
+from ..checks import as_tensor, check_int, check_preactivations, check_real
+from ._words import check_candidates
 
 
 def rf_word_bounds(
@@ -59,21 +60,8 @@ def rf_word_bounds(
     h = as_tensor(h, dtype=torch.float64, name="h")
     Vi = as_tensor(Vi, dtype=torch.float64, name="Vi")
     check_preactivations("h", h, Vi)
-    x = as_tensor(x, dtype=torch.float64, name="x")
-    rows = as_tensor(rows, dtype=torch.float64, name="rows")
-    thetas = as_tensor(thetas, dtype=torch.float64, name="thetas")
-    for name, t in (("x", x), ("rows", rows), ("thetas", thetas)):
-        check_finite(name, t)
     k, d = Vi.shape
-    if x.shape != (d,) or rows.ndim != 2 or rows.shape[1] != d or rows.shape[0] == 0:
-        raise ValueError(
-            f"x must be one row ({d},) and rows the candidates (T, {d}), T ≥ 1, got shapes "
-            f"{tuple(x.shape)} and {tuple(rows.shape)}."
-        )
-    if thetas.ndim != 2 or thetas.shape[1] != k or thetas.shape[0] == 0:
-        raise ValueError(
-            f"thetas must be the read-outs (m, {k}), m ≥ 1, got shape {tuple(thetas.shape)}."
-        )
+    x, rows, thetas = check_candidates(x, rows, thetas, k, d)
     if y not in (-1, 1):
         raise ValueError(f"y must be a label, +1 or -1, got {y!r}.")
     tau = check_real("tau", tau)

@@ -35,24 +35,12 @@ def word_scores(
         If ``x``, ``rows`` or ``thetas`` are not finite or not of the shapes above (``rows``
         and ``thetas`` may not be empty), or ``batch`` is below one.
     """
-    x = as_tensor(x, dtype=torch.float64, name="x")
-    rows = as_tensor(rows, dtype=torch.float64, name="rows")
-    thetas = as_tensor(thetas, dtype=torch.float64, name="thetas")
     batch = check_int("batch", batch, minimum=1)
-    if x.ndim != 1 or rows.ndim != 2 or rows.shape[1] != x.shape[0] or rows.shape[0] == 0:
-        raise ValueError(
-            f"x must be one row (d,) and rows the candidates (T, d), T ≥ 1, got shapes "
-            f"{tuple(x.shape)} and {tuple(rows.shape)}."
-        )
-    for name, t in (("x", x), ("rows", rows), ("thetas", thetas)):
-        check_finite(name, t)
+    x = as_tensor(x, dtype=torch.float64, name="x")
     with torch.no_grad():
-        p = model.phi_row(torch.zeros(1, x.shape[0], dtype=torch.float64)).shape[1]
-        if thetas.ndim != 2 or thetas.shape[1] != p or thetas.shape[0] == 0:
-            raise ValueError(
-                f"thetas must be the read-outs (m, p) of the model's {p} features, m ≥ 1, "
-                f"got shape {tuple(thetas.shape)}."
-            )
+        d = x.shape[0] if x.ndim == 1 else 0  # a wrong x is refused by check_candidates
+        p = model.phi_row(torch.zeros(1, d, dtype=torch.float64)).shape[1] if d else 0
+        x, rows, thetas = check_candidates(x, rows, thetas, p)
         if model.readouts is not None:
             read = model.readouts(thetas)
         else:
@@ -62,3 +50,28 @@ def word_scores(
             Delta = rows[j : j + batch] - x
             out[j : j + len(Delta)] = read(Delta).cpu()
     return out
+
+
+def check_candidates(x, rows, thetas, p: int, d: int | None = None):
+    """The arguments :func:`word_scores` and :func:`rf_word_bounds` share, as float64 tensors
+    ``(x, rows, thetas)``: ``x`` the text's row ``(d,)`` (``d``: the width the model needs;
+    default ``x``'s own), ``rows`` the candidates ``(T, d)`` with ``T ≥ 1``, ``thetas`` the
+    read-outs ``(m, p)`` of the model's ``p`` features with ``m ≥ 1``, all finite; else a
+    ValueError that names the argument."""
+    x = as_tensor(x, dtype=torch.float64, name="x")
+    rows = as_tensor(rows, dtype=torch.float64, name="rows")
+    thetas = as_tensor(thetas, dtype=torch.float64, name="thetas")
+    d = (x.shape[-1] if x.ndim else 0) if d is None else d
+    if x.shape != (d,) or rows.ndim != 2 or rows.shape[1] != d or rows.shape[0] == 0:
+        raise ValueError(
+            f"x must be one row ({d},) and rows the candidates (T, {d}), T ≥ 1, got shapes "
+            f"{tuple(x.shape)} and {tuple(rows.shape)}."
+        )
+    if thetas.ndim != 2 or thetas.shape[1] != p or thetas.shape[0] == 0:
+        raise ValueError(
+            f"thetas must be the read-outs (m, {p}) of the model's {p} features, m ≥ 1, "
+            f"got shape {tuple(thetas.shape)}."
+        )
+    for name, t in (("x", x), ("rows", rows), ("thetas", thetas)):
+        check_finite(name, t)
+    return x, rows, thetas
