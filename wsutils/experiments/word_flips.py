@@ -17,7 +17,7 @@ review, by the exhaustive scoring.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -148,8 +148,9 @@ def word_flip_point(
             sc.position(p, X, rows, change, tau=tau, checked=checked, rng=rng)
             sc.seconds += time.perf_counter() - t
     rf = scorers.get("rf")
+    candidates = len(positions) * int(enc.vocab_size)
     return {
-        "runs": [run for sc in scorers.values() for run in sc.runs(len(positions), enc)],
+        "runs": [run for sc in scorers.values() for run in sc.runs(candidates)],
         "review": review,
         "y": y,
         "positions": positions,
@@ -171,7 +172,8 @@ def _finite(v: float) -> float | None:
 class _Scorer:
     """One map's trained models on one review (:func:`word_flip_point`): their read-outs
     ``thetas`` (one row per ``(N, training)`` of ``keys``), their outputs ``t1`` on the
-    review, what the map needs to score a candidate row, and the tallies over positions."""
+    review, what the map needs to score a candidate row, and the tallies over positions
+    (:meth:`position` adds one, :meth:`runs` reads them)."""
 
     map: str
     thetas: torch.Tensor
@@ -183,7 +185,16 @@ class _Scorer:
     certified: int = 0
     certificate: float = np.inf
     gap: float = np.inf
-    tally: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        # per model, over the positions scored so far
+        m = len(self.keys)
+        self.low = np.full(m, np.inf)  # the smallest y·t₁ scored
+        self.best = [(-1, -1)] * m  # where: (position, token)
+        self.flips = np.zeros(m, dtype=np.int64)
+        self.ruled_out = np.zeros(m, dtype=np.int64)
+        self.bound_min = np.full(m, np.inf)  # the smallest bound of a ruled-out candidate
+        self.flipped_at = [[] for _ in range(m)]
 
     @classmethod
     def train(cls, map, train, Y, X, y, *, Ns, trainings, seed) -> "_Scorer":
@@ -200,20 +211,11 @@ class _Scorer:
             features = dict(W=W, norm=norm)
         thetas, keys = G.trained_readouts(feats[:-1], Y, feats[-1], y, Ns=Ns, trainings=trainings)
         t1 = (feats[-1] @ thetas.T).numpy()
-        m = len(keys)
-        tally = dict(
-            low=np.full(m, np.inf),
-            best=[(-1, -1)] * m,
-            flips=np.zeros(m, dtype=np.int64),
-            ruled_out=np.zeros(m, dtype=np.int64),
-            bound_min=np.full(m, np.inf),  # the smallest bound of a ruled-out candidate
-            flipped_at=[[] for _ in keys],
-        )
-        return cls(map, thetas, keys, t1, y, features, tally=tally)
+        return cls(map, thetas, keys, t1, y, features)
 
     def position(self, p, X, rows, change, *, tau, checked, rng) -> None:
         """Score, or rule out, every candidate row at position ``p`` for every model."""
-        y, thetas, T = self.y, self.thetas, self.tally
+        y, thetas = self.y, self.thetas
         d = X.shape[1]
         if self.map == "rf":
             h, V = self.features["h"], self.features["V"]
@@ -226,9 +228,9 @@ class _Scorer:
             self.certificate = min(self.certificate, ratio)
             L = G.rf_word_bounds(h, Vi, X[p], rows, thetas, y, tau=tau)
             out = L > BOUND_MARGIN  # (T, m): ruled out by prop-word-bound
-            T["ruled_out"] += out.sum(0).numpy()
-            T["bound_min"] = np.minimum(
-                T["bound_min"], torch.where(out, L, np.inf).amin(0).numpy()
+            self.ruled_out += out.sum(0).numpy()
+            self.bound_min = np.minimum(
+                self.bound_min, torch.where(out, L, np.inf).amin(0).numpy()
             )
             scored = torch.nonzero(~out.all(1)).flatten()
             check = torch.nonzero(out.any(1)).flatten().numpy()
@@ -247,30 +249,30 @@ class _Scorer:
                 self.gap = min(self.gap, float(slack.min()))
         for j in range(len(self.keys)):
             v = int(np.argmin(yt[:, j]))
-            if yt[v, j] < T["low"][j]:
-                T["low"][j], T["best"][j] = yt[v, j], (p, v)
+            if yt[v, j] < self.low[j]:
+                self.low[j], self.best[j] = yt[v, j], (p, v)
             hits = int((yt[:, j] < 0).sum())
-            T["flips"][j] += hits
+            self.flips[j] += hits
             if hits:
-                T["flipped_at"][j].append(p)
+                self.flipped_at[j].append(p)
 
-    def runs(self, positions: int, enc) -> list[dict]:
-        """One record per trained model, over the ``positions`` positions scored."""
-        T = self.tally
+    def runs(self, candidates: int) -> list[dict]:
+        """One record per trained model, of the ``candidates`` each was given (positions
+        scored × tokens)."""
         return [
             {
                 "map": self.map,
                 "N": N,
                 "training": training,
                 "t1": float(self.t1[j]),
-                "flips": int(T["flips"][j]),
-                "flipped_positions": T["flipped_at"][j],
-                "best_position": T["best"][j][0],
-                "best_token": T["best"][j][1],
-                "best_t1": float(self.y * T["low"][j]) if np.isfinite(T["low"][j]) else None,
-                "ruled_out": int(T["ruled_out"][j]),
-                "bound_min": _finite(T["bound_min"][j]),
-                "scored": positions * int(enc.vocab_size) - int(T["ruled_out"][j]),
+                "flips": int(self.flips[j]),
+                "flipped_positions": self.flipped_at[j],
+                "best_position": self.best[j][0],
+                "best_token": self.best[j][1],
+                "best_t1": float(self.y * self.low[j]) if np.isfinite(self.low[j]) else None,
+                "ruled_out": int(self.ruled_out[j]),
+                "bound_min": _finite(self.bound_min[j]),
+                "scored": candidates - int(self.ruled_out[j]),
             }
             for j, (N, training) in enumerate(self.keys)
         ]
