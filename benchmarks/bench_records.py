@@ -176,12 +176,23 @@ def child() -> None:
     print(json.dumps(out))
 
 
-def differences(a, b, path="") -> list[str]:
-    """Every field where the records ``a`` and ``b`` differ (timings aside)."""
+def relative_difference(fa: float, fb: float) -> float:
+    """``|fa − fb| / max(|fa|, |fb|)`` (0 for equal values, NaN and NaN included; ``inf``
+    for NaN against a number)."""
+    if fa == fb or (math.isnan(fa) and math.isnan(fb)):
+        return 0.0
+    if math.isnan(fa) or math.isnan(fb) or math.isinf(fa) or math.isinf(fb):
+        return math.inf
+    return abs(fa - fb) / max(abs(fa), abs(fb))
+
+
+def differences(a, b, path="", rtol: float = 0.0) -> list[str]:
+    """Every field where the records ``a`` and ``b`` differ (timings aside); floats by more
+    than ``rtol``, relative (:func:`relative_difference`; ``0``: bit for bit)."""
     if isinstance(a, dict) and isinstance(b, dict) and set(a) == {"float"} == set(b):
         fa, fb = float.fromhex(a["float"]), float.fromhex(b["float"])
-        same = fa == fb or (math.isnan(fa) and math.isnan(fb))
-        return [] if same else [f"{path}: {fa!r} → {fb!r}"]
+        rel = relative_difference(fa, fb)
+        return [] if rel <= rtol else [f"{path}: {fa!r} → {fb!r} (relative {rel:.1e})"]
     if isinstance(a, dict) and isinstance(b, dict):
         keys = sorted(set(a) | set(b))
         out = []
@@ -191,12 +202,13 @@ def differences(a, b, path="") -> list[str]:
             if k not in a or k not in b:
                 out.append(f"{path}.{k}: only in {'new' if k in b else 'old'}")
                 continue
-            out += differences(a[k], b[k], f"{path}.{k}")
+            out += differences(a[k], b[k], f"{path}.{k}", rtol)
         return out
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [f"{path}: {len(a)} → {len(b)} entries"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
+        pairs = enumerate(zip(a, b))
+        return [d for i, (x, y) in pairs for d in differences(x, y, f"{path}[{i}]", rtol)]
     return [] if a == b else [f"{path}: {a!r} → {b!r}"]
 
 
@@ -232,6 +244,13 @@ def main() -> int:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ref", default="HEAD", help="a directory or git revision (default HEAD)")
     ap.add_argument("--new", default=str(HERE), help="the tree to compare (default this one)")
+    ap.add_argument(
+        "--rtol",
+        type=float,
+        default=0.0,
+        help="floats may differ by this much, relative (default 0: bit for bit); a change "
+        "that rounds differently (issue 34's BLAS syrk, larger batches) states its tolerance",
+    )
     args = ap.parse_args()
     if args.child:
         child()
@@ -239,13 +258,15 @@ def main() -> int:
     old, new = records(_tree(args.ref)), records(_tree(args.new))
     bad = 0
     for (m, f, kw), a, b in zip(POINTS, old, new, strict=True):
-        diffs = differences(a, b)
+        diffs = differences(a, b, rtol=args.rtol)
         label = f"{m.rsplit('.', 1)[-1]}.{f}({', '.join(f'{k}={v}' for k, v in kw.items())})"
-        print(f"{'identical' if not diffs else 'DIFFERENT'}  {label}")
+        same = "identical" if not differences(a, b) else f"within rtol {args.rtol:g}"
+        print(f"{same if not diffs else 'DIFFERENT'}  {label}")
         for line in diffs[:10]:
             print(f"    {line}")
         bad += bool(diffs)
-    print(f"{len(POINTS) - bad} of {len(POINTS)} points identical ({args.ref} → {args.new}).")
+    kind = "identical" if args.rtol == 0 else f"the same to rtol {args.rtol:g}"
+    print(f"{len(POINTS) - bad} of {len(POINTS)} points {kind} ({args.ref} → {args.new}).")
     return 1 if bad else 0
 
 

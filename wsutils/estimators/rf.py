@@ -305,29 +305,51 @@ def rf_relative_change(u: torch.Tensor, Vi: torch.Tensor, Delta: torch.Tensor) -
     return out[0] if single else out
 
 
+def _syrk_into(G: torch.Tensor, B: torch.Tensor) -> None:
+    """``G += BᵀB`` for a ``d × d`` accumulator ``G`` of ``B``'s dtype, only its upper triangle
+    filled on the CPU (BLAS ``syrk``: half the products of ``B.T @ B``; :func:`_symmetric`
+    completes it), the whole matrix elsewhere."""
+    if B.shape[0] == 0:
+        return
+    if B.device.type != "cpu" or B.dtype not in (torch.float32, torch.float64):
+        G += B.T @ B
+        return
+    from scipy.linalg import blas
+
+    syrk = blas.ssyrk if B.dtype == torch.float32 else blas.dsyrk
+    # B row-major is Bᵀ column-major; G's transpose is column-major and its lower triangle is
+    # G's upper one, which syrk (lower=1 on the transpose) updates in place
+    syrk(1.0, B.contiguous().numpy().T, beta=1.0, c=G.numpy().T, lower=1, overwrite_c=1)
+
+
+def _symmetric(G: torch.Tensor | None) -> torch.Tensor | None:
+    """The full symmetric matrix from the upper triangle :func:`_syrk_into` filled."""
+    if G is None or G.device.type != "cpu":
+        return G
+    return torch.triu(G) + torch.triu(G, 1).T
+
+
 def _grams(A: torch.Tensor, active: torch.Tensor | None, full: bool = True):
     """``AᵀA`` and, if ``active`` is given, ``A_Jᵀ A_J`` (rows ``J = active``), in float64,
-    accumulated over row blocks (:func:`_blocks64`) so that no copy of ``A`` is made.
-    ``full=False`` (with ``active``) skips the rows outside ``J`` and returns ``(None, A_JᵀA_J)``:
-    the same ``A_JᵀA_J``, for a caller that needs no upper certificate."""
+    accumulated over row blocks (:func:`_blocks64`, BLAS ``syrk``) so that no copy of ``A`` is
+    made. ``full=False`` (with ``active``) skips the rows outside ``J`` and returns
+    ``(None, A_JᵀA_J)``: the same ``A_JᵀA_J``, for a caller that needs no upper certificate."""
     d = A.shape[1]
     G = torch.zeros(d, d, dtype=torch.float64, device=A.device)
     GJ = torch.zeros_like(G) if active is not None else None
     for s, B in _blocks64(A):
         if active is None:
-            G += B.T @ B
+            _syrk_into(G, B)
             continue
         m = active[s : s + B.shape[0]]
-        BJ = B[m]
-        GJ += BJ.T @ BJ
+        _syrk_into(GJ, B[m])
         if full:
-            BO = B[~m]
-            G += BO.T @ BO
+            _syrk_into(G, B[~m])
     if GJ is not None and not full:
-        return None, GJ
+        return None, _symmetric(GJ)
     if GJ is not None:
         G += GJ
-    return G, GJ
+    return _symmetric(G), _symmetric(GJ)
 
 
 def _top(G: torch.Tensor) -> tuple[float, torch.Tensor]:
@@ -341,15 +363,22 @@ def _upper_from(G, u, d) -> float:
 
 
 def _lower_from(GJ, u, Vi) -> tuple[float, torch.Tensor]:
+    """:prf:ref:`thm-rf-lower` at ``v``, the top eigenvector of ``GJ`` (``≈ (V_i)_Jᵀ(V_i)_J``):
+    ``Δ = ±√d v`` with the sign of the larger ``‖ReLU(±a)‖``, ``a = (V_i v)_J``, and the
+    certificate ``√(d/2)·‖a‖/‖ReLU(g)‖`` with ``‖a‖`` computed in float64 from that ``v`` (the
+    proof holds for every unit ``v``; at the top singular vector ``‖a‖ = ‖(V_i)_J‖_op``, so
+    a ``v`` a little off the top costs the certificate only the square of its error)."""
     d = Vi.shape[1]
-    sJ, v = _top(GJ)
+    _, v = _top(GJ)
+    v = v / torch.linalg.vector_norm(v)
     a = _mm64(Vi, v)[u > 0]
     if float(torch.linalg.vector_norm(torch.relu(-a))) > float(
         torch.linalg.vector_norm(torch.relu(a))
     ):
         v = -v
     Delta = project_ball(math.sqrt(d) * v[None], math.sqrt(d))[0]
-    return math.sqrt(d / 2) * sJ / float(torch.linalg.vector_norm(torch.relu(u))), Delta
+    norm_a = float(torch.linalg.vector_norm(a))
+    return math.sqrt(d / 2) * norm_a / float(torch.linalg.vector_norm(torch.relu(u))), Delta
 
 
 def _check_active(u: torch.Tensor) -> torch.Tensor:
@@ -379,7 +408,9 @@ def rf_certified_lower(u: torch.Tensor, Vi: torch.Tensor) -> tuple[float, torch.
     ``v_J`` the top right singular vector of the rows ``J`` of ``V_i``, ``s_J = ‖(V_i)_J‖_op``;
     of ``Δ = ±√d v_J`` the sign with the larger ``‖ReLU((V_i Δ)_J)‖`` is returned, with the
     lower certificate ``S̲_i = √(d/2)·s_J / ‖ReLU(g)‖``: the relative change at the returned
-    ``Δ`` is at least ``S̲_i``. Returns ``(S̲_i, Δ)``."""
+    ``Δ`` is at least ``S̲_i``. Returns ``(S̲_i, Δ)``, ``S̲_i`` with ``s_J`` computed as
+    ``‖(V_i)_J v‖`` in float64 at the computed ``v ≈ v_J`` (what the proof certifies for that
+    ``v``; below the exact ``s_J`` by the square of ``v``'s rounding error)."""
     _, GJ = _grams(Vi, _check_active(u))
     return _lower_from(GJ, u, Vi)
 
