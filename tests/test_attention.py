@@ -301,3 +301,17 @@ def test_both_chapters_softmax_grid_is_one_list_of_store_keys(monkeypatch, scale
     keys = [point_key(sensitivity_point, p) for p in raf]
     assert len(set(keys)) == len(keys)
     assert keys == [point_key(sensitivity_point, p) for p in grid_points("raf")]
+
+
+@pytest.mark.parametrize("takeovers", [False, True])
+def test_chunks_do_not_change_the_starts(takeovers):
+    """Every row's starts are drawn before the rows are cut into chunks (one generator for
+    all rows, or one a row with the take-overs), so a search one row a chunk starts where one
+    chunk for all rows does: with no step, the best start of each row, certified in float64."""
+    X, W = _text(9, 6, seed=3)
+    kw = dict(rows=[0, 4, 8], starts=3, steps=0, seed=5, takeovers=takeovers)
+    whole = at.attention_word_sensitivity(X, W, **kw)
+    alone = at.attention_word_sensitivity(X, W, max_batch_elements=1, **kw)
+    for r in kw["rows"]:
+        np.testing.assert_allclose(alone.per_row_Delta[r], whole.per_row_Delta[r], rtol=1e-12)
+        np.testing.assert_allclose(alone.per_row[r], whole.per_row[r], rtol=1e-12)

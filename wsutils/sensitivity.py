@@ -15,7 +15,7 @@ lower bounds on ``S`` that a reader can recompute.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -500,6 +500,7 @@ def ascend_and_certify(
     *,
     extra: torch.Tensor | None = None,
     row_starts: Callable[[int], torch.Tensor] | None = None,
+    pair_elements: int | None = None,
 ) -> SensitivityResult:
     """The one search every estimator runs: :func:`ascend_rows` with ``objective`` on the
     search copy ``Xs`` of the text, then :func:`certify` of the iterates found, through the
@@ -508,9 +509,10 @@ def ascend_and_certify(
     Trusts its caller as :func:`ascend_rows` does.
 
     ``row_starts``: a function ``row ↦ (m_row × d)`` of starts for that row alone (such as the
-    take-over constructions of the row, in ``Xs``'s dtype), added after ``extra``; each row is
-    then searched on its own, its starts seeded by ``(seed + row) mod 2**63`` (``seed``:
+    take-over constructions of the row, in ``Xs``'s dtype), added after ``extra``; each row's
+    random starts are then seeded by ``(seed + row) mod 2**63`` (``seed``:
     ``search.start_seed(0)``), and the result counts the most of them any row had.
+    ``pair_elements``: what one (row, start) pair of a step holds (:func:`ascend_rows`).
 
     Returns
     -------
@@ -524,17 +526,23 @@ def ascend_and_certify(
         non-finite or zero ``φ(X)``.
     """
     shared = 0 if extra is None else extra.shape[0]
-    if row_starts is None:
-        found = ascend_rows(objective, Xs, row_list, search, extra=extra)
-        return certify(phi_b, Xt, found, search, extra_starts=shared)
-    found, most = {}, 0
-    for r in row_list:
-        own = row_starts(r)
-        most = max(most, own.shape[0])
-        starts_r = own if extra is None else torch.cat([extra, own])
-        search_r = replace(search, seed=(search.start_seed(0) + r) % 2**63, progress=False)
-        found.update(ascend_rows(objective, Xs, [r], search_r, extra=starts_r))
-    return certify(phi_b, Xt, found, search, extra_starts=shared + most)
+    own: dict[int, int] = {}  # the number of each row's own starts
+
+    def counted(r: int) -> torch.Tensor:
+        starts = row_starts(r)
+        own[r] = starts.shape[0]
+        return starts
+
+    found = ascend_rows(
+        objective,
+        Xs,
+        row_list,
+        search,
+        extra=extra,
+        row_starts=None if row_starts is None else counted,
+        pair_elements=pair_elements,
+    )
+    return certify(phi_b, Xt, found, search, extra_starts=shared + max(own.values(), default=0))
 
 
 def certify(
@@ -753,18 +761,29 @@ def ascend_rows(
     search: Search,
     *,
     extra: torch.Tensor | None = None,
+    row_starts: Callable[[int], torch.Tensor] | None = None,
+    pair_elements: int | None = None,
 ) -> dict[int, torch.Tensor]:
     """The projected gradient ascent shared by :func:`word_sensitivity`, the fast attention
     estimator (:func:`wsutils.estimators.self_attention.attention_word_sensitivity`) and the
     trained heads (:mod:`wsutils.trained`), for every row of ``row_list``: ``objective(chunk)``
     returns a function ``values(row_idx, Delta) -> (B,)`` of relative changes for the rows of
-    ``chunk``, maximised by :func:`cosine_ascent` from ``search.starts`` starts seeded by
-    ``search.start_seed(0)`` (:func:`sphere_starts`) plus ``extra``, ``search.steps`` steps of
-    size ``search.lr``, at most ``search.max_batch_elements`` entries a step, stopped early by
-    ``search.stop`` once every row has stalled. Same seed, same starts
-    and same steps whichever objective is used. Trusts its caller: ``Xt``, ``row_list`` and
-    ``extra`` as :func:`search_setup` returns them, ``search`` a checked
-    :class:`~wsutils.search.Search`.
+    ``chunk``, maximised by :func:`cosine_ascent`, ``search.steps`` steps of size
+    ``search.lr``, stopped early by ``search.stop`` once every row of a chunk has stalled.
+
+    Each row's starts: ``search.starts`` random ones (:func:`sphere_starts`), then ``extra``,
+    then ``row_starts(row)`` when given (a function ``row ↦ (m_row × d)``, such as the row's
+    take-over constructions). The random starts of every row are drawn at once from one
+    generator seeded ``search.start_seed(0)``; with ``row_starts``, each row's from its own,
+    seeded ``(search.start_seed(0) + row) mod 2**63``. So the chunks do not change the starts.
+
+    The rows are searched together, as many a chunk as keep a step within
+    ``search.max_batch_elements`` entries, each (row, start) pair taking ``pair_elements``
+    (default ``n·d``, a perturbed text through the full map; the fast objectives hold
+    ``O(n + d)`` a pair). Searches never interact: each row's steps are those it takes alone.
+    A row with fewer starts than the most of its chunk repeats its last one (the same path,
+    so the same best iterate). Trusts its caller: ``Xt``, ``row_list`` and ``extra`` as
+    :func:`search_setup` returns them, ``search`` a checked :class:`~wsutils.search.Search`.
 
     Returns
     -------
@@ -778,19 +797,17 @@ def ascend_rows(
         If every value of a row was NaN or infinite.
     """
     n, d = Xt.shape
-    radius, starts = math.sqrt(d), search.starts
-    S = starts + (0 if extra is None else extra.shape[0])
-    g = torch.Generator().manual_seed(search.start_seed(0))
-    rows_per_chunk = max(1, search.max_batch_elements // (S * n * d))
+    radius = math.sqrt(d)
+    starts = _row_starts(Xt, row_list, search, extra, row_starts)
+    S = max(st.shape[0] for st in starts.values())
+    per_pair = n * d if pair_elements is None else pair_elements
+    rows_per_chunk = max(1, search.max_batch_elements // (S * per_pair))
     chunks = [row_list[j : j + rows_per_chunk] for j in range(0, len(row_list), rows_per_chunk)]
     found: dict[int, torch.Tensor] = {}
     for chunk in tqdm(chunks, desc="word sensitivity", disable=not search.progress, leave=False):
         R = len(chunk)
-        xi = sphere_starts(torch.randn(R, starts, d, generator=g, dtype=torch.float64), radius)
-        Delta = xi.to(device=Xt.device, dtype=Xt.dtype)
-        if extra is not None:
-            Delta = torch.cat([Delta, extra.expand(R, -1, -1)], dim=1)
-        Delta = project_ball(Delta.reshape(R * S, d), radius, exact=False)
+        Delta = torch.cat([_padded(starts[r], S) for r in chunk])
+        Delta = project_ball(Delta, radius, exact=False)
         row_idx = torch.tensor(chunk, device=Xt.device).repeat_interleave(S)
         values = objective(chunk)
         best_val, best_Delta = cosine_ascent(
@@ -814,3 +831,34 @@ def ascend_rows(
             k = j * S + int(torch.argmax(torch.nan_to_num(vals[j], nan=-math.inf)))
             found[r] = best_Delta[k].detach().cpu()
     return found
+
+
+def _row_starts(Xt, row_list, search, extra, row_starts) -> dict[int, torch.Tensor]:
+    """Every row's starts for :func:`ascend_rows`, ``(S_row × d)`` in ``Xt``'s dtype and
+    device."""
+    d, radius = Xt.shape[1], math.sqrt(Xt.shape[1])
+    seed = search.start_seed(0)
+
+    def draw(g: torch.Generator, R: int) -> torch.Tensor:
+        xi = torch.randn(R, search.starts, d, generator=g, dtype=torch.float64)
+        return sphere_starts(xi, radius).to(device=Xt.device, dtype=Xt.dtype)
+
+    if row_starts is None:
+        xi = draw(torch.Generator().manual_seed(seed), len(row_list))
+        random = dict(zip(row_list, xi))
+    else:
+        own_seed = {r: (seed + r) % 2**63 for r in row_list}
+        random = {r: draw(torch.Generator().manual_seed(own_seed[r]), 1)[0] for r in row_list}
+    out = {}
+    for r in row_list:
+        parts = [random[r]] + ([] if extra is None else [extra])
+        if row_starts is not None:
+            parts.append(row_starts(r))
+        out[r] = torch.cat(parts) if len(parts) > 1 else parts[0]
+    return out
+
+
+def _padded(starts: torch.Tensor, S: int) -> torch.Tensor:
+    """``starts`` with its last row repeated up to ``S`` rows."""
+    missing = S - starts.shape[0]
+    return starts if missing == 0 else torch.cat([starts, starts[-1:].expand(missing, -1)])

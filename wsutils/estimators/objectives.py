@@ -144,6 +144,13 @@ class _FastObjective:
             self.xsq = (X**2).sum(-1)  # ‖x_i‖²
             self._prepare(s)
 
+    @property
+    def pair_elements(self) -> int:
+        """About how many entries one (row, ``Δ``) pair holds in a step, autograd's included:
+        a few dozen ``n``-long rows and ``d``-long vectors
+        (:func:`wsutils.sensitivity.ascend_rows` sizes its chunks by it)."""
+        return 32 * self.n + 8 * self.d
+
     def _scaled(self, W: torch.Tensor, c: float) -> torch.Tensor:
         return W if c == 1.0 else W * c
 
@@ -331,6 +338,12 @@ class _SigmoidObjective(_FastObjective):
 class _CompactObjective(_FastObjective):
     """Sparsemax, entmax, hardmax: row ``j``'s weights recomputed on the keys that can carry
     weight after any change of one score (``_support_floor``)."""
+
+    @property
+    def pair_elements(self) -> int:
+        """The full map's ``n·d`` a pair: a group's step holds ``(B, n_g, K)`` arrays, and
+        ``(B, n_g, d)`` ones when ``K > d``."""
+        return self.n * self.d
 
     def _inner(self, norm):
         if norm.name == "entmax":

@@ -138,4 +138,5 @@ def attention_word_sensitivity(
         search,
         extra=extra,
         row_starts=row_constructions if takeovers else None,
+        pair_elements=obj.pair_elements,
     )
