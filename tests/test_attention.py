@@ -315,3 +315,30 @@ def test_chunks_do_not_change_the_starts(takeovers):
     for r in kw["rows"]:
         np.testing.assert_allclose(alone.per_row_Delta[r], whole.per_row_Delta[r], rtol=1e-12)
         np.testing.assert_allclose(alone.per_row[r], whole.per_row[r], rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["raf", "relu", "scalable"])
+@pytest.mark.parametrize("n", [1, 2, 7])
+@pytest.mark.parametrize("w_scale", [1.0, 8.0])
+def test_written_gradient_is_autograds(kind, n, w_scale):
+    """``evaluate``'s gradient of ``F = Σ_j ‖φ'_j − φ_j‖²`` is autograd's gradient of the
+    relative change ``f = √F/‖φ(X)‖`` times ``2f‖φ(X)‖²``, row by row (float64): softmax,
+    ReLU attention (at ``n = 2`` a row whose other key scores ≤ 0, where ``R = 0``) and
+    scalable softmax (the softmax update on ``c_n·s``), at plain and large scores."""
+    d = 5
+    X, W = _text(n, d, seed=n)
+    obj = ob.fast_objective(X, w_scale * W, Normalisation.parse(kind))
+    if obj.base_norm == 0:  # one word whose ReLU score is ≤ 0: φ(X) = 0, nothing relative
+        obj = ob.fast_objective(X, -w_scale * W, Normalisation.parse(kind))
+    assert obj.base_norm > 0
+    g = torch.Generator().manual_seed(7)
+    row_idx = torch.arange(n).repeat(3)
+    Delta = torch.randn(len(row_idx), d, generator=g, dtype=torch.float64)
+    Delta = Delta * math.sqrt(d) / torch.linalg.vector_norm(Delta, dim=-1, keepdim=True)
+    D = Delta.clone().requires_grad_(True)
+    f = obj(row_idx, D)
+    (auto,) = torch.autograd.grad(f.sum(), D)
+    vals, gradient = obj.evaluate(row_idx, Delta)
+    torch.testing.assert_close(vals, f.detach(), rtol=1e-12, atol=0)
+    written = gradient() / (2 * vals * obj.base_norm**2)[:, None]
+    torch.testing.assert_close(written, auto, rtol=1e-9, atol=1e-12)

@@ -703,6 +703,7 @@ def cosine_ascent(
     exact_result: bool = True,
     stop: tuple[int, float] | None = None,
     group: int | None = None,
+    evaluate=None,
 ):
     """Projected gradient ascent of ``values(Delta) -> (B,)`` from each row of ``Delta``
     (``B × d``) over the ball ``‖Δ‖ ≤ radius``: :func:`ascend` with the gradient by autograd
@@ -719,14 +720,17 @@ def cosine_ascent(
     ``stop = (m, rtol)`` (:func:`wsutils.search.check_stop`) ends the ascent before ``steps``
     once every search has stalled: ``b_t − b_{t−m} ≤ rtol·|b_{t−m}|`` for the best value
     ``b_t`` seen up to step ``t`` by each group of ``group`` consecutive rows of ``Delta`` (the
-    starts of one search; ``None``: all rows are one search). ``None`` takes every step."""
+    starts of one search; ``None``: all rows are one search). ``None`` takes every step.
+
+    ``evaluate``: an ``evaluate`` of :func:`ascend` for the same values with a gradient of its
+    own (``Δ ↦ (values, gradient function)``), used instead of autograd's through ``values``."""
     steps = check_int("steps", steps, minimum=0)
     lr = check_real("lr", lr, positive=True)
     radius = check_real("radius", radius, positive=True)
     if Delta.ndim != 2:
         raise ValueError(f"Delta must be (B, d), one start per row, got {tuple(Delta.shape)}.")
     best_val, best = ascend(
-        autograd_values(values),
+        autograd_values(values) if evaluate is None else evaluate,
         Delta,
         steps=steps,
         step=cosine_step(radius, lr, steps),
@@ -810,6 +814,7 @@ def ascend_rows(
         Delta = project_ball(Delta, radius, exact=False)
         row_idx = torch.tensor(chunk, device=Xt.device).repeat_interleave(S)
         values = objective(chunk)
+        own = getattr(values, "evaluate", None)  # a gradient written out (fast objectives)
         best_val, best_Delta = cosine_ascent(
             lambda D: values(row_idx, D),
             Delta,
@@ -819,6 +824,7 @@ def ascend_rows(
             exact_result=False,
             stop=search.stop,
             group=S,
+            evaluate=None if own is None else (lambda D: own(row_idx, D)),
         )
         vals = best_val.reshape(R, S).cpu()
         lost = [r for j, r in enumerate(chunk) if not bool(torch.isfinite(vals[j]).any())]

@@ -142,6 +142,9 @@ class _FastObjective:
                 )
             self.s = s
             self.xsq = (X**2).sum(-1)  # ‖x_i‖²
+            # s'_ji = x_j W x'_i/√d and s'_ik = x'_i W x_k/√d as one (B, d) × (d, n) product
+            # each: x'_i (XW)ᵀ and x'_i (XWᵀ)ᵀ, with XW and XWᵀ made once here
+            self.XW, self.XWt = X @ self.W, X @ self.W.T
             self._prepare(s)
 
     @property
@@ -169,27 +172,31 @@ class _FastObjective:
         return normalise_scores(t, self.inner)
 
     def __call__(self, row_idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
-        X, W = self.X, self.W
-        xi = X[row_idx]  # (B, d)
+        xi = self.X[row_idx]  # (B, d)
         xp = xi + Delta  # x'_i
-        col = (xp @ W.T) @ X.T / self.sqd  # s'_ji = x_j W x'_i/√d, (B, n)
+        col = xp @ self.XW.T / self.sqd  # s'_ji = x_j W x'_i/√d, (B, n)
         xD = (xi * Delta).sum(-1, keepdim=True)
         dd = (Delta**2).sum(-1, keepdim=True)
         return self._finish(self._others(row_idx, Delta, col, xD, dd), row_idx, Delta, xp)
 
-    def _finish(self, sq, row_idx, Delta, xp):
-        """Row ``i`` from its ``n`` new scores; the relative change from the squared rows."""
-        X, W, Phi = self.X, self.W, self.Phi
-        sq = sq.clamp_min(0)
-        # row i: its n new scores
-        t = (xp @ W) @ X.T / self.sqd  # s'_{i k}, k ≠ i
+    def _row_i(self, row_idx, Delta, xp) -> dict:
+        """Row ``i`` from its ``n`` new scores ``t`` (``s'_ik``, and ``x'_i W x'_i/√d`` at
+        ``k = i``): its weights ``wrow``, ``w_ii`` and its change ``diff_i``, and what the
+        gradient of ``‖diff_i‖²`` reuses."""
+        X, W = self.X, self.W
+        t = xp @ self.XWt.T / self.sqd  # s'_ik, k ≠ i
         onehot = torch.nn.functional.one_hot(row_idx, self.n).to(X.dtype)
-        t = t + onehot * ((xp @ W * xp).sum(-1, keepdim=True) / self.sqd - t)
+        xpW = xp @ W
+        t = t + onehot * ((xpW * xp).sum(-1, keepdim=True) / self.sqd - t)
         wrow = self._normalise(t)
         wi = (wrow * onehot).sum(-1, keepdim=True)
-        new_i = wrow @ X + wi * Delta
-        diff_i = new_i - Phi[row_idx]
-        sq = torch.where(onehot > 0, (diff_i**2).sum(-1, keepdim=True), sq)
+        diff = wrow @ X + wi * Delta - self.Phi[row_idx]
+        return dict(t=t, onehot=onehot, xpW=xpW, wrow=wrow, wi=wi, diff=diff)
+
+    def _finish(self, sq, row_idx, Delta, xp):
+        """Row ``i`` from its ``n`` new scores; the relative change from the squared rows."""
+        r = self._row_i(row_idx, Delta, xp)
+        sq = torch.where(r["onehot"] > 0, (r["diff"] ** 2).sum(-1, keepdim=True), sq.clamp_min(0))
         return torch.sqrt(sq.sum(-1)) / self.base_norm
 
 
@@ -229,12 +236,61 @@ class _KeyWeightObjective(_FastObjective):
         self.V2[top] = ((self.Mbar - X[kstar]) ** 2).sum(-1)
 
     def _others(self, row_idx, Delta, col, xD, dd):
+        cross = self._cross(row_idx, Delta, xD)
+        return self._mixture(row_idx, col, self.V2[:, row_idx].T, cross, xD, dd)[0]
+
+    def _cross(self, row_idx, Delta, xD):
+        """``⟨m_ji − x_i, Δ⟩``, ``(B, n)``: through ``m̄_j`` where ``i`` is row ``j``'s largest
+        key, else through ``Z_j/R_ji·(φ_j − x_i)``."""
         top = self.top[:, row_idx].T  # is i row j's largest key? (B, n)
-        # ⟨m_ji − x_i, Δ⟩
-        cross = torch.where(
-            top, Delta @ self.Mbar.T - xD, self.ratio[:, row_idx].T * (Delta @ self.Phi.T - xD)
+        ratio = self.ratio[:, row_idx].T
+        return torch.where(top, Delta @ self.Mbar.T - xD, ratio * (Delta @ self.Phi.T - xD))
+
+    def evaluate(self, row_idx: torch.Tensor, Delta: torch.Tensor):
+        """The ``evaluate`` of :func:`wsutils.sensitivity.ascend`: the relative changes
+        ``(B,)`` and a function that returns the gradient of ``F = Σ_j ‖φ'_j − φ_j‖²`` (the
+        squared change, increasing in the relative change ``√F/‖φ(X)‖``: the steps use only
+        its direction), written out instead of by autograd (the chain rule through the
+        mixtures of ``_mixture``, the row ``i`` of ``_row_i`` and the products with ``XW``,
+        ``XWᵀ``, ``m̄`` and ``φ``; ``wsutils/estimators/objectives.py``'s class docstrings)."""
+        X, sqd = self.X, self.sqd
+        xi = X[row_idx]
+        xp = xi + Delta
+        col = xp @ self.XW.T / sqd
+        xD = (xi * Delta).sum(-1, keepdim=True)
+        dd = (Delta**2).sum(-1, keepdim=True)
+        cross = self._cross(row_idx, Delta, xD)
+        sq, dcol, dcross, dxD, ddd = self._mixture(
+            row_idx, col, self.V2[:, row_idx].T, cross, xD, dd, parts=True
         )
-        return self._mixture(row_idx, col, self.V2[:, row_idx].T, cross, xD, dd)
+        r = self._row_i(row_idx, Delta, xp)
+        on = r["onehot"] > 0
+        sq_all = torch.where(on, (r["diff"] ** 2).sum(-1, keepdim=True), sq.clamp_min(0))
+        vals = torch.sqrt(sq_all.sum(-1)) / self.base_norm
+
+        def gradient() -> torch.Tensor:
+            keep = ~on & (sq >= 0)  # the rows j ≠ i, where clamp_min passes the gradient
+            zero = torch.zeros_like(sq)
+            g_col = torch.where(keep, dcol, zero)
+            g_cross = torch.where(keep, dcross, zero)
+            g_xD = torch.where(keep, dxD, zero).sum(-1, keepdim=True)
+            g_dd = torch.where(keep, ddd, zero).sum(-1, keepdim=True)
+            top = self.top[:, row_idx].T
+            g_MD = torch.where(top, g_cross, zero)
+            g_PD = torch.where(top, zero, g_cross * self.ratio[:, row_idx].T)
+            g_xD = g_xD - (g_MD + g_PD).sum(-1, keepdim=True)
+            g = g_MD @ self.Mbar + g_PD @ self.Phi + 2 * g_dd * Delta + g_xD * xi
+            # row i: ‖diff‖² with diff = wrow X + w_ii Δ − φ_i
+            g_diff = 2 * r["diff"]
+            g_w = g_diff @ X.T + r["onehot"] * (g_diff * Delta).sum(-1, keepdim=True)
+            g = g + r["wi"] * g_diff
+            g_t = self._normalise_grad(r["t"], r["wrow"], g_w)
+            g_tii = torch.where(on, g_t, zero).sum(-1, keepdim=True)
+            g_t = torch.where(on, zero, g_t)
+            g_xp = (g_col @ self.XW + g_t @ self.XWt + g_tii * (xp @ self.W.T + r["xpW"])) / sqd
+            return g + g_xp
+
+        return vals, gradient
 
 
 class _SoftmaxObjective(_KeyWeightObjective):
@@ -260,16 +316,27 @@ class _SoftmaxObjective(_KeyWeightObjective):
         self.logR = torch.log(R.clamp_min(torch.finfo(R.dtype).tiny)) + shift
         self.logR[top] = lse_top[:, 0]
 
-    def _mixture(self, row_idx, col, V2, cross, xD, dd):
+    def _mixture(self, row_idx, col, V2, cross, xD, dd, parts=False):
+        """The squared change of rows ``j ≠ i``, ``g²V2 + 2gw·cross + w²‖Δ‖²``, and with
+        ``parts`` its partial derivatives in ``col``, ``cross``, ``⟨x_i, Δ⟩`` and ``‖Δ‖²``
+        (``dg/da = σ(a)σ(−a) = −dw/da``, ``a = log R − col``)."""
         logR = self.logR[:, row_idx].T
         a = logR - col  # ρ' = σ(a)
         b = logR - self.s[:, row_idx].T  # ρ  = σ(b)
-        g = torch.sigmoid(a) * torch.sigmoid(-b) - torch.sigmoid(b) * torch.sigmoid(-a)
-        w = torch.sigmoid(-a)  # 1 − ρ'
-        return g**2 * V2 + 2 * g * w * cross + w**2 * dd
+        sa, sma = torch.sigmoid(a), torch.sigmoid(-a)
+        g = sa * torch.sigmoid(-b) - torch.sigmoid(b) * sma
+        w = sma  # 1 − ρ'
+        sq = g**2 * V2 + 2 * g * w * cross + w**2 * dd
+        if not parts:
+            return sq, None, None, None, None
+        d_g, d_w = 2 * (g * V2 + w * cross), 2 * (g * cross + w * dd)
+        return sq, sa * sma * (d_w - d_g), 2 * g * w, torch.zeros_like(sq), w**2
 
     def _normalise(self, t):
         return torch.softmax(t, dim=-1)
+
+    def _normalise_grad(self, t, wrow, g_w):
+        return wrow * (g_w - (wrow * g_w).sum(-1, keepdim=True))
 
 
 class _ReluObjective(_KeyWeightObjective):
@@ -290,26 +357,42 @@ class _ReluObjective(_KeyWeightObjective):
         self.Mbar = (E_oth / torch.where(R_top > 0, R_top, 1.0)[:, None]) @ self.X
         self.E, self.R = E, R
 
-    def _mixture(self, row_idx, col, V2, cross, xD, dd):
+    def _mixture(self, row_idx, col, V2, cross, xD, dd, parts=False):
+        """The squared change of rows ``j ≠ i`` and with ``parts`` its partial derivatives in
+        ``col``, ``cross``, ``⟨x_i, Δ⟩`` and ``‖Δ‖²`` (``R > 0``: ``dg/dβ = −R/(R + β)²``,
+        ``dw/dβ = R/(R + β)²``, ``β = ReLU(col)``; ``R = 0``: no derivative in ``col``)."""
         R = self.R[:, row_idx].T
         alpha, beta = self.E[:, row_idx].T, torch.relu(col)
         pos = R > 0
-        one = torch.ones_like(R)
+        one, zero = torch.ones_like(R), torch.zeros_like(R)
         Ra = torch.where(pos, R + alpha, one)
         Rb = torch.where(pos, R + beta, one)
-        g = torch.where(pos, R * (alpha - beta) / (Ra * Rb), torch.zeros_like(R))
-        w = torch.where(pos, beta / Rb, torch.zeros_like(R))
+        g = torch.where(pos, R * (alpha - beta) / (Ra * Rb), zero)
+        w = torch.where(pos, beta / Rb, zero)
         sq_pos = g**2 * V2 + 2 * g * w * cross + w**2 * dd
         # R = 0: φ_j = 1[α>0]·x_i and φ'_j = 1[β>0]·(x_i + Δ)
         p, q = (beta > 0).to(self.X.dtype), (alpha > 0).to(self.X.dtype)
         xsq = self.xsq[row_idx][:, None]
         sq_zero = (p - q) ** 2 * xsq + 2 * (p - q) * p * xD + p * dd
-        return torch.where(pos, sq_pos, sq_zero)
+        sq = torch.where(pos, sq_pos, sq_zero)
+        if not parts:
+            return sq, None, None, None, None
+        d_g, d_w = 2 * (g * V2 + w * cross), 2 * (g * cross + w * dd)
+        d_col = torch.where(pos & (col > 0), R / Rb**2 * (d_w - d_g), zero)
+        d_cross = torch.where(pos, 2 * g * w, zero)
+        d_xD = torch.where(pos, zero, 2 * (p - q) * p)
+        d_dd = torch.where(pos, w**2, p)
+        return sq, d_col, d_cross, d_xD, d_dd
 
     def _normalise(self, t):
         a = torch.relu(t)
         mass = a.sum(dim=-1, keepdim=True)
         return a / torch.where(mass > 0, mass, torch.ones_like(mass))
+
+    def _normalise_grad(self, t, wrow, g_w):
+        mass = torch.relu(t).sum(dim=-1, keepdim=True)
+        inner = (g_w - (wrow * g_w).sum(-1, keepdim=True)) / torch.where(mass > 0, mass, 1.0)
+        return torch.where((t > 0) & (mass > 0), inner, torch.zeros_like(t))
 
 
 class _SigmoidObjective(_FastObjective):
