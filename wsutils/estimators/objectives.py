@@ -172,12 +172,17 @@ class _FastObjective:
         return normalise_scores(t, self.inner)
 
     def __call__(self, row_idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
+        xi, xp, col, xD, dd = self._inputs(row_idx, Delta)
+        sq = self._others(row_idx, Delta, col, xD, dd)
+        return self._finish(sq, self._row_i(row_idx, Delta, xp))[0]
+
+    def _inputs(self, row_idx, Delta):
+        """``x_i``, ``x'_i = x_i + Δ``, the new column ``s'_ji = x_j W x'_i/√d`` ``(B, n)``,
+        ``⟨x_i, Δ⟩`` and ``‖Δ‖²``."""
         xi = self.X[row_idx]  # (B, d)
-        xp = xi + Delta  # x'_i
-        col = xp @ self.XW.T / self.sqd  # s'_ji = x_j W x'_i/√d, (B, n)
-        xD = (xi * Delta).sum(-1, keepdim=True)
-        dd = (Delta**2).sum(-1, keepdim=True)
-        return self._finish(self._others(row_idx, Delta, col, xD, dd), row_idx, Delta, xp)
+        xp = xi + Delta
+        col = xp @ self.XW.T / self.sqd
+        return xi, xp, col, (xi * Delta).sum(-1, keepdim=True), (Delta**2).sum(-1, keepdim=True)
 
     def _row_i(self, row_idx, Delta, xp) -> dict:
         """Row ``i`` from its ``n`` new scores ``t`` (``s'_ik``, and ``x'_i W x'_i/√d`` at
@@ -193,11 +198,13 @@ class _FastObjective:
         diff = wrow @ X + wi * Delta - self.Phi[row_idx]
         return dict(t=t, onehot=onehot, xpW=xpW, wrow=wrow, wi=wi, diff=diff)
 
-    def _finish(self, sq, row_idx, Delta, xp):
-        """Row ``i`` from its ``n`` new scores; the relative change from the squared rows."""
-        r = self._row_i(row_idx, Delta, xp)
-        sq = torch.where(r["onehot"] > 0, (r["diff"] ** 2).sum(-1, keepdim=True), sq.clamp_min(0))
-        return torch.sqrt(sq.sum(-1)) / self.base_norm
+    def _finish(self, sq, r: dict):
+        """The relative change from the squared rows ``j ≠ i`` (``sq``) and row ``i``
+        (``r``, :meth:`_row_i`), and the mask of the entries of ``sq`` it used (``j ≠ i``,
+        not clamped)."""
+        on = r["onehot"] > 0
+        sq_all = torch.where(on, (r["diff"] ** 2).sum(-1, keepdim=True), sq.clamp_min(0))
+        return torch.sqrt(sq_all.sum(-1)) / self.base_norm, ~on & (sq >= 0)
 
 
 class _KeyWeightObjective(_FastObjective):
@@ -254,22 +261,16 @@ class _KeyWeightObjective(_FastObjective):
         mixtures of ``_mixture``, the row ``i`` of ``_row_i`` and the products with ``XW``,
         ``XWᵀ``, ``m̄`` and ``φ``; ``wsutils/estimators/objectives.py``'s class docstrings)."""
         X, sqd = self.X, self.sqd
-        xi = X[row_idx]
-        xp = xi + Delta
-        col = xp @ self.XW.T / sqd
-        xD = (xi * Delta).sum(-1, keepdim=True)
-        dd = (Delta**2).sum(-1, keepdim=True)
+        xi, xp, col, xD, dd = self._inputs(row_idx, Delta)
         cross = self._cross(row_idx, Delta, xD)
         sq, dcol, dcross, dxD, ddd = self._mixture(
             row_idx, col, self.V2[:, row_idx].T, cross, xD, dd, parts=True
         )
         r = self._row_i(row_idx, Delta, xp)
-        on = r["onehot"] > 0
-        sq_all = torch.where(on, (r["diff"] ** 2).sum(-1, keepdim=True), sq.clamp_min(0))
-        vals = torch.sqrt(sq_all.sum(-1)) / self.base_norm
+        vals, keep = self._finish(sq, r)  # keep: rows j ≠ i, where clamp_min passes
 
         def gradient() -> torch.Tensor:
-            keep = ~on & (sq >= 0)  # the rows j ≠ i, where clamp_min passes the gradient
+            on = r["onehot"] > 0
             zero = torch.zeros_like(sq)
             g_col = torch.where(keep, dcol, zero)
             g_cross = torch.where(keep, dcross, zero)
