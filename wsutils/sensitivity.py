@@ -850,17 +850,16 @@ def _row_starts(Xt, row_list, search, extra, row_starts) -> dict[int, torch.Tens
         return sphere_starts(xi, radius).to(device=Xt.device, dtype=Xt.dtype)
 
     if row_starts is None:
-        xi = draw(torch.Generator().manual_seed(seed), len(row_list))
-        random = dict(zip(row_list, xi))
+        random = dict(zip(row_list, draw(torch.Generator().manual_seed(seed), len(row_list))))
     else:
-        own_seed = {r: (seed + r) % 2**63 for r in row_list}
-        random = {r: draw(torch.Generator().manual_seed(own_seed[r]), 1)[0] for r in row_list}
+        seeds = {r: (seed + r) % 2**63 for r in row_list}  # each row its own generator
+        random = {r: draw(torch.Generator().manual_seed(seeds[r]), 1)[0] for r in row_list}
     out = {}
     for r in row_list:
         parts = [random[r]] + ([] if extra is None else [extra])
         if row_starts is not None:
             parts.append(row_starts(r))
-        out[r] = torch.cat(parts) if len(parts) > 1 else parts[0]
+        out[r] = torch.cat(parts)
     return out
 
 

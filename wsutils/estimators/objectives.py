@@ -174,7 +174,7 @@ class _FastObjective:
     def __call__(self, row_idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
         xi, xp, col, xD, dd = self._inputs(row_idx, Delta)
         sq = self._others(row_idx, Delta, col, xD, dd)
-        return self._finish(sq, self._row_i(row_idx, Delta, xp))[0]
+        return self._finish(sq, self._row_i(row_idx, Delta, xp))
 
     def _inputs(self, row_idx, Delta):
         """``x_i``, ``x'_i = x_i + Δ``, the new column ``s'_ji = x_j W x'_i/√d`` ``(B, n)``,
@@ -200,11 +200,10 @@ class _FastObjective:
 
     def _finish(self, sq, r: dict):
         """The relative change from the squared rows ``j ≠ i`` (``sq``) and row ``i``
-        (``r``, :meth:`_row_i`), and the mask of the entries of ``sq`` it used (``j ≠ i``,
-        not clamped)."""
+        (``r``, :meth:`_row_i`)."""
         on = r["onehot"] > 0
         sq_all = torch.where(on, (r["diff"] ** 2).sum(-1, keepdim=True), sq.clamp_min(0))
-        return torch.sqrt(sq_all.sum(-1)) / self.base_norm, ~on & (sq >= 0)
+        return torch.sqrt(sq_all.sum(-1)) / self.base_norm
 
 
 class _KeyWeightObjective(_FastObjective):
@@ -243,15 +242,17 @@ class _KeyWeightObjective(_FastObjective):
         self.V2[top] = ((self.Mbar - X[kstar]) ** 2).sum(-1)
 
     def _others(self, row_idx, Delta, col, xD, dd):
-        cross = self._cross(row_idx, Delta, xD)
+        cross = self._cross(row_idx, Delta, xD)[0]
         return self._mixture(row_idx, col, self.V2[:, row_idx].T, cross, xD, dd)[0]
 
     def _cross(self, row_idx, Delta, xD):
         """``⟨m_ji − x_i, Δ⟩``, ``(B, n)``: through ``m̄_j`` where ``i`` is row ``j``'s largest
-        key, else through ``Z_j/R_ji·(φ_j − x_i)``."""
+        key (``top``), else through ``Z_j/R_ji·(φ_j − x_i)`` (``ratio``, ``Z_j/R_ji``);
+        returned with ``top`` and ``ratio`` for the gradient."""
         top = self.top[:, row_idx].T  # is i row j's largest key? (B, n)
         ratio = self.ratio[:, row_idx].T
-        return torch.where(top, Delta @ self.Mbar.T - xD, ratio * (Delta @ self.Phi.T - xD))
+        cross = torch.where(top, Delta @ self.Mbar.T - xD, ratio * (Delta @ self.Phi.T - xD))
+        return cross, top, ratio
 
     def evaluate(self, row_idx: torch.Tensor, Delta: torch.Tensor):
         """The ``evaluate`` of :func:`wsutils.sensitivity.ascend`: the relative changes
@@ -262,24 +263,24 @@ class _KeyWeightObjective(_FastObjective):
         ``XWᵀ``, ``m̄`` and ``φ``; ``wsutils/estimators/objectives.py``'s class docstrings)."""
         X, sqd = self.X, self.sqd
         xi, xp, col, xD, dd = self._inputs(row_idx, Delta)
-        cross = self._cross(row_idx, Delta, xD)
+        cross, top, ratio = self._cross(row_idx, Delta, xD)
         sq, dcol, dcross, dxD, ddd = self._mixture(
             row_idx, col, self.V2[:, row_idx].T, cross, xD, dd, parts=True
         )
         r = self._row_i(row_idx, Delta, xp)
-        vals, keep = self._finish(sq, r)  # keep: rows j ≠ i, where clamp_min passes
 
         def gradient() -> torch.Tensor:
             on = r["onehot"] > 0
+            keep = ~on & (sq >= 0)  # the rows j ≠ i, where clamp_min passes the gradient
             zero = torch.zeros_like(sq)
             g_col = torch.where(keep, dcol, zero)
             g_cross = torch.where(keep, dcross, zero)
-            g_xD = torch.where(keep, dxD, zero).sum(-1, keepdim=True)
             g_dd = torch.where(keep, ddd, zero).sum(-1, keepdim=True)
-            top = self.top[:, row_idx].T
             g_MD = torch.where(top, g_cross, zero)
-            g_PD = torch.where(top, zero, g_cross * self.ratio[:, row_idx].T)
-            g_xD = g_xD - (g_MD + g_PD).sum(-1, keepdim=True)
+            g_PD = torch.where(top, zero, g_cross * ratio)
+            g_xD = -(g_MD + g_PD).sum(-1, keepdim=True)
+            if dxD is not None:  # ⟨x_i, Δ⟩ outside the cross term (ReLU's rows with R = 0)
+                g_xD = g_xD + torch.where(keep, dxD, zero).sum(-1, keepdim=True)
             g = g_MD @ self.Mbar + g_PD @ self.Phi + 2 * g_dd * Delta + g_xD * xi
             # row i: ‖diff‖² with diff = wrow X + w_ii Δ − φ_i
             g_diff = 2 * r["diff"]
@@ -291,7 +292,7 @@ class _KeyWeightObjective(_FastObjective):
             g_xp = (g_col @ self.XW + g_t @ self.XWt + g_tii * (xp @ self.W.T + r["xpW"])) / sqd
             return g + g_xp
 
-        return vals, gradient
+        return self._finish(sq, r), gradient
 
 
 class _SoftmaxObjective(_KeyWeightObjective):
@@ -319,8 +320,8 @@ class _SoftmaxObjective(_KeyWeightObjective):
 
     def _mixture(self, row_idx, col, V2, cross, xD, dd, parts=False):
         """The squared change of rows ``j ≠ i``, ``g²V2 + 2gw·cross + w²‖Δ‖²``, and with
-        ``parts`` its partial derivatives in ``col``, ``cross``, ``⟨x_i, Δ⟩`` and ``‖Δ‖²``
-        (``dg/da = σ(a)σ(−a) = −dw/da``, ``a = log R − col``)."""
+        ``parts`` its partial derivatives in ``col``, ``cross``, ``⟨x_i, Δ⟩`` (none: ``None``)
+        and ``‖Δ‖²`` (``dg/da = σ(a)σ(−a) = −dw/da``, ``a = log R − col``)."""
         logR = self.logR[:, row_idx].T
         a = logR - col  # ρ' = σ(a)
         b = logR - self.s[:, row_idx].T  # ρ  = σ(b)
@@ -331,7 +332,7 @@ class _SoftmaxObjective(_KeyWeightObjective):
         if not parts:
             return sq, None, None, None, None
         d_g, d_w = 2 * (g * V2 + w * cross), 2 * (g * cross + w * dd)
-        return sq, sa * sma * (d_w - d_g), 2 * g * w, torch.zeros_like(sq), w**2
+        return sq, sa * sma * (d_w - d_g), 2 * g * w, None, w**2
 
     def _normalise(self, t):
         return torch.softmax(t, dim=-1)
