@@ -13,6 +13,14 @@ process, one thread, alternating (the best of ``--repeats`` rounds):
   the objective's gradient by autograd and chunks of the full map's ``n·d`` a pair (the fast
   objective wrapped so that ``ascend_rows`` sees no ``evaluate`` and ``pair_elements = n·d``).
 
+- ``flip features``: the flip experiment's random features, ``(V flat(X_b))_b`` and ``V_i``
+  drawn from their joint law (``wsutils.generalization._features._rf_law_rows``,
+  ``prop-rf-texts-law``) against forming every ``V flat(X_b)`` from the whole ``V``, block by
+  block in float32 (``_rf_rows``, the former way; both still in the code base);
+- ``thp``: one IMDb sweep point (random features, ``n = 200``, ``d = 384``) in a child process
+  with PyTorch's large allocations on transparent huge pages (``THP_MEM_ALLOC_ENABLE=1``, what
+  the book's kernels get) against without, alternately; user + system CPU s of the child.
+
 Sizes: the IMDb sweep's largest (``k = 76,800``, ``d = 384``, ``n = 200``) and the ReLU
 chapter's RF grid's (``k = 192,000``, ``d = 768``). The attention rows print both searches'
 values (the same search; they differ by rounding).
@@ -141,20 +149,82 @@ def _attention(repeats: int) -> None:
         _row(norm, size, new, old, f"S {out['new']:.10f} vs {out['old']:.10f}")
 
 
+FLIP_SIZES = {"small": (1301, 20, 384), "paper": (1301, 40, 768)}
+
+
+def _flip_features(repeats: int, size: str) -> None:
+    from wsutils.generalization._features import _rf_law_rows, _rf_rows
+
+    B, n, d = FLIP_SIZES[size]
+    D = n * d
+    Xf = torch.randn(B, D, generator=torch.Generator().manual_seed(B), dtype=torch.float64)
+    Xf32 = Xf.float()
+    new = _best(lambda: _rf_law_rows(Xf, D, n, d, 1, 0, 2048, False), repeats)
+    old = _best(lambda: _rf_rows(Xf32, D, n, d, 1, 0, 2048, torch.float32, False), repeats)
+    _row("flip feat", f"B={B}, n={n}, d={d}", new, old, "(V flat(X_b))_b and V_i, k = D")
+
+
+_THP_CHILD = """
+import resource, torch
+torch.set_num_threads(1)
+from wsutils.experiments import imdb as IM
+from wsutils.run import config
+P = IM.SCALES["paper"]
+IM.review_matrix(0, 10, 10, model=config.model())
+pt = IM.sweep_point(P, "rf", 200, 384, "imdb", 0, model=config.model(), imdb=None)
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+IM.sensitivity_point(**pt)
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+print(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+"""
+
+
+def _thp(repeats: int) -> None:
+    import os
+    import subprocess
+    import sys
+
+    def child(flag: str) -> float:
+        env = dict(os.environ, THP_MEM_ALLOC_ENABLE=flag, OMP_NUM_THREADS="1")
+        env["OPENBLAS_NUM_THREADS"] = "1"
+        out = subprocess.run(
+            [sys.executable, "-c", _THP_CHILD], env=env, capture_output=True, text=True, check=True
+        )
+        return float(out.stdout.strip().splitlines()[-1])
+
+    times = {"1": [], "0": []}
+    for _ in range(repeats):
+        for flag in times:
+            times[flag].append(child(flag))
+    new, old = min(times["1"]), min(times["0"])
+    _row("thp", "IMDb RF point n=200 d=384", new, old, "user + sys CPU s of the point")
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_search_steps")
     parser.add_argument("--repeats", type=int, default=3, help="rounds; the best is kept")
+    parts = ("rf", "attention", "flip", "thp")
+    parser.add_argument("--parts", nargs="+", choices=parts, default=list(parts))
+    parser.add_argument("--flip-size", choices=sorted(FLIP_SIZES), default="small")
     args = parser.parse_args([] if argv is None else argv)
     torch.set_num_threads(1)
     print("issue 34's search steps, 1 thread, one process; CPU s, best of the rounds")
     head = f"{'step':<10} {'size':<26} {'now s':>9} {'before s':>9} {'speed-up':>8}"
     print(head)
     print("-" * len(head))
-    _rf(args.repeats)
-    _attention(args.repeats)
+    if "rf" in args.parts:
+        _rf(args.repeats)
+    if "attention" in args.parts:
+        _attention(args.repeats)
+    if "flip" in args.parts:
+        _flip_features(args.repeats, args.flip_size)
+    if "thp" in args.parts:
+        _thp(args.repeats)
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(sys.argv[1:])

@@ -55,7 +55,7 @@ def test_feature_rows_are_those_of_the_concatenation(normalisation, N):
 def test_rf_rows_are_those_of_the_concatenation():
     Xs, _, X, _ = G.planted_data(9, 3, 4, seed=1)
     allX = torch.cat([Xs, X[None]])
-    H, Vi = G.rf_preactivations(allX, 12, seed=5, row=1, block_rows=5)
+    H, Vi = G.rf_texts_law(allX, 12, seed=5, row=1, block_rows=5)
     Phi, phi, _ = _flip._features(
         "rf", Xs, X, seed=5, row=1, block_rows=5, progress=False, norm=None
     )

@@ -29,7 +29,8 @@ Kernels talk to the build over IPC sockets (``KernelManager.transport = "ipc"``)
 ipykernel warns about unencrypted TCP, and local sockets are what a local build needs. With
 more than one lane, each kernel gets ``OMP_NUM_THREADS`` = cores // lanes (two-thread
 kernels that share two cores wait on each other); chapters that set their own thread count
-keep it.
+keep it. Every kernel gets ``THP_MEM_ALLOC_ENABLE=1`` unless the environment sets it
+(PyTorch's large allocations on transparent huge pages: fewer page faults).
 
 At the end of the build, :func:`report` prints one table: chapter, wall s, CPU s (the kernel
 and every process it started), and whether the cache served it.
@@ -257,6 +258,10 @@ def kernel_environment(threads: int | None, progress: str | None, store: Path) -
     if threads is not None:
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[name] = str(threads)
+    # PyTorch's large CPU allocations on transparent huge pages (where the kernel allows them
+    # on request): a fresh weight block faults 2 MB pages instead of 4 kB ones
+    # (benchmarks/bench_search_steps.py --parts thp). A value set by the user is kept.
+    env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     return env
 
 

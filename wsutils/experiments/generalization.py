@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..run import config
 
-__all__ = ["Scale", "SCALES", "scale", "SEED", "COLLAPSE_D", "COLLAPSE_NS"]
+__all__ = ["Scale", "SCALES", "scale", "SEED", "COLLAPSE_D", "COLLAPSE_NS", "COLLAPSE_DRAWS"]
 
 #: The first seed of the chapters' draws.
 SEED = 0
@@ -58,6 +58,9 @@ class Scale:
 #: both scales: it is cheap.
 COLLAPSE_D = 32
 COLLAPSE_NS = {40: (10, 40, 160), 160: (160, 640, 2560)}
+#: Its draws: enough that the ratio of two settings' mean base terms has a standard error well
+#: under the check's factor (one draw's base term is spread by about a third of its mean).
+COLLAPSE_DRAWS = 12
 
 
 SCALES = {

@@ -12,11 +12,14 @@ All linear algebra goes through the ``N × N`` Gram matrix ``K = ΦΦᵀ`` (a Ch
 never through a ``p × p`` matrix: ``θ₀ = Φᵀ K⁻¹ Y`` and ``Pφ = φ − Φᵀ K⁻¹ Φ φ``. At
 ``n = 120, d = 768`` the dense projector ``I − Φ⁺Φ`` would be ``92,160²`` (~68 GB).
 
-Random features at ``k = D`` (``V`` is ``30,720²`` at ``n = 40, d = 768``, 7.5 GB in float64)
-are computed by :func:`rf_preactivations` one block of rows of ``V`` at a time, each block
-drawn from its own seed (so any block can be regenerated), and only the column block ``V_i``
-that multiplies the perturbed word is kept: ``V flat(X_i(Δ)) = V flat(X) + V_i Δ`` is exact,
-so the search never needs the rest of ``V`` again.
+Random features at ``k = D`` (``V`` is ``30,720²`` at ``n = 40, d = 768``, 7.5 GB in float64):
+``V flat(X_i(Δ)) = V flat(X) + V_i Δ`` is exact, so the experiment reads ``V`` only through
+the pre-activations ``H`` of the texts and the column block ``V_i`` of the perturbed word.
+:func:`flip_runs` draws that pair from its joint law (:func:`rf_texts_law`,
+:prf:ref:`prop-rf-texts-law`: ``B·(B + d)·k`` products instead of ``B·D·k``);
+:func:`rf_preactivations` computes ``H`` from the whole ``V``, one block of rows at a time,
+each block drawn from its own seed (so any block can be regenerated), for the experiments
+that change every word.
 
 Two searches for the changed word: ours (:func:`search_flip`: several starts, normalised steps,
 best iterate) and the authors' (:func:`authors_search`, as ``gen.py`` runs it: one start at
@@ -56,6 +59,8 @@ __all__ = [
     "rf_blocks",
     "sample_V_blocked",
     "rf_preactivations",
+    "rf_texts_law",
+    "rf_texts_noise_seed",
     "attention_features",
     "flip_grid",
     "flip_table",
@@ -89,6 +94,8 @@ from ._features import (  # noqa: E402
     planted_data,
     rf_blocks,
     rf_preactivations,
+    rf_texts_law,
+    rf_texts_noise_seed,
     sample_V_blocked,
 )
 from ._flip import flip_grid, flip_point, flip_runs, flip_table, trained_readouts  # noqa: E402

@@ -7,14 +7,16 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from .._tensor import Array
 from ..checks import as_tensor, check_finite, check_int, check_seed
-from ..estimators.rf import rf_block_seed
+from ..estimators.rf import rf_block_seed, rf_weight_block
 from ..maps import Normalisation, attention, flat
 from ..weights import gaussian, sample_X
+from ._linalg import _gram
 
 # ---------------------------------------------------------------------------------------------
 # Data and features
@@ -168,6 +170,91 @@ def _rf_rows(Xf, k, n, d, seed, row, block_rows, dtype, progress):
         H[:, start:stop] = Xf @ V.T
         Vi[start:stop] = V[:, row * d : (row + 1) * d]
         del V
+    return H, Vi
+
+
+def rf_texts_noise_seed(seed: int, block: int) -> int:
+    """The seed of block ``block`` of the normals ``Z`` of :func:`rf_texts_law` (from
+    ``SeedSequence``, with a key of another form than those of
+    :func:`~wsutils.estimators.rf.rf_block_seed` and
+    :func:`~wsutils.estimators.rf.rf_rows_noise_seed`, so it is none of their seeds)."""
+    return int(np.random.SeedSequence([check_seed(seed), 2, block]).generate_state(1)[0])
+
+
+def rf_texts_law(
+    Xs: Array,
+    k: int,
+    *,
+    seed: int,
+    row: int = 0,
+    block_rows: int = 2048,
+    progress: bool = False,
+):
+    """One draw of ``(H, V_i)`` from the joint law of ``H = (V flat(X_b))_b`` over a batch
+    of texts ``Xs`` (``B × n × d``) and the column block ``V_i`` of word ``i = row``, ``V``
+    with i.i.d. ``N(0, 1/D)`` entries (eq. :eq:`eq-rf`; :prf:ref:`prop-rf-texts-law`):
+    ``H = X_i V_iᵀ + F Z`` with ``X_i`` the rows ``i`` of the texts (``B × d``), ``V_i``
+    the ``blocks``-mode block (:func:`wsutils.estimators.rf.rf_weight_block`), ``F`` a factor
+    of ``K_{−i} = flat(X_{−i}) flat(X_{−i})ᵀ / D`` (:func:`_rest_factor`) and ``Z`` standard
+    normals, drawn ``block_rows`` columns at a time from :func:`rf_texts_noise_seed`.
+
+    The search of the flip experiment reads ``V`` only through ``H`` and ``V_i``
+    (``φ_RF(X_i(Δ)) = ReLU(h + V_i Δ)``), so a draw of this pair is a draw of everything it
+    uses, at ``O(B·(B + d)·k)`` instead of the ``O(B·D·k)`` of :func:`rf_preactivations`
+    (``B = 1301``, ``D = 30,720``: 16 times fewer products, 15 times fewer normals). It is
+    another draw than :func:`rf_preactivations`'s, of the same law. The normals are float32
+    (as every block of ``V``); ``X_i V_iᵀ`` and ``K_{−i}`` are computed in float64, the
+    Gaussian part ``F Z`` in float32 (rounded as :func:`rf_preactivations`'s float32
+    products are). Returns ``(H, V_i)`` in float64, ``V_i`` the exact float32 weights."""
+    X = as_tensor(Xs)
+    if X.ndim != 3:
+        raise ValueError(f"Xs must be a batch of texts (B, n, d), got shape {tuple(X.shape)}.")
+    B, n, d = X.shape
+    if not 0 <= row < n:
+        raise ValueError(f"row {row} is out of range for texts of n = {n} words.")
+    check_finite("Xs", X)
+    k = check_int("k", k, minimum=1)
+    return _rf_law_rows(flat(X).to(torch.float64), k, n, d, seed, row, block_rows, progress)
+
+
+def _rest_factor(Xf: torch.Tensor, row: int, d: int) -> torch.Tensor:
+    """``F`` (``B × r``) with ``FFᵀ = K_{−i} = flat(X_{−i}) flat(X_{−i})ᵀ / D`` for the
+    flattened texts ``Xf`` (``B × D``, float64) without word ``i = row``: the scaled columns
+    themselves when there are no more of them than texts (``r = D − d``), the Cholesky factor
+    of ``K_{−i}`` otherwise (``r = B``), or, when ``K_{−i}`` is singular (two texts equal
+    but for word ``i``), ``U Λ^{1/2}`` from its eigendecomposition."""
+    B, D = Xf.shape
+    rest = torch.ones(D, dtype=torch.bool)
+    rest[row * d : (row + 1) * d] = False
+    if D - d <= B:
+        return Xf[:, rest] / math.sqrt(D)
+    Xi = Xf[:, ~rest]
+    K = (_gram(Xf) - Xi @ Xi.T) / D
+    L, info = torch.linalg.cholesky_ex(K)
+    if int(info) == 0:
+        return L
+    lam, U = torch.linalg.eigh(K)
+    return U * lam.clamp_min(0).sqrt()
+
+
+def _rf_law_rows(Xf, k, n, d, seed, row, block_rows, progress):
+    """:func:`rf_texts_law` of the flattened float64 texts ``Xf`` (``B × n·d``)."""
+    if block_rows < 1:
+        raise ValueError(f"need block_rows ≥ 1, got {block_rows}.")
+    B = Xf.shape[0]
+    Vi = rf_weight_block(k, n, d, row, seed=seed, dtype=torch.float64)
+    Xi = Xf[:, row * d : (row + 1) * d]
+    F = _rest_factor(Xf, row, d).to(torch.float32)
+    H = torch.empty(B, k, dtype=torch.float64)
+    starts = range(0, k, block_rows)
+    for b, start in enumerate(tqdm(starts, desc="RF features", disable=not progress, leave=False)):
+        stop = min(start + block_rows, k)
+        part = Xi @ Vi[start:stop].T
+        if F.shape[1]:
+            g = torch.Generator().manual_seed(rf_texts_noise_seed(seed, b))
+            Z = torch.randn(F.shape[1], stop - start, generator=g, dtype=torch.float32)
+            part += F @ Z
+        H[:, start:stop] = part
     return H, Vi
 
 

@@ -15,7 +15,7 @@ from ..maps import Normalisation, flat
 from ..search import Search, point_search
 from ..weights import sample_W
 from ._common import DATA, LOSSES, METHODS, TRAININGS, check_Ns, map_normalisation
-from ._features import _attention_rows, _rf_rows, authors_data, independent_data, planted_data
+from ._features import _attention_rows, _rf_law_rows, authors_data, independent_data, planted_data
 from ._linalg import _cholesky, _fine_tune, _gram_solve
 from ._search import (
     FLIP_SEARCH,
@@ -52,10 +52,10 @@ def _features(
     n, d = X.shape
     # The texts are checked (_check_flip_data); the training texts and the new one are
     # stacked where the features are computed, never copied together first.
-    if map == "rf":
-        Xf = torch.empty((Xs.shape[0] + 1, n * d), dtype=torch.float32)
-        Xf[:-1], Xf[-1] = flat(Xs), flat(X)  # the float32 rounding of flat(cat([Xs, X]))
-        H, Vi = _rf_rows(Xf, n * d, n, d, seed, row, block_rows, torch.float32, progress)
+    if map == "rf":  # (H, V_i) from their joint law (prop-rf-texts-law): all the search reads
+        Xf = torch.empty((Xs.shape[0] + 1, n * d), dtype=torch.float64)
+        Xf[:-1], Xf[-1] = flat(Xs), flat(X)  # flat(cat([Xs, X])), never copied together
+        H, Vi = _rf_law_rows(Xf, n * d, n, d, seed, row, block_rows, progress)
         return torch.relu(H[:-1]), torch.relu(H[-1]), rf_flip_model(H[-1], Vi)
     W = sample_W(d, seed=seed)
     F = _attention_rows(Xs, X, W, norm, 64)
@@ -257,7 +257,10 @@ def flip_runs(
     search with ``seed + 1``. For every ``N`` in ``Ns`` (the first ``N`` texts) every
     training and every loss: ``θ₀``, ``θ₁``, the flip search on word ``row``, and
     ``t0, t1, D0, D1`` (the outputs ``t_0, t_1`` on ``X`` and ``t_0^Δ, t_1^Δ`` on ``X_Δ``,
-    with ``θ₀`` and ``θ₁``; ``gen.py`` records the same four).
+    with ``θ₀`` and ``θ₁``; ``gen.py`` records the same four). Random features
+    (``k = D``): the texts' pre-activations and ``V_i`` are one draw of their joint law
+    (:func:`rf_texts_law`, ``block_rows`` features at a time), all the experiment reads of
+    ``V``.
 
     ``method="ours"``: :func:`search_flip` with ``search`` (a :class:`~wsutils.search.Search`
     or a dict of some of its fields; default ``FLIP_SEARCH``: 4 starts, 300 steps, step
