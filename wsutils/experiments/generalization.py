@@ -58,8 +58,9 @@ class Scale:
 #: both scales: it is cheap.
 COLLAPSE_D = 32
 COLLAPSE_NS = {40: (10, 40, 160), 160: (160, 640, 2560)}
-#: Its draws: enough that the ratio of two settings' mean base terms has a standard error well
-#: under the check's factor (one draw's base term is spread by about a third of its mean).
+#: The collapse check's number of draws, enough that the ratio of two settings' mean base
+#: terms has a standard error well under the check's factor (one draw's base term is spread
+#: by about a third of its mean).
 COLLAPSE_DRAWS = 12
 
 

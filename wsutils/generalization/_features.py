@@ -195,7 +195,7 @@ def rf_texts_law(
     with i.i.d. ``N(0, 1/D)`` entries (eq. :eq:`eq-rf`; :prf:ref:`prop-rf-texts-law`):
     ``H = X_i V_iᵀ + F Z`` with ``X_i`` the rows ``i`` of the texts (``B × d``), ``V_i``
     the ``blocks``-mode block (:func:`wsutils.estimators.rf.rf_weight_block`), ``F`` a factor
-    of ``K_{−i} = flat(X_{−i}) flat(X_{−i})ᵀ / D`` (:func:`_rest_factor`) and ``Z`` standard
+    of ``K_{−i} = flat(X_{−i}) flat(X_{−i})ᵀ / D`` (``_rest_factor``) and ``Z`` standard
     normals, drawn ``block_rows`` columns at a time from :func:`rf_texts_noise_seed`.
 
     The search of the flip experiment reads ``V`` only through ``H`` and ``V_i``
