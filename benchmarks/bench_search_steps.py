@@ -7,6 +7,9 @@ process, one thread, alternating (the best of ``--repeats`` rounds):
 - ``rf step``: one step of the random-features ascent (value and gradient) in one pass over
   ``V_i``, block by block (``_relative_change_objective``), against two whole passes (the
   former objective, below);
+- ``rf step (numba)``: the same step as one compiled loop over the rows of ``V_i``
+  (``wsutils.estimators._rf_step``, what runs on one thread with numba installed) against the
+  blocked products of ``rf step``;
 - ``attention``: a softmax / ReLU search of every row (the IMDb sweep's, float32 and float64)
   by :func:`~wsutils.estimators.self_attention.attention_word_sensitivity` as it runs now
   (chunks sized by ``pair_elements``, the gradient written out) against the same search with
@@ -81,11 +84,12 @@ def _best(fn, repeats: int) -> float:
 
 
 def _row(name: str, size: str, new: float, old: float, note: str = "") -> None:
-    print(f"{name:<10} {size:<26} {new:>9.3f} {old:>9.3f} {old / new:>7.2f}×  {note}")
+    print(f"{name:<15} {size:<26} {new:>9.3f} {old:>9.3f} {old / new:>7.2f}×  {note}")
 
 
 def _rf(repeats: int) -> None:
-    from wsutils.estimators.rf import _grams, _relative_change_objective
+    from wsutils.estimators import _rf_step
+    from wsutils.estimators.rf import _blocked_objective, _grams
 
     for k, d, B in RF_SIZES:
         g = torch.Generator().manual_seed(k)
@@ -104,17 +108,26 @@ def _rf(repeats: int) -> None:
         _row("gram J", size, new, old, "the active rows' only (no upper certificate)")
         u32, Delta = u.float(), torch.randn(B, d, generator=g)
 
+        base = torch.relu(u32)
+        norm = torch.linalg.vector_norm(base)
+
         def step(make):
             def run():
                 for _ in range(5):
-                    _, grad = make(u32, Vi)(Delta)
+                    _, grad = make()(Delta)
                     grad()
 
             return run
 
-        new = _best(step(_relative_change_objective), repeats) / 5
-        old = _best(step(_two_passes), repeats) / 5
+        blocked = step(lambda: _blocked_objective(u32, Vi, base, norm))
+        new = _best(blocked, repeats) / 5
+        old = _best(step(lambda: _two_passes(u32, Vi)), repeats) / 5
         _row("rf step", f"{size}, B={B}", new, old, "a step, value and gradient")
+        if _rf_step.usable(Vi):  # numba installed, one thread
+            compiled = step(lambda: _rf_step.objective(u32, Vi, base, norm))
+            compiled()  # compiled (or loaded from numba's cache) before it is timed
+            new, old = _best(compiled, repeats) / 5, _best(blocked, repeats) / 5
+            _row("rf step (numba)", f"{size}, B={B}", new, old, "against the blocked products")
 
 
 def _attention(repeats: int) -> None:
@@ -211,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args([] if argv is None else argv)
     torch.set_num_threads(1)
     print("issue 34's search steps, 1 thread, one process; CPU s, best of the rounds")
-    head = f"{'step':<10} {'size':<26} {'now s':>9} {'before s':>9} {'speed-up':>8}"
+    head = f"{'step':<15} {'size':<26} {'now s':>9} {'before s':>9} {'speed-up':>8}"
     print(head)
     print("-" * len(head))
     if "rf" in args.parts:

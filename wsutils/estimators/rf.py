@@ -66,6 +66,7 @@ from ..sensitivity import (
     sphere_starts,
     sphere_step,
 )
+from . import _rf_step
 
 __all__ = [
     "RFSensitivityResult",
@@ -471,9 +472,19 @@ def _relative_change_objective(u: torch.Tensor, Vi: torch.Tensor):
     dtype), with its gradient written by hand: that of ``½‖ReLU(u + V_i Δ) − ReLU(u)‖²``,
     ``V_iᵀ (1[pre > 0] ⊙ diff)``, the same direction. Both in one pass over ``V_i``, a block
     of about ``2²⁰`` entries at a time (its rows' two products while the block is in cache:
-    each step reads ``V_i`` from memory once, not twice)."""
+    each step reads ``V_i`` from memory once, not twice). On one CPU thread with numba
+    installed, the step is one compiled loop over the rows of ``V_i`` instead
+    (:mod:`wsutils.estimators._rf_step`: the skinny products cost more than the reads)."""
     base = torch.relu(u)
     base_norm = torch.linalg.vector_norm(base)
+    if _rf_step.usable(Vi):
+        return _rf_step.objective(u, Vi, base, base_norm)
+    return _blocked_objective(u, Vi, base, base_norm)
+
+
+def _blocked_objective(u, Vi, base, base_norm):
+    """:func:`_relative_change_objective` by BLAS products, a block of rows of ``V_i`` at a
+    time (any device, any number of threads)."""
     block = max(256, (1 << 20) // Vi.shape[1])
 
     def evaluate(Delta: torch.Tensor):
