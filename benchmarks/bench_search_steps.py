@@ -22,7 +22,10 @@ process, one thread, alternating (the best of ``--repeats`` rounds):
   block in float32 (``_rf_rows``, the former way; both still in the code base);
 - ``thp``: one IMDb sweep point (random features, ``n = 200``, ``d = 384``) in a child process
   with PyTorch's large allocations on transparent huge pages (``THP_MEM_ALLOC_ENABLE=1``, what
-  the book's kernels get) against without, alternately; user + system CPU s of the child.
+  the book's kernels get) against without, alternately; user + system CPU s of the child;
+- ``pool``: IMDb sweep points (random features, ``n = 150``, ``d = 384``), one process per
+  core at once (what ``process_pool`` now allows a build's kernel: one process each) against
+  two per core (two chapters' 2-process pools side by side, as before); CPU s a point.
 
 Sizes: the IMDb sweep's largest (``k = 76,800``, ``d = 384``, ``n = 200``) and the ReLU
 chapter's RF grid's (``k = 192,000``, ``d = 768``). The attention rows print both searches'
@@ -72,6 +75,17 @@ def _two_passes(u: torch.Tensor, Vi: torch.Tensor):
         return vals, lambda: (diff * (pre > 0)).T.contiguous() @ Vi
 
     return evaluate
+
+
+def _gram_blocks(P: torch.Tensor, blocks: int = 4) -> torch.Tensor:
+    """The former ``generalization._linalg._gram``: ``PPᵀ`` from its lower triangle by row
+    blocks (5/8 of the products of ``P @ P.T``), mirrored."""
+    N = P.shape[0]
+    edges = [round(i * N / blocks) for i in range(blocks + 1)]
+    K = torch.empty((N, N), dtype=P.dtype)
+    for r0, r1 in zip(edges[:-1], edges[1:]):
+        K[r0:r1, :r1] = P[r0:r1] @ P[:r1].T
+    return torch.tril(K) + torch.tril(K, -1).mT
 
 
 def _best(fn, repeats: int) -> float:
@@ -175,6 +189,13 @@ def _flip_features(repeats: int, size: str) -> None:
     new = _best(lambda: _rf_law_rows(Xf, D, n, d, 1, 0, 2048, False), repeats)
     old = _best(lambda: _rf_rows(Xf32, D, n, d, 1, 0, 2048, torch.float32, False), repeats)
     _row("flip feat", f"B={B}, n={n}, d={d}", new, old, "(V flat(X_b))_b and V_i, k = D")
+    from wsutils.generalization._linalg import _gram
+
+    for N, p in ((B, D), (2561, 5120)):  # the flip grid's texts; the collapse check's largest
+        P = torch.randn(N, p, generator=torch.Generator().manual_seed(p), dtype=torch.float64)
+        new, old = _best(lambda: _gram(P), repeats), _best(lambda: _gram_blocks(P), repeats)
+        err = float((_gram(P) - _gram_blocks(P)).abs().max() / _gram_blocks(P).abs().max())
+        _row("flip gram", f"N={N}, p={p}", new, old, f"float64 ΦΦᵀ by syrk; difference {err:.0e}")
 
 
 _THP_CHILD = """
@@ -213,12 +234,54 @@ def _thp(repeats: int) -> None:
     _row("thp", "IMDb RF point n=200 d=384", new, old, "user + sys CPU s of the point")
 
 
+_POOL_CHILD = """
+import resource, sys, torch
+torch.set_num_threads(1)
+from wsutils.experiments import imdb as IM
+from wsutils.run import config
+P, model = IM.SCALES["paper"], config.model()
+IM.sensitivity_point(**IM.sweep_point(P, "rf", 10, 16, "gaussian", 0, model=model, imdb=None))
+pts = [IM.sweep_point(P, "rf", 150, 384, "gaussian", s, model=model, imdb=None) for s in (0, 1)]
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+for p in pts:
+    IM.sensitivity_point(**p)
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+print(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+"""
+
+
+def _pool(repeats: int) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+    def together(count: int) -> float:  # CPU s a point, `count` processes at once
+        procs = [
+            subprocess.Popen([sys.executable, "-c", _POOL_CHILD], env=env, stdout=subprocess.PIPE)
+            for _ in range(count)
+        ]
+        cpu = [float(p.communicate()[0].decode().split()[-1]) for p in procs]
+        return sum(cpu) / (2 * count)
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    times = {cores: [], 2 * cores: []}
+    for _ in range(repeats):
+        for count in times:
+            times[count].append(together(count))
+    new, old = min(times[cores]), min(times[2 * cores])
+    note = f"CPU s a point, {cores} processes at once against {2 * cores}"
+    _row("pool", "IMDb RF point n=150 d=384", new, old, note)
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_search_steps")
     parser.add_argument("--repeats", type=int, default=3, help="rounds; the best is kept")
-    parts = ("rf", "attention", "flip", "thp")
+    parts = ("rf", "attention", "flip", "thp", "pool")
     parser.add_argument("--parts", nargs="+", choices=parts, default=list(parts))
     parser.add_argument("--flip-size", choices=sorted(FLIP_SIZES), default="small")
     args = parser.parse_args([] if argv is None else argv)
@@ -235,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
         _flip_features(args.repeats, args.flip_size)
     if "thp" in args.parts:
         _thp(args.repeats)
+    if "pool" in args.parts:
+        _pool(args.repeats)
 
 
 if __name__ == "__main__":

@@ -96,3 +96,7 @@ def test_gram_by_blocks_is_the_gram_matrix():
     assert float((K - ref).abs().max()) <= 1e-13 * float(ref.abs().max())
     L = G.gram_cholesky(big)
     torch.testing.assert_close(L @ L.T, ref, rtol=0, atol=1e-12 * float(ref.abs().max()))
+    big32 = big.float()  # syrk in single precision too
+    K32, ref32 = _gram(big32), big32 @ big32.T
+    assert K32.dtype == torch.float32 and torch.equal(K32, K32.T)
+    assert float((K32 - ref32).abs().max()) <= 1e-5 * float(ref32.abs().max())

@@ -249,17 +249,30 @@ def test_imdb_sensitivity_point_searches_the_stated_rows():
 
 
 def test_process_pool_one_worker_is_this_process_and_bad_counts_are_refused():
+    import torch
+
     from wsutils.run.sweep import process_pool
 
     assert process_pool(1) is None
     for bad in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="positive integer"):
             process_pool(bad)
-    pool = process_pool(2)
+    threads = torch.get_num_threads()
     try:
-        assert pool.submit(int, "7").result() == 7
+        torch.set_num_threads(2)
+        pool = process_pool(2)
+        try:
+            assert pool.submit(int, "7").result() == 7
+        finally:
+            pool.shutdown()
+        # no more processes than this process's threads: its share of the machine
+        wide = process_pool(3)
+        assert wide._max_workers == 2
+        wide.shutdown()
+        torch.set_num_threads(1)
+        assert process_pool(2) is None
     finally:
-        pool.shutdown()
+        torch.set_num_threads(threads)
 
 
 def test_pick_takes_the_entry_of_the_scale(monkeypatch):

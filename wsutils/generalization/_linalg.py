@@ -68,13 +68,22 @@ def _cholesky(P: torch.Tensor, rcond: float | None = None) -> torch.Tensor:
 
 
 def _gram(P: torch.Tensor, blocks: int = 4) -> torch.Tensor:
-    """``K = PPᵀ`` from its lower triangle, computed by row blocks (block ``i`` of ``P``
-    times blocks ``≤ i``: ``(b + 1)/2b`` of the products of ``P @ P.T``, 5/8 for ``b = 4``)
-    and mirrored, so ``K`` is exactly symmetric. Each entry is the same dot product as in
-    ``P @ P.T``, summed by the BLAS in an order that may differ, so ``K`` agrees with it to
-    rounding (measured at ``1300 × 92,160``: 8.2 s → 4.9 s on one thread, entries equal to
-    ``3e-14`` relative; ``benchmarks/README.md``). Below 512 rows: ``P @ P.T``, mirrored."""
+    """``K = PPᵀ``, exactly symmetric: one triangle computed, then mirrored. On the CPU in
+    float32 or float64 from 512 rows on, by BLAS ``syrk`` (half the products of
+    ``P @ P.T``); elsewhere from its lower triangle by row blocks (block ``i`` of ``P`` times
+    blocks ``≤ i``: ``(b + 1)/2b`` of the products, 5/8 for ``b = 4``; below 512 rows
+    ``P @ P.T``). Each entry is the same dot product as in ``P @ P.T``, summed by the BLAS in
+    an order that may differ, so ``K`` agrees with it to rounding (``benchmarks/README.md``:
+    ``bench_search_steps --parts gram``)."""
     N = P.shape[0]
+    if N >= 512 and P.device.type == "cpu" and P.dtype in (torch.float32, torch.float64):
+        from scipy.linalg import blas
+
+        syrk = blas.dsyrk if P.dtype == torch.float64 else blas.ssyrk
+        # P row-major is Pᵀ column-major (p × N): trans=1 gives (Pᵀ)ᵀPᵀ = PPᵀ, its upper
+        # triangle filled, column-major
+        U = torch.from_numpy(syrk(1.0, P.contiguous().numpy().T, trans=1))
+        return torch.triu(U) + torch.triu(U, 1).mT
     b = blocks if N >= 512 else 1
     edges = [round(i * N / b) for i in range(b + 1)]
     K = torch.empty((N, N), dtype=P.dtype, device=P.device)

@@ -750,6 +750,12 @@ def process_pool(workers: int) -> ProcessPoolExecutor | None:
     thread (the grid points' matrices are small: one thread per process is fastest), or
     ``None`` (run in this process) for ``workers == 1``.
 
+    At most as many processes as this process has torch threads: the share of the machine it
+    was given (the book's build runs ``lanes`` chapters at once and gives each kernel
+    ``cores // lanes`` threads, ``OMP_NUM_THREADS``). More would only take turns on the same
+    cores: four processes on two cores spent 12 % more CPU a random-features point than two
+    (``benchmarks/bench_search_steps.py --parts pool``). ``None`` when that leaves one.
+
     Raises
     ------
     ValueError
@@ -759,6 +765,7 @@ def process_pool(workers: int) -> ProcessPoolExecutor | None:
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}.")
+    workers = min(workers, torch.get_num_threads())
     if workers == 1:
         return None
     return ProcessPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,))
