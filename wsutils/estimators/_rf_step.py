@@ -11,9 +11,10 @@ update is skipped for an inactive unit (``pre_jb ≤ 0``), about half of them
 
 numba is optional: :func:`usable` is false without it, on a GPU, or where PyTorch has several
 threads (the compiled loop has one; the BLAS products use them all), and the caller then makes
-the two products. The compiled loop sums in another order than the BLAS (each value in
-float64, the gradient in ``V_i``'s dtype): the search only proposes ``Δ``, and every returned
-value is recomputed in float64 (:func:`wsutils.estimators.rf.rf_relative_change`).
+the two products. The compiled loop sums in another order than the BLAS (each value's sum of
+squares in float64, the gradient in ``V_i``'s dtype): the search only proposes ``Δ``, and
+every returned value is recomputed in float64
+(:func:`wsutils.estimators.rf.rf_relative_change`).
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def _gram(P: torch.Tensor, blocks: int = 4) -> torch.Tensor:
     blocks ``≤ i``: ``(b + 1)/2b`` of the products, 5/8 for ``b = 4``; below 512 rows
     ``P @ P.T``). Each entry is the same dot product as in ``P @ P.T``, summed by the BLAS in
     an order that may differ, so ``K`` agrees with it to rounding (``benchmarks/README.md``:
-    ``bench_search_steps --parts gram``)."""
+    ``bench_search_steps --parts flip``)."""
     N = P.shape[0]
     if N >= 512 and P.device.type == "cpu" and P.dtype in (torch.float32, torch.float64):
         from scipy.linalg import blas
