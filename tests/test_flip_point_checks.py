@@ -83,7 +83,7 @@ def test_flip_runs_still_checks_its_input():
 
 
 def test_gram_by_blocks_is_the_gram_matrix():
-    from wsutils.generalization._linalg import _gram
+    from wsutils.generalization._linalg import _gram, _gram_by_blocks
 
     g = torch.Generator().manual_seed(4)
     small = torch.randn(300, 500, generator=g, dtype=torch.float64)
@@ -96,6 +96,9 @@ def test_gram_by_blocks_is_the_gram_matrix():
     assert float((K - ref).abs().max()) <= 1e-13 * float(ref.abs().max())
     L = G.gram_cholesky(big)
     torch.testing.assert_close(L @ L.T, ref, rtol=0, atol=1e-12 * float(ref.abs().max()))
+    Kb = _gram_by_blocks(big, 4)  # the way off the CPU, checked here on it
+    assert torch.equal(Kb, Kb.T)
+    assert float((Kb - ref).abs().max()) <= 1e-13 * float(ref.abs().max())
     big32 = big.float()  # syrk in single precision too
     K32, ref32 = _gram(big32), big32 @ big32.T
     assert K32.dtype == torch.float32 and torch.equal(K32, K32.T)

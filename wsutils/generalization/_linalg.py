@@ -84,8 +84,13 @@ def _gram(P: torch.Tensor, blocks: int = 4) -> torch.Tensor:
         # triangle filled, column-major
         U = torch.from_numpy(syrk(1.0, P.contiguous().numpy().T, trans=1))
         return torch.triu(U) + torch.triu(U, 1).mT
-    b = blocks if N >= 512 else 1
-    edges = [round(i * N / b) for i in range(b + 1)]
+    return _gram_by_blocks(P, blocks if N >= 512 else 1)
+
+
+def _gram_by_blocks(P: torch.Tensor, blocks: int) -> torch.Tensor:
+    """``PPᵀ`` from its lower triangle by ``blocks`` row blocks, mirrored (any device)."""
+    N = P.shape[0]
+    edges = [round(i * N / blocks) for i in range(blocks + 1)]
     K = torch.empty((N, N), dtype=P.dtype, device=P.device)
     for r0, r1 in zip(edges[:-1], edges[1:]):
         K[r0:r1, :r1] = P[r0:r1] @ P[:r1].T
