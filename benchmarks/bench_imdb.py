@@ -1,12 +1,13 @@
 """IMDb chapter at the paper's scale: one RF sweep point, old law against new, side by side.
 
-The sweep (``book/imdb.md``) searches random features on 16 rows of ``n``
-(:func:`wsutils.experiments.imdb.searched_rows`). Before: ``mode="blocks"`` draws all ``n``
-column blocks of ``V`` to form ``V flat(X)`` and then re-draws the 16 it searches
-(``(n + 16)·k·d`` normals). After: ``mode="rows"`` (:func:`wsutils.estimators.rf.rf_rows_law`,
-the joint law of ``V flat(X)`` and the searched blocks, ``prop-rf-rows-law``) draws each
-searched block to form ``V flat(X)`` and once more in the search (``32·k·d``). Both on the same
-text and seed, one thread, in one process, alternately (A, B, A, B; best of the repeats).
+The sweep (``book/imdb.md``) searches random features on ``r`` rows of ``n`` (the paper
+scale's ``rf_rows``; :func:`wsutils.experiments.imdb.searched_rows`). Before:
+``mode="blocks"`` draws all ``n`` column blocks of ``V`` to form ``V flat(X)`` and then
+re-draws the ``r`` it searches (``(n + r)·k·d`` normals). After: ``mode="rows"``
+(:func:`wsutils.estimators.rf.rf_rows_law`, the joint law of ``V flat(X)`` and the searched
+blocks, ``prop-rf-rows-law``) draws each searched block to form ``V flat(X)`` and once more in
+the search (``2r·k·d``). Both on the same text and seed, one thread, in one process,
+alternately (A, B, A, B; best of the repeats).
 
 The per-point CPU seconds are multiplied out over the chapter's paper grid (``n`` in
 10…200, ``d`` in 192, 384, 768, 3 reviews, plus Gaussian texts at ``d = 192``) in
@@ -37,11 +38,12 @@ import time
 import torch
 
 from wsutils.estimators.rf import rf_word_sensitivity
-from wsutils.experiments.imdb import searched_rows
+from wsutils.experiments.imdb import scale, searched_rows
 from wsutils.weights import sample_X
 
-RF_ROWS, STEPS, STARTS = 16, 20, 2  # the chapter's paper-scale RF search
-ATT_STEPS, ATT_STARTS = 100, 4  # the chapter's paper-scale attention search
+PAPER = scale("paper")  # the chapter's paper-scale searches
+RF_ROWS, STEPS, STARTS = PAPER.rf_rows, PAPER.rf_steps, PAPER.rf_starts
+ATT_STEPS, ATT_STARTS = PAPER.steps, PAPER.starts
 
 
 def one(

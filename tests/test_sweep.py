@@ -307,12 +307,12 @@ def test_imdb_scale_sweep_points_and_search_precision():
         96,
         (250, 300),
     )
-    assert (p.rf_steps, p.rf_starts, p.rf_rows, p.workers, p.reviews) == (20, 2, 16, 2, 100)
+    assert (p.rf_steps, p.rf_starts, p.rf_rows, p.workers, p.reviews) == (20, 2, 8, 2, 100)
     where = dict(model="m", imdb=None)
     raf, relu, rf = (sweep_point(p, m, 50, 96, "imdb", 7, **where) for m in ("raf", "relu", "rf"))
     assert raf["search"]["dtype"] == "float32" and relu["search"]["dtype"] is None
     assert "dtype" not in rf["search"] and raf["rows"] is None
-    assert rf["rows"] == searched_rows(50, 16) and len(rf["rows"]) == 16
+    assert rf["rows"] == searched_rows(50, 8) and len(rf["rows"]) == 8
     from wsutils.run.seeds import point_seed  # the label names the draw, as in every build
 
     assert raf["seed"] == point_seed("RAF", "imdb", 96, 50, 7) and raf["map"] == "raf"

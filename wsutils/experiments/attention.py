@@ -59,6 +59,7 @@ class Scale:
     the far lengths ``n_far`` (at ``d = ds[0]``), the phase diagram's ``phase_ds`` ×
     ``phase_ns``, the authors' search at ``auth_points`` (``(d, n)``) with ``auth_seeds``
     texts each, the ReLU chapter's orthogonal take-over at ``takeover_points``, its RF
+    grid (on the first ``rf_seeds`` of the ``seeds`` texts of each point of the grid) and
     search (``rf_starts``, ``rf_steps``), and the ``workers`` of the grids' process pool.
     Defined once here so that both chapters search the same points the same way."""
 
@@ -74,6 +75,7 @@ class Scale:
     auth_points: tuple[tuple[int, int], ...]
     auth_seeds: int
     takeover_points: tuple[tuple[int, int], ...]
+    rf_seeds: int
     rf_starts: int
     rf_steps: int
     workers: int
@@ -101,6 +103,7 @@ SCALES = {
         auth_points=((32, 10), (64, 10)),
         auth_seeds=2,
         takeover_points=((192, 100), (384, 100)),
+        rf_seeds=2,
         rf_starts=2,
         rf_steps=30,
         workers=1,
@@ -118,6 +121,7 @@ SCALES = {
         auth_points=((192, 50), (384, 50), (768, 50)),
         auth_seeds=4,
         takeover_points=((384, 100), (768, 150), (768, 250)),
+        rf_seeds=2,  # RF varies little across texts (the ReLU chapter measures it)
         rf_starts=4,
         rf_steps=60,
         workers=2,
