@@ -63,24 +63,25 @@ SWEEP_ENV = "WSBOOK_SWEEP_STORE"
 KEY_FILES = ("requirements.txt", "requirements-model.txt", "pyproject.toml", "book/matplotlibrc")
 #: Only an ordering hint (longest first) before a chapter has been timed on this machine:
 #: wall seconds of each chapter at the paper scale, two at a time on 2 cores (``make paper``
-#: on 7b3f308, issue 25), split by the moved cells' share where a chapter was split.
+#: on a fresh clone of 626bb2b, issue 34, 2026-12-05).
 EXPECTED_SECONDS = {
-    "imdb": 520,
-    "relu-attention": 500,
-    "generalization": 260,
-    "trained-substitutions": 140,
-    "random-features": 158,
-    "deep-random-features": 125,
-    "imdb-generalization": 100,
-    "generalization-n": 350,  # with the protection study (make paper on 3347dde)
-    "normalisation": 90,
-    "word-sensitivity": 76,
-    "attention": 70,
-    "attention-far": 55,
-    "trained-attention": 50,
-    "normalisation-boundary": 30,
-    "figure-1": 25,
-    "word-flips": 265,  # its grid alone on one thread (issue 35, 2026-12-04: 257 s)
+    "imdb": 233,
+    "relu-attention": 204,
+    "generalization-n": 202,
+    "generalization": 140,
+    "word-flips": 122,
+    "trained-substitutions": 119,
+    "deep-random-features": 111,
+    "random-features": 91,
+    "normalisation": 87,
+    "attention-far": 72,
+    "imdb-generalization": 62,
+    "word-sensitivity": 59,
+    "attention": 57,
+    "trained-attention": 38,
+    "normalisation-boundary": 25,
+    "figure-1": 18,
+    "your-map": 7,
 }
 TIMINGS = CACHE_ROOT / "timings.json"
 
