@@ -27,3 +27,13 @@ def slow_rf_sensitivity(n: int, d: int, seed: int, pause: float = 0.0) -> dict:
     """``rf_sensitivity`` after a pause, so that a test can kill a sweep between two points."""
     time.sleep(pause)
     return rf_sensitivity(n, d, seed)
+
+
+def fails_until(x: int, flag: str) -> dict:
+    """``x²``, or a RuntimeError while the file ``flag`` does not exist: a grid that fails,
+    then runs once the flag is set (a rerun must run its points again)."""
+    from pathlib import Path
+
+    if not Path(flag).exists():
+        raise RuntimeError(f"not ready: {flag}")
+    return {"y": x * x}

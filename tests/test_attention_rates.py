@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from rounding import gamma
 
 import wsutils as ws
 from wsutils.estimators import authors as au
@@ -144,6 +145,19 @@ def test_authors_refuses_bad_input():
         authors_replica(X, W, seed=0, lr=-1.0)
 
 
+def _softmax_attention_tol(X, W):
+    """How far two float64 computations of ``softmax(XWXᵀ/√d) X`` may be apart
+    (tests/rounding.py): a score ``x_r W x_cᵀ/√d`` is two products of length ``d`` and a
+    division, off by at most ``E = γ_{2d+1} max_rc |x_r|ᵀ|W||x_c| / √d``; a weight
+    ``exp(s_rc)/Σ_c exp(s_rc)`` is then off by at most ``2E + γ_{n+2}``, relative (the shift
+    by the row's maximum is exact); an output ``Σ_c A_rc x_cj`` adds ``γ_n`` more, relative
+    to ``Σ_c A_rc |x_cj| ≤ max|X|``. Twice that: two computations."""
+    n, d = X.shape
+    A = X.abs()
+    E = gamma(2 * d + 1) * float((A @ W.abs() @ A.T).max()) / math.sqrt(d)
+    return 2 * (2 * E + gamma(n + 2) + gamma(n)) * float(A.max())
+
+
 def test_authors_map_differs_only_by_float32_rounding():
     X, W = _text(12, 48, 4)
     for kind, fn in (("raf", ws.raf), ("relu", ws.relu_attention)):
@@ -152,7 +166,7 @@ def test_authors_map_differs_only_by_float32_rounding():
         assert 0 < rel < 1e-6
     X, W = _text(12, 64, 4)  # √64 is exact in float32
     theirs = authors_map(X, W, normalisation="raf")
-    torch.testing.assert_close(theirs, ws.raf(X, W), rtol=1e-15, atol=0)
+    torch.testing.assert_close(theirs, ws.raf(X, W), rtol=0, atol=_softmax_attention_tol(X, W))
     with pytest.raises(ValueError, match="normalisation must be 'raf' or 'relu'"):
         authors_map(X, W, normalisation="rf")
 

@@ -215,7 +215,7 @@ def test_flip_runs_bad_input():
         G.flip_runs("rf", 2 * Xs, Y, X, y, Ns=[5], seed=0)
     with pytest.raises(ValueError, match="map must be"):
         G.flip_runs("cnn", Xs, Y, X, y, Ns=[5], seed=0)
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match="row must be an integer word index"):
         G.flip_runs("raf", Xs, Y, X, y, Ns=[5], seed=0, row=4)
 
 

@@ -20,6 +20,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 import sysconfig
 import urllib.parse
 from importlib import metadata
@@ -66,6 +67,18 @@ def tree_digest(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def install_folders() -> list[str]:
+    """The folders this interpreter imports installed distributions from, in import order:
+    its own purelib and platlib, and every ``site-packages``/``dist-packages`` folder on
+    ``sys.path`` (the user site, a ``--system-site-packages`` venv's system folders). A
+    package upgraded in any of them changes :func:`installed_digest`. Other folders on
+    ``sys.path`` are left out: the checkout's ``wsutils.egg-info``, found when the working
+    directory is the checkout, installs nothing."""
+    own = [sysconfig.get_paths()[k] for k in ("purelib", "platlib")]
+    on_path = [p for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages")]
+    return list(dict.fromkeys(on_path + own))  # sys.path's order first: what is imported
+
+
 @functools.lru_cache(maxsize=1)
 def installed_digest() -> str:
     """SHA-256 of the installed Python distributions as this interpreter sees them: every
@@ -77,13 +90,11 @@ def installed_digest() -> str:
     instead. Computed once per process (about 0.6 s): what a process has imported does not
     change under it."""
     h = hashlib.sha256()
-    # the interpreter's install folders only: a folder that happens to be on sys.path (the
-    # checkout's wsutils.egg-info when the working directory is the checkout) installs nothing
-    paths = sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})
+    paths = install_folders()
     found: dict[str, metadata.Distribution] = {}
     for d in metadata.distributions(path=paths):
         found.setdefault((d.metadata["Name"] or "?").lower(), d)
-    dists = sorted(found.items())
+    dists = sorted(found.items())  # found: the first of each name in import order
     for name, dist in dists:
         h.update(f"{name}=={dist.version}\0".encode())
         info = json.loads(dist.read_text("direct_url.json") or "{}")

@@ -132,6 +132,34 @@ def check_int(name: str, value, *, minimum: int | None = None) -> int:
     return value
 
 
+def check_row(row, n: int, name: str = "row") -> int:
+    """A word's index as a Python ``int`` in ``[0, n)``: a bool, a float (``0.0`` too), a
+    negative index (which torch would read from the end) or one past the last word is a
+    ValueError that names it."""
+    if (
+        isinstance(row, (bool, np.bool_))
+        or not isinstance(row, numbers.Integral)
+        or not 0 <= int(row) < n
+    ):
+        raise ValueError(
+            f"{name} must be an integer word index in [0, {n}) for a text of n = {n} words, "
+            f"got {type(row).__name__} {row!r} (negative indices are not read from the end)."
+        )
+    return int(row)
+
+
+def check_dtype(name: str, t: torch.Tensor, dtype: torch.dtype, hint: str = "") -> None:
+    """``t`` must hold ``dtype``: a tensor of another precision is a ValueError that names it
+    and says how to convert (nothing is cast silently, and nothing fails later inside torch
+    on a dtype mismatch)."""
+    if t.dtype != dtype:
+        want = str(dtype).removeprefix("torch.")
+        raise ValueError(
+            f"{name} is {str(t.dtype).removeprefix('torch.')}, but {want} is needed"
+            f"{hint}: pass {name}.to(torch.{want})."
+        )
+
+
 def check_preactivations(name: str, u: torch.Tensor, Vi: torch.Tensor) -> None:
     """Random features seen from one word: the pre-activations ``name`` (``k``) and the block
     ``V_i`` (``k × d``) fit together and are finite; a ValueError that says what to pass."""

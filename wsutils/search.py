@@ -53,6 +53,14 @@ def precision(dtype) -> str | None:
     )
 
 
+def _check_bool(name: str, value) -> bool:
+    """A switch: ``True`` or ``False`` (a numpy bool too); a string such as ``"false"``, which
+    ``bool`` would read as true, or a number is a TypeError."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}.")
+    return bool(value)
+
+
 def check_stop(stop) -> tuple[int, float] | None:
     """A search's stopping rule: ``None`` (take every step) or ``(m, rtol)``, an integer
     ``m ≥ 1`` and a finite ``rtol ≥ 0`` (a list ``[m, rtol]``, as JSON gives it, is read as the
@@ -108,7 +116,7 @@ class Search:
             "max_batch_elements": check_int(
                 "max_batch_elements", self.max_batch_elements, minimum=1
             ),
-            "progress": bool(self.progress),
+            "progress": _check_bool("progress", self.progress),
             "stop": check_stop(self.stop),
         }
         for name, value in checked.items():
@@ -133,7 +141,8 @@ class Search:
             )
         if search is None or isinstance(search, dict):
             base = cls() if default is None else default
-            return dataclasses.replace(base, **given, **fields) if given or fields else base
+            given.update(fields)  # the keywords replace the dict's own fields
+            return dataclasses.replace(base, **given) if given else base
         if not isinstance(search, cls):
             raise TypeError(
                 f"search must be a wsutils.search.Search, a dict of its fields or None, got "

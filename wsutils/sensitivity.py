@@ -827,6 +827,13 @@ def ascend_rows(
             evaluate=None if own is None else (lambda D: own(row_idx, D)),
         )
         vals = best_val.reshape(R, S).cpu()
+        blown = [r for j, r in enumerate(chunk) if bool((vals[j] == math.inf).any())]
+        if blown:
+            raise ValueError(
+                f"the map's relative change was +inf at some iterate of rows {blown} (φ "
+                "overflowed, or grew without bound, at a Δ in the ball), so no finite best "
+                "value exists there: evaluate the map in float64, or rescale it."
+            )
         lost = [r for j, r in enumerate(chunk) if not bool(torch.isfinite(vals[j]).any())]
         if lost:
             raise ValueError(

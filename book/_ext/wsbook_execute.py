@@ -104,15 +104,21 @@ PATH_KNOBS = ("WSBOOK_MODEL", "WSBOOK_IMDB", "WSBOOK_CHAT_MODEL")
 
 
 def resolve_path_knobs(env, root: Path = ROOT, cwd: Path | None = None) -> dict[str, str]:
-    """``env`` with every relative path knob made absolute the way the build means it: from
+    """``env`` with every ``WSBOOK_*`` value read as the kernels read it
+    (:func:`wsutils.run.config.knob`: stripped) and every relative path knob made absolute the
+    way the build means it: from
     the directory the build runs in (``cwd``). The kernels run in ``book/`` and get the
     absolute path, so the key and the kernels read the same files. A relative value that is a
     path from ``book/`` but not from ``cwd`` would load one thing in the kernels and key
     another (or a name): a ValueError that says to pass an absolute path."""
+    from wsutils.run.config import knob
+
     cwd = Path.cwd() if cwd is None else cwd
     out = dict(env)
+    for name in [k for k in out if k.startswith("WSBOOK_")]:
+        out[name] = knob(name, out)  # as the kernels read it: " /abs/model\n" is /abs/model
     for name in PATH_KNOBS:
-        value = out.get(name, "").strip()
+        value = knob(name, out)
         if not value or Path(value).expanduser().is_absolute():
             continue
         here, there = cwd / value, root / "book" / value
@@ -371,7 +377,9 @@ class Prefill:
         if not todo:
             return
         timings = _load_timings()
-        scale = os.environ.get("WSBOOK_SCALE", "quick")
+        from wsutils.run.config import scale as knob_scale
+
+        scale = knob_scale()
         measured = timings.get(scale, {})
         order = {
             name: i for i, name in enumerate(longest_first([j.docname for j in todo], measured))

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .._tensor import Array
-from ..checks import as_text, check_int, check_seed
+from ..checks import as_text, check_int, check_real, check_seed
 from ..search import Search, parse_fixed
 from ..sensitivity import (
     ascend,
@@ -46,7 +46,10 @@ def arccos_map(cos_theta: Array, L: int = 1) -> np.ndarray:
     (:prf:ref:`lem-drf-kernel`): the cosine of the angle between two inputs after ``L``
     He-scaled ReLU layers of infinite width."""
     L = check_int("L", L, minimum=0)
-    c = np.clip(np.asarray(cos_theta, dtype=np.float64), -1.0, 1.0)
+    c = np.asarray(cos_theta, dtype=np.float64)
+    if np.isnan(c).any():
+        raise ValueError("cos_theta holds NaN: pass cosines in [-1, 1].")
+    c = np.clip(c, -1.0, 1.0)
     for _ in range(L):
         th = np.arccos(c)
         c = np.clip((np.sin(th) + (np.pi - th) * np.cos(th)) / np.pi, -1.0, 1.0)
@@ -77,8 +80,12 @@ def drf_limit_change(n: int, L: int, r: Array, c: Array) -> np.ndarray:
     form ``√((ν − 1)² + 4ν sin²(ϑ_L/2))``, ``ϑ₀ = atan2(r√(1 − η²/n)/√n, 1 + rη/n)``, as
     ``hypot(ν − 1, 2√ν sin(ϑ_L/2))``: no square underflows for a tiny ``r`` (squaring
     ``r ≈ 1e-157`` lands among the subnormal numbers, whose relative error is large)."""
+    n = check_real("n", n, positive=True)  # a real n: the formula is used as n's function
+    L = check_int("L", L, minimum=0)
     r = np.asarray(r, dtype=np.float64)
     c = np.asarray(c, dtype=np.float64)
+    if not (np.isfinite(r).all() and np.isfinite(c).all()):
+        raise ValueError("r and c must be finite (r = ‖Δ‖/√d ≥ 0, c = η in [-1, 1]).")
     rho2_minus_1 = (2 * r * c + r**2) / n
     rho = np.sqrt(1 + rho2_minus_1)
     theta0 = np.arctan2(r * np.sqrt(np.clip(1 - c**2 / n, 0.0, None)) / np.sqrt(n), 1 + r * c / n)

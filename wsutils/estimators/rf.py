@@ -411,7 +411,9 @@ def rf_certified_lower(u: torch.Tensor, Vi: torch.Tensor) -> tuple[float, torch.
     lower certificate ``S̲_i = √(d/2)·s_J / ‖ReLU(g)‖``: the relative change at the returned
     ``Δ`` is at least ``S̲_i``. Returns ``(S̲_i, Δ)``, ``S̲_i`` with ``s_J`` computed as
     ``‖(V_i)_J v‖`` in float64 at the computed ``v ≈ v_J`` (what the proof certifies for that
-    ``v``; below the exact ``s_J`` by the square of ``v``'s rounding error)."""
+    ``v``; below the exact ``s_J`` by the square of ``v``'s rounding error). A ValueError when
+    ``u`` is not one pre-activation per row of ``V_i`` (or either is not finite)."""
+    check_preactivations("u", u, Vi)
     _, GJ = _grams(Vi, _check_active(u))
     return _lower_from(GJ, u, Vi)
 

@@ -10,7 +10,14 @@ from typing import Sequence
 import torch
 
 from .._tensor import Array
-from ..checks import as_tensor, check_finite, check_shape, check_unit_rows
+from ..checks import (
+    as_tensor,
+    check_finite,
+    check_real,
+    check_row,
+    check_shape,
+    check_unit_rows,
+)
 from ..maps import Normalisation, flat
 from ..search import Search, point_search
 from ..weights import sample_W
@@ -99,8 +106,7 @@ def _check_flip_data(
         raise ValueError(f"every N in Ns must be between 1 and len(Xs) = {Nmax}, got {Ns}.")
     if max(Ns) >= n * d:
         raise ValueError(f"N = {max(Ns)} must be below p = n·d = {n * d} for interpolation.")
-    if not 0 <= row < n:
-        raise ValueError(f"row {row} is out of range for texts of n = {n} words.")
+    check_row(row, n)
 
 
 def _run_search(
@@ -209,7 +215,8 @@ def trained_readouts(
     Raises
     ------
     ValueError
-        If the features are not finite, ``Y`` is not one label per row of ``Phi``, ``Ns``
+        If the features, ``Y`` or ``y`` are not finite, ``phi`` is not as long as a row of
+        ``Phi``, ``Y`` is not one label per row of ``Phi``, ``Ns``
         is not a list of sizes up to the number of rows, a training is unknown, or a Gram
         matrix is singular.
     """
@@ -217,16 +224,23 @@ def trained_readouts(
     Y = as_tensor(Y, dtype=torch.float64).reshape(-1)
     check_finite("Phi", Phi)
     check_finite("phi", phi)
+    check_finite("Y", Y)
+    y = check_real("y", y)
     Ns = check_Ns(Ns)
     if Phi.ndim != 2 or Y.shape[0] != Phi.shape[0] or max(Ns) > Phi.shape[0]:
         raise ValueError(
             f"Phi must be (N, p) with one label of Y per row and N ≥ max(Ns) = {max(Ns)}, "
             f"got shapes {tuple(Phi.shape)} and {tuple(Y.shape)}."
         )
+    if tuple(phi.shape) != (Phi.shape[1],):
+        raise ValueError(
+            f"phi must be the new text's features, one vector ({Phi.shape[1]},) as long as a "
+            f"row of Phi, got shape {tuple(phi.shape)}."
+        )
     bad = [t for t in trainings if t not in TRAININGS]
     if bad or not trainings:
         raise ValueError(f"trainings must be some of {TRAININGS}, got {list(trainings)}.")
-    fits = _train(Phi[: max(Ns)], Y, phi, float(y), Ns, trainings)
+    fits = _train(Phi[: max(Ns)], Y, phi, y, Ns, trainings)
     return torch.stack([theta1 for *_, theta1 in fits.values()]), list(fits)
 
 

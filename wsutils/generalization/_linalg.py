@@ -21,6 +21,11 @@ def _matrix(name: str, Phi: Array) -> torch.Tensor:
             f"{name} must be a matrix (N, p) with one feature row per text, got "
             f"shape {tuple(P.shape)}."
         )
+    if P.dtype not in (torch.float32, torch.float64):
+        raise ValueError(
+            f"{name} is {str(P.dtype).removeprefix('torch.')}; the Gram algebra runs in float32 "
+            f"or float64: pass {name}.double()."
+        )
     check_finite(name, P)
     return P
 

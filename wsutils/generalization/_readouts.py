@@ -44,9 +44,9 @@ def row_column_readouts(
     a = norm.scale(n) / s
     soft = norm.name != "relu"
     Z = a * (X @ W @ X.T)  # n × n, z_rc
-    others = torch.tensor([c for c in range(n) if c != row], device=X.device)
-    Zo = Z[:, others]
-    shift = Zo.amax(dim=1) if soft else torch.zeros(n, dtype=X.dtype, device=X.device)
+    others = torch.tensor([c for c in range(n) if c != row], dtype=torch.long, device=X.device)
+    Zo = Z[:, others]  # n × (n − 1): empty for a one-word text
+    shift = Zo.amax(dim=1) if soft and n > 1 else torch.zeros(n, dtype=X.dtype, device=X.device)
     U = torch.exp(Zo - shift[:, None]) if soft else torch.relu(Zo)
     N = U.sum(dim=1)
     QT, KT = (X @ W).T, W @ X.T  # z'_ri = a·x' QT[:, r]; row i's scores x' KT[:, c]/√d

@@ -12,11 +12,14 @@ import torch
 
 from ..checks import (
     as_tensor,
+    check_dtype,
     check_finite,
     check_int,
     check_preactivations,
     check_real,
+    check_row,
     check_seed,
+    check_text,
 )
 from ..maps import Normalisation, flat, normalise_scores
 from ..search import Search
@@ -45,14 +48,35 @@ class FlipModel:
     #: every read-out, ``Θ``'s share made once (:func:`wsutils.generalization.word_scores`);
     #: ``None``: ``phi_row(Δ) @ Θᵀ``.
     readouts: Callable | None = None
+    #: the width ``d`` of the word the model changes (``None``: not known; a row of another
+    #: width is then refused where the model first fails on it).
+    d: int | None = None
+
+    def features(self, d: int) -> int:
+        """The number ``p`` of features, from one evaluation at ``Δ = 0`` of width ``d``; a
+        width the model does not take is a ValueError that names both."""
+        if self.d is not None and d != self.d:
+            raise ValueError(
+                f"the model changes a word of width d = {self.d}, got width {d}: pass rows "
+                f"and d of the model's width."
+            )
+        try:
+            with torch.no_grad():
+                return self.phi_row(torch.zeros(1, d, dtype=torch.float64))[0].numel()
+        except RuntimeError as err:
+            raise ValueError(
+                f"the model does not take a change of width d = {d} ({err}); pass the width "
+                "of the model's words."
+            ) from err
 
 
 def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
     """RF seen from word ``i``: ``φ(X_i(Δ)) = ReLU(h + V_i Δ)`` with ``h = V flat(X)``
     (eq. :eq:`eq-rf`); ReLU is 1-Lipschitz, so ``‖φ(X_i(Δ)) − φ(X)‖ ≤ ‖V_i‖_op √d``.
     A ValueError when ``h`` is not one pre-activation per row of ``V_i`` or either holds a
-    NaN or an infinity."""
+    NaN or an infinity, or when the two differ in dtype."""
     check_preactivations("h", h, Vi)
+    check_dtype("Vi", Vi, h.dtype, " (the dtype of h)")
     d = Vi.shape[1]
 
     def phi_row(Delta):
@@ -70,7 +94,7 @@ def rf_flip_model(h: torch.Tensor, Vi: torch.Tensor) -> FlipModel:
 
         return f
 
-    return FlipModel(phi_row, lambda Delta, w: phi_row(Delta) @ w, bound, batched)
+    return FlipModel(phi_row, lambda Delta, w: phi_row(Delta) @ w, bound, batched, d=d)
 
 
 def attention_flip_model(
@@ -82,7 +106,21 @@ def attention_flip_model(
     from word ``i = row``. Changing ``x_i`` changes only row ``i`` and column ``i`` of the
     scores ``S = XWXᵀ/√d``; with ``G = Θ X_Δᵀ`` (``Θ`` = ``w`` as an ``n × d`` matrix) the
     read-out is ``⟨A(Δ) X_Δ, Θ⟩ = Σ_rc A_rc G_rc``, ``A(Δ)`` the normalised scores
-    (:func:`wsutils.maps.normalise_scores`)."""
+    (:func:`wsutils.maps.normalise_scores`).
+
+    ``X`` ``(n, d)`` and ``W`` ``(d, d)`` float64 (a numpy array is read as float64), finite;
+    ``row`` an ``int`` in ``[0, n)``; ``n = 1`` is allowed. Else a ValueError that names the
+    argument."""
+    X, W = as_tensor(X, name="X"), as_tensor(W, name="W")
+    if X.ndim != 2:
+        raise ValueError(f"X must be one text (n, d), got shape {tuple(X.shape)}.")
+    n, d = check_text(X)
+    if tuple(W.shape) != (d, d):
+        raise ValueError(f"W must be (d, d) = ({d}, {d}) for X of width d, got {tuple(W.shape)}.")
+    check_finite("W", W)
+    check_dtype("X", X, torch.float64, " (the flip model computes in float64)")
+    check_dtype("W", W, torch.float64, " (the flip model computes in float64)")
+    row = check_row(row, n)
     return _attention_flip_model(X, W, Normalisation.parse(normalisation), row)
 
 
@@ -136,7 +174,7 @@ def _attention_flip_model(
         return f
 
     readouts = row_column_readouts(X, W, norm, row) if norm.name in ROW_NORMALISED else None
-    return FlipModel(phi_row, readout, batched=batched, readouts=readouts)
+    return FlipModel(phi_row, readout, batched=batched, readouts=readouts, d=d)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,8 +332,7 @@ def search_flips(
         )
     check_finite("Ws", Ws)
     check_finite("targets", tau)
-    with torch.no_grad():
-        p = model.phi_row(torch.zeros(1, d, dtype=torch.float64))[0].numel()
+    p = model.features(d)
     if Ws.shape[1] != p:
         raise ValueError(
             f"Ws has rows of width {Ws.shape[1]}, but the model's features have p = {p} "

@@ -45,6 +45,14 @@ def rf_word_bounds(
     ``Δ`` and ``V_l``), moves each ``r_l`` by no more (``r_l`` is 1-Lipschitz in ``a_l``), so
     ``L`` is lowered by ``ε_d‖Δ‖ Σ_{l ∈ Z} |θ_jl|‖V_l‖``.
 
+    The range where that rounding bound is proved: every non-zero entry of ``Δ`` and of
+    ``V_Z``, and every product of two of them, is a normal number of ``near_dtype`` and
+    ``d·max|Δ|·max|V_Z|`` does not overflow it (Higham's model holds for normal numbers
+    only). A batch of candidates outside that range for float32 (rows near ``2e38``, a
+    subnormal ``Δ``) is computed in float64; outside it for float64 too, it is refused. A unit
+    whose ``ω_l`` would overflow (``|h_l|`` tiny) is put in ``Z``, where its remainder is
+    exact, whatever ``tau`` is.
+
     Returns
     -------
     torch.Tensor
@@ -55,7 +63,8 @@ def rf_word_bounds(
     ValueError
         If the arrays are not finite or not of the shapes above (``h`` (k,), ``Vi`` (k, d),
         ``x`` (d,), ``rows`` (T, d), ``thetas`` (m, k), none empty), ``y`` is not ±1, ``tau``
-        is negative, ``batch`` is below one or ``near_dtype`` is neither float32 nor float64.
+        is negative, ``batch`` is below one, ``near_dtype`` is neither float32 nor float64,
+        or a batch lies outside float64's proved range (above).
     """
     h = as_tensor(h, dtype=torch.float64, name="h")
     Vi = as_tensor(Vi, dtype=torch.float64, name="Vi")
@@ -74,24 +83,65 @@ def rf_word_bounds(
     t_x = torch.relu(h) @ thetas.T  # (m,)
     g = (thetas * on) @ Vi  # (m, d)
     hurt = (-y * thetas).clamp_min(0)  # (m, k): the models a unit's remainder can lower
-    near = h.abs() <= tau
-    exact = near & (hurt > 0).any(dim=0)  # Z
+    worst = hurt.amax(dim=0)  # (k,)
+    # near: |h_l| ≤ tau, or so small that ω_l = worst_l/4|h_l| overflows (exact instead)
+    near = (h.abs() <= tau) | ~torch.isfinite(worst / (4 * h.abs()))
+    exact = near & (worst > 0)  # Z
     Vs, hs, ons, ths = Vi[exact], h[exact], on[exact], thetas[:, exact]
     Vc, hc, hurt_c = Vi[~near], h[~near], hurt[:, ~near]
     omega = (hurt_c / (4 * hc.abs())).amax(dim=0)  # (k - |near|,), |h_l| > tau ≥ 0
     M = (Vc.T * omega) @ Vc  # (d, d), one form for every model
-    # the rounding of a_Z in near_dtype, per unit of ‖Δ‖ and per model
-    du = (d + 2) * torch.finfo(near_dtype).eps / 2  # (d + 2)u, far below 1 for these types
-    slack = du / (1 - du) * (ths.abs() @ torch.linalg.vector_norm(Vs, dim=1))  # (m,): ε_d Σ
+    norms_s, V_extent = torch.linalg.vector_norm(Vs, dim=1), _extent(Vs)
     # r_l = ReLU(σ_l(h_l + a_l)), σ_l = −1 where h_l > 0 (ReLU(z) − z = ReLU(−z)), else +1
     sign = 1 - 2 * ons
-    Vs_low, hs_signed = (sign[:, None] * Vs).to(near_dtype), sign * hs
+    hs_signed = sign * hs
+    low = {t: (sign[:, None] * Vs).to(t) for t in {near_dtype, torch.float64}}
     out = torch.empty(rows.shape[0], thetas.shape[0], dtype=torch.float64)
     for j in range(0, rows.shape[0], batch):
         D = rows[j : j + batch] - x
-        r = (D.to(near_dtype) @ Vs_low.T).double().add_(hs_signed).relu_()  # σ⊙a, then r
+        dt = _near_range(D, V_extent, near_dtype)
+        # the rounding of a_Z in dt, per unit of ‖Δ‖ and per model
+        du = (d + 2) * torch.finfo(dt).eps / 2  # (d + 2)u, far below 1 for these types
+        slack = du / (1 - du) * (ths.abs() @ norms_s)  # (m,): ε_d Σ_l |θ_jl|‖V_l‖
+        r = (D.to(dt) @ low[dt].T).double().add_(hs_signed).relu_()  # σ⊙a, then r
         first = t_x + D @ g.T + r @ ths.T
         quad = ((D @ M) * D).sum(dim=1, keepdim=True)
         rounding = torch.linalg.vector_norm(D, dim=1, keepdim=True) * slack
         out[j : j + len(D)] = y * first - quad - rounding
+    if torch.isnan(out).any():
+        raise ValueError(
+            "the bound is NaN for some candidates: h, V_i or the rows are too large for "
+            "float64 (an intermediate product overflows); rescale the inputs."
+        )
     return out
+
+
+def _extent(t: torch.Tensor) -> tuple[float, float]:
+    """The smallest non-zero and the largest magnitude of ``t``'s entries (``(inf, 0)`` when
+    every entry is zero)."""
+    a = t.abs()
+    nz = a[a > 0]
+    return (float(nz.min()), float(a.max())) if nz.numel() else (float("inf"), 0.0)
+
+
+def _near_range(D: torch.Tensor, V_extent, near_dtype: torch.dtype) -> torch.dtype:
+    """The dtype a batch's ``a_Z = V_Z Δ`` is computed in: ``near_dtype`` where the batch lies
+    in the range where :func:`rf_word_bounds`' rounding bound is proved (the non-zero entries
+    of ``Δ`` and ``V_Z`` and their products normal numbers of the dtype, and
+    ``d·max|Δ|·max|V_Z|`` below its largest number), else float64; a ValueError outside
+    float64's range. ``V_extent``: :func:`_extent` of ``V_Z``."""
+    (a_min, a_max), (b_min, b_max) = _extent(D), V_extent
+    for dt in dict.fromkeys((near_dtype, torch.float64)):
+        info = torch.finfo(dt)
+        if a_max == 0 or b_max == 0:  # a_Z = 0 exactly
+            return dt
+        if (
+            min(a_min, b_min, a_min * b_min) >= info.tiny
+            and D.shape[-1] * a_max * b_max <= info.max
+        ):
+            return dt
+    raise ValueError(
+        "the rows' changes Δ or V_i hold numbers outside float64's normal range (a subnormal "
+        "entry or product, or an overflowing sum): the rounding bound of rf_word_bounds is "
+        "not proved there; rescale the inputs."
+    )

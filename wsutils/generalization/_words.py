@@ -39,7 +39,7 @@ def word_scores(
     x = as_tensor(x, dtype=torch.float64, name="x")
     with torch.no_grad():
         d = x.shape[0] if x.ndim == 1 else 0  # a wrong x is refused by check_candidates
-        p = model.phi_row(torch.zeros(1, d, dtype=torch.float64)).shape[1] if d else 0
+        p = model.features(d) if d else 0
         x, rows, thetas = check_candidates(x, rows, thetas, p)
         if model.readouts is not None:
             read = model.readouts(thetas)

@@ -49,6 +49,14 @@ class Settings:
     imdb: Path | str | None
 
 
+def knob(name: str, env: Mapping[str, str] | None = None) -> str:
+    """The value of the knob ``name`` as every reader sees it: from ``env`` (default
+    ``os.environ``), with surrounding spaces and newlines stripped (``""`` when unset). The
+    kernels and the build's execution-cache key both read knobs here, so a value such as
+    ``" /abs/model\\n"`` names the same folder for both."""
+    return (os.environ if env is None else env).get(name, "").strip()
+
+
 def scale() -> str:
     """``WSBOOK_SCALE``: ``"quick"`` (default) or ``"paper"``.
 
@@ -57,7 +65,7 @@ def scale() -> str:
     ValueError
         If it is set to anything else (the message lists the allowed values).
     """
-    value = os.environ.get("WSBOOK_SCALE", "quick").strip().lower() or "quick"
+    value = knob("WSBOOK_SCALE").lower() or "quick"
     if value not in SCALES:
         raise ValueError(
             f"WSBOOK_SCALE={value!r} is not a scale; allowed values: {', '.join(SCALES)} "
@@ -74,7 +82,7 @@ def model() -> str:
     ValueError
         If it is neither (the message lists the allowed values).
     """
-    value = os.environ.get("WSBOOK_MODEL", EMBEDDED_MODEL).strip() or EMBEDDED_MODEL
+    value = knob("WSBOOK_MODEL") or EMBEDDED_MODEL
     if value in MODELS or Path(value).expanduser().is_dir():
         return value
     raise ValueError(
@@ -92,7 +100,7 @@ def imdb() -> Path | str | None:
     ValueError
         If it is set, not ``"hub"`` and not a file (the message says what to set).
     """
-    value = os.environ.get("WSBOOK_IMDB", "").strip()
+    value = knob("WSBOOK_IMDB")
     if not value:
         return None
     if value == IMDB_HUB:
@@ -111,7 +119,7 @@ def imdb() -> Path | str | None:
 def chat_model() -> str | None:
     """``WSBOOK_CHAT_MODEL``: a causal chat model (hub name or local directory), or ``None``
     when unset (the chapter that uses it then says what it would show and runs nothing)."""
-    value = os.environ.get("WSBOOK_CHAT_MODEL", "").strip()
+    value = knob("WSBOOK_CHAT_MODEL")
     return value or None
 
 
@@ -124,7 +132,7 @@ SWEEP_STORE_ENV = "WSBOOK_SWEEP_STORE"
 def sweep_store() -> Path | None:
     """The sweep store that :func:`wsutils.run.sweep.run_grid` uses when given none: the book
     build's (``WSBOOK_SWEEP_STORE``), or ``None`` outside a build (no store)."""
-    value = os.environ.get(SWEEP_STORE_ENV, "").strip()
+    value = knob(SWEEP_STORE_ENV)
     return Path(value) if value else None
 
 

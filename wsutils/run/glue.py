@@ -35,7 +35,22 @@ def _plain(name: str, value: Any) -> Any:
         if not math.isfinite(value):
             raise ValueError(f"glue value {name!r} is {value}: the prose needs a finite number.")
         return value
+    if isinstance(value, (list, tuple, np.ndarray)):
+        bad = [v for v in np.ravel(np.asarray(value, dtype=object)) if _not_finite(v)]
+        if bad:
+            raise ValueError(
+                f"glue value {name!r} holds {bad[0]}: every number in the prose is finite."
+            )
     return value
+
+
+def _not_finite(v: Any) -> bool:
+    """Whether ``v`` is a real number (not a bool) that is NaN or infinite."""
+    return (
+        isinstance(v, numbers.Real)
+        and not isinstance(v, (bool, np.bool_))
+        and not math.isfinite(float(v))
+    )
 
 
 def glue_values(values: Mapping[str, Any] | None = None, /, **more: Any) -> None:

@@ -31,12 +31,22 @@ def grid_array(records: Sequence[Mapping], key: str, axes: Mapping[str, Sequence
     KeyError
         If a record lacks ``key`` or a parameter of ``axes``.
     ValueError
-        If ``axes`` is empty, a cell has no record, or the cells have different numbers of
-        records (a grid that is not rectangular: read it cell by cell instead).
+        If ``axes`` is empty, an axis repeats a value (``{"n": [10, 10]}``: one cell would be
+        read twice), a cell has no record, or the cells have different numbers of records (a
+        grid that is not rectangular: read it cell by cell instead).
     """
     names = list(axes)
     if not names:
         raise ValueError("axes is empty: name at least one parameter, e.g. {'n': P.ns}.")
+    for name, values in axes.items():
+        seen = []
+        for v in values:
+            if v in seen:
+                raise ValueError(
+                    f"axis {name!r} repeats the value {v!r} ({list(values)}): each value of an "
+                    "axis names one cell; pass each once."
+                )
+            seen.append(v)
     cells: dict[tuple, list] = {cell: [] for cell in itertools.product(*axes.values())}
     for r in records:
         cell = tuple(r[a] for a in names)

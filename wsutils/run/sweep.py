@@ -598,7 +598,10 @@ def _run_on(executor: Executor, fn, points: list[Record], todo: list[int], finis
     accepted its
     cancellation is never waited on: some executors, Dask's ``Client.get_executor()`` among
     them, do not complete it, and waiting on it hung."""
-    futures = {executor.submit(_evaluate, fn, points[i]): i for i in todo}
+    # Dask's executor keys a task by its arguments (pure tasks) and serves a key's erred result
+    # again on a rerun: each submission there is a new task (pure=False), as on a pool.
+    extra = {"pure": False} if type(executor).__module__.startswith("distributed") else {}
+    futures = {executor.submit(_evaluate, fn, points[i], **extra): i for i in todo}
     stored = set()
     try:
         for fut in as_completed(futures):
@@ -756,16 +759,40 @@ def process_pool(workers: int) -> ProcessPoolExecutor | None:
     cores: four processes on two cores spent 12 % more CPU a random-features point than two
     (``benchmarks/bench_search_steps.py --parts pool``). ``None`` when that leaves one.
 
+    Each worker exits within a second of its parent's death, however the parent died.
+
     Raises
     ------
     ValueError
-        ``workers`` is not a positive integer.
+        ``workers`` is not a positive integer (a Python or numpy integer).
     """
     import torch
 
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    if (
+        isinstance(workers, (bool, np.bool_))
+        or not isinstance(workers, numbers.Integral)
+        or workers < 1
+    ):
         raise ValueError(f"workers must be a positive integer, got {workers!r}.")
-    workers = min(workers, torch.get_num_threads())
+    workers = min(int(workers), torch.get_num_threads())
     if workers == 1:
         return None
-    return ProcessPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,))
+    return ProcessPoolExecutor(workers, initializer=_worker_start, initargs=(os.getpid(),))
+
+
+def _worker_start(parent: int) -> None:
+    """A :func:`process_pool` worker's start: one torch thread, and a daemon thread that ends
+    the worker once its parent ``parent`` is gone (a parent killed by SIGKILL runs no
+    shutdown, and its workers would otherwise live on, reparented, for ever)."""
+    import threading
+
+    import torch
+
+    torch.set_num_threads(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="wsutils-parent-watch", daemon=True).start()

@@ -22,7 +22,32 @@ import torch
 from ..checks import check_int
 from .embeddings import Encoder, load_model, sample_matrix, token_ids
 
-__all__ = ["check_vocabulary", "substitution_rows"]
+__all__ = ["check_positions", "check_vocabulary", "substitution_rows"]
+
+
+def check_positions(embeddings, ids: torch.Tensor, who: str) -> torch.Tensor:
+    """The layer-0 rows of the text ``ids`` (1-D) from the embedding module ``embeddings``,
+    once it is seen to number a text's positions ``0..n−1`` itself, as BERT's does: a row
+    built for one position with ``position_ids = i`` is then that text's row ``i``. RoBERTa's
+    module numbers positions from ``padding_idx + 1``, so rows built with ``position_ids = i``
+    would be off by one position (by 1.8 on rows of norm 4.5): a ValueError naming ``who``.
+    The same module on the same inputs twice, with the positions given or left to it: equal
+    unless the numbering differs."""
+    ids = ids[None]
+    zeros = torch.zeros_like(ids)
+    own = embeddings(input_ids=ids, token_type_ids=zeros)
+    given = embeddings(
+        input_ids=ids,
+        token_type_ids=zeros,
+        position_ids=torch.arange(ids.shape[1], device=ids.device)[None],
+    )
+    if not torch.equal(own, given):
+        raise ValueError(
+            f"the model's embedding module does not number a text's positions 0..n-1 (as "
+            "BERT's does; e.g. RoBERTa's counts from padding_idx + 1): "
+            f"{who} supports BERT's numbering only."
+        )
+    return own[0]
 
 
 def check_vocabulary(enc: Encoder) -> int:
@@ -68,10 +93,11 @@ def substitution_rows(
     TypeError
         If ``input_ids`` or ``tokens`` holds non-integer ids.
     ValueError
-        If the model's tokenizer and word embeddings disagree (:func:`check_vocabulary`), the
-        text is longer than the model's positions, ``position`` is not a position of the
-        text, an id lies outside the vocabulary, ``d`` exceeds the model's width or ``batch``
-        is below one.
+        If the model's tokenizer and word embeddings disagree (:func:`check_vocabulary`), its
+        embedding module numbers positions otherwise than BERT's (:func:`check_positions`:
+        RoBERTa's), the text is longer than the model's positions, ``position`` is not a
+        position of the text, an id lies outside the vocabulary, ``d`` exceeds the model's
+        width or ``batch`` is below one.
     """
     enc = model if isinstance(model, Encoder) else load_model(model)
     V = check_vocabulary(enc)
@@ -90,6 +116,7 @@ def substitution_rows(
     batch = check_int("batch", batch, minimum=1)
     out = np.empty((len(tokens), d), dtype=np.float64)
     with torch.no_grad():
+        check_positions(enc.model.embeddings, ids.to(enc.device), "substitution_rows")
         for j in range(0, len(tokens), batch):
             t = tokens[j : j + batch].to(enc.device)[:, None]  # (B, 1): one token per text
             rows = enc.model.embeddings(

@@ -18,6 +18,7 @@ import torch
 from ..checks import check_int
 from ..run.device import small_work_threads
 from ..text.embeddings import Encoder, load_model, model_key, token_ids
+from ..text.token_rows import check_positions
 from ._common import _encoder
 
 
@@ -450,24 +451,8 @@ def vocabulary_changes(
             _check_factored(tab, rows_of, guard, i)
         else:
             rows_of = tab.direct(i)
-        X = tab.emb64(input_ids=ids[None], token_type_ids=torch.zeros_like(ids)[None])[0]
-        # the candidates' rows are made with position_ids = i: the module must number the
-        # text's positions 0..n-1 by itself (RoBERTa's starts at padding_idx + 1). The same
-        # module on the same inputs and shapes, so equal unless the numbering differs.
-        if not torch.equal(
-            X,
-            tab.emb64(
-                input_ids=ids[None],
-                position_ids=torch.arange(n, device=dev)[None],
-                token_type_ids=torch.zeros_like(ids)[None],
-            )[0],
-        ):
-            raise ValueError(
-                "the model's embedding module does not number a text's "
-                "positions 0..n-1 (as BERT's does; e.g. RoBERTa's counts from "
-                "padding_idx + 1): vocabulary_changes supports BERT's numbering "
-                "only, by either method."
-            )
+        # the candidates' rows are made with position_ids = i (tests/test_token_rows.py)
+        X = check_positions(tab.emb64, ids, "vocabulary_changes")
         Q, K, Vv = tab._heads_layout(X @ tab.W + tab.b).split(H)  # (H, n, dh)
         sc = 1 / math.sqrt(dh)
         s = Q @ K.transpose(-1, -2) * sc  # (H, n, n)
