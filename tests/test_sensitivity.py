@@ -96,3 +96,89 @@ def test_chunking_does_not_change_the_answer():
     one = ws.word_sensitivity(phi, X, steps=20, seed=2)
     many = ws.word_sensitivity(phi, X, steps=20, seed=2, max_batch_elements=1)
     assert one.per_row.keys() == many.per_row.keys()
+
+
+# --- issue 54: a map of one's own gets a true value or a clear refusal -----------------------
+
+
+def _centred_attention(W, d):
+    """The reader's map of issue 54, written for one ``(n, d)`` text: it centres the words
+    with a mean over axis 0, which on a batch ``(B, n, d)`` is a mean over the texts."""
+
+    def phi(Z):
+        Zc = Z - Z.mean(0)
+        s = Zc @ W.to(Z.dtype) @ Zc.transpose(-1, -2) / math.sqrt(d)
+        return torch.softmax(s, -1) @ Zc
+
+    return phi
+
+
+def test_a_map_that_mixes_the_batch_is_refused_and_searched_text_by_text():
+    """Batched, the map would be searched and certified as another map (issue 54 measured
+    27.06 reported where the map gives 1.02): it is refused with a message naming
+    ``batched=False``; with ``batched=False`` the value is the map evaluated by hand on the
+    single texts ``X`` and ``X_i(Δ)``. The two evaluations are the same map on the same
+    texts; only the norms and the division are computed by two code paths, each within
+    ``γ_{nd+2}`` relative (tests/rounding.py)."""
+    from rounding import gamma
+
+    n, d = 24, 32
+    X, W = ws.sample_X(n, d, seed=0), ws.sample_W(d, seed=1)
+    phi = _centred_attention(W, d)
+    with pytest.raises(ValueError, match="mixes the texts of a batch.*batched=False"):
+        ws.word_sensitivity(phi, X, seed=0, starts=4, steps=30)
+    r = ws.word_sensitivity(phi, X, seed=0, starts=4, steps=30, batched=False)
+    moved = X.clone()
+    moved[r.row] += torch.as_tensor(r.Delta)
+    by_hand = float(
+        torch.linalg.vector_norm(phi(moved) - phi(X)) / torch.linalg.vector_norm(phi(X))
+    )
+    assert abs(r.value - by_hand) <= 2 * gamma(n * d + 2) * by_hand
+    again = ws.relative_change(phi, X, r.row, r.Delta, batched=False)
+    assert abs(again - by_hand) <= 2 * gamma(n * d + 2) * by_hand
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda W, d: lambda Z: Z / torch.linalg.vector_norm(Z),  # a norm over the batch
+        lambda W, d: lambda Z: Z - Z.mean(0),  # a mean over the texts
+        lambda W, d: lambda Z: Z.sum(0) + 0 * Z,  # the batch summed
+    ],
+)
+def test_maps_that_mix_a_batch_are_refused(make):
+    n, d = 6, 4
+    X, W = ws.sample_X(n, d, seed=2), ws.sample_W(d, seed=3)
+    with pytest.raises(ValueError, match="batched=False"):
+        ws.word_sensitivity(make(W, d), X, seed=0, starts=2, steps=3)
+
+
+def test_a_map_that_does_not_broadcast_is_refused_by_name():
+    n, d = 6, 4
+    X, W = ws.sample_X(n, d, seed=2), ws.sample_W(d, seed=3)
+
+    def single(Z):  # written for one (n, d) text: Z.T is its transpose
+        return torch.softmax(Z @ W.to(Z.dtype) @ Z.transpose(0, 1) / math.sqrt(d), -1) @ Z
+
+    with pytest.raises(ValueError, match="failed on a batch of texts.*batched=False"):
+        ws.word_sensitivity(single, X, seed=0, starts=2, steps=3)
+    r = ws.word_sensitivity(single, X, seed=0, starts=2, steps=3, batched=False)
+    assert math.isfinite(r.value)
+
+
+def test_results_print_a_short_summary():
+    X, W = ws.sample_X(6, 4, seed=0), ws.sample_W(4, seed=1)
+    r = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, seed=0, starts=2, steps=3)
+    text = repr(r)
+    assert text.startswith("SensitivityResult(value=") and "\n" not in text and len(text) < 200
+    rf = ws.rf_word_sensitivity(X, 24, steps=3)
+    assert repr(rf).startswith("RFSensitivityResult(value=") and len(repr(rf)) < 200
+
+
+def test_progress_counts_steps(capsys):
+    """``progress=True`` shows the steps taken (one chunk of rows can take minutes, so a
+    bar over chunks would sit at 0/1)."""
+    X, W = ws.sample_X(6, 4, seed=0), ws.sample_W(4, seed=1)
+    ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, seed=0, starts=2, steps=7, progress=True)
+    err = capsys.readouterr().err
+    assert "7/7" in err and "step" in err

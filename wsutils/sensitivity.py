@@ -35,6 +35,7 @@ __all__ = [
     "autograd_values",
     "ascend_rows",
     "certify",
+    "check_batch_map",
     "check_rows",
     "cosine_ascent",
     "cosine_step",
@@ -79,6 +80,16 @@ class SensitivityResult:
 
     def __float__(self) -> float:
         return float(self.value)
+
+    def __repr__(self) -> str:
+        """A one-line summary (``Delta`` and the per-row tables are attributes, not printed:
+        they hold a vector per searched row)."""
+        norm = float(np.linalg.norm(self.Delta)) if np.size(self.Delta) else math.nan
+        return (
+            f"{type(self).__name__}(value={self.value:.6g}, row={self.row}, "
+            f"‖Delta‖={norm:.4g}, rows searched={len(self.per_row)}, starts={self.starts}, "
+            f"steps={self.steps}, seed={self.seed})"
+        )
 
 
 def perturb(X: torch.Tensor, rows: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
@@ -224,6 +235,7 @@ def relative_changes(
     *,
     max_batch_elements: int = 2**23,
     with_base: bool = False,
+    alone: bool = False,
 ):
     """The quantity inside the sup of :prf:ref:`def-word-sensitivity`,
     ``‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖``, in float64 for many pairs ``(rows[b], Deltas[b])`` at once
@@ -232,21 +244,26 @@ def relative_changes(
     finite, unchecked. ``X`` goes through ``φ`` in the
     same batch as each chunk of perturbed copies, and ``Δ = 0`` gives exactly 0. A non-finite
     output of ``φ`` is a ValueError. ``with_base=True`` returns ``(changes, ‖φ(X)‖)``, the
-    norm as the last chunk's batch computed it."""
+    norm as the last chunk's batch computed it.
+
+    ``alone=True``: every text goes through ``φ`` on its own, as a batch of one (``X``
+    once, then each ``X_i(Δ)``): the values are those of the map evaluated text by text, as
+    a reader evaluates it by hand, whatever it does with a batch (a map of a reader's own,
+    :func:`word_sensitivity`); ``False`` (the maps of ``wsutils``, whose batch entries are
+    independent): chunks of ``max_batch_elements``."""
     n, d = X64.shape
     Deltas = Deltas.to(dtype=torch.float64, device=X64.device)
-    chunk = max(1, max_batch_elements // (n * d) - 1)
+    chunk = 1 if alone else max(1, max_batch_elements // (n * d) - 1)
     out = []
     with torch.no_grad():
+        base = _finite_map(phi_b, X64[None])[0] if alone else None
         for j in range(0, len(rows), chunk):
             r = torch.as_tensor(list(rows[j : j + chunk]), device=X64.device)
-            pair = torch.cat([X64[None], perturb(X64, r, Deltas[j : j + chunk])])
-            y = phi_b(pair).to(torch.float64)
-            if not bool(torch.isfinite(y).all()):
-                raise ValueError(
-                    "φ returned non-finite values (NaN or inf) on X or on a "
-                    "perturbed X_i(Δ) in float64: the relative change is undefined."
-                )
+            moved = perturb(X64, r, Deltas[j : j + chunk])
+            if alone:
+                y = torch.cat([base[None], _finite_map(phi_b, moved)])
+            else:
+                y = _finite_map(phi_b, torch.cat([X64[None], moved]))
             base_norm = torch.linalg.vector_norm(y[0])
             if not float(base_norm) > 0:
                 raise ValueError(
@@ -260,13 +277,26 @@ def relative_changes(
     return (out, float(base_norm)) if with_base else out
 
 
-def relative_change(phi: Map, X: Array, row: int, Delta: Array) -> float:
+def _finite_map(phi_b: Map, texts: torch.Tensor) -> torch.Tensor:
+    """``φ`` of a batch of texts in float64; a non-finite output is a ValueError."""
+    y = phi_b(texts).to(torch.float64)
+    if not bool(torch.isfinite(y).all()):
+        raise ValueError(
+            "φ returned non-finite values (NaN or inf) on X or on a "
+            "perturbed X_i(Δ) in float64: the relative change is undefined."
+        )
+    return y
+
+
+def relative_change(phi: Map, X: Array, row: int, Delta: Array, *, batched: bool = True) -> float:
     """``‖φ(X_i(Δ)) − φ(X)‖ / ‖φ(X)‖`` for one row ``i = row`` and one ``Δ`` (a vector of
     length ``d``): the quantity inside the sup of :prf:ref:`def-word-sensitivity`.
 
     Evaluated in float64 whatever the dtypes of ``X`` and ``Delta`` (their values are taken
-    exactly), so ``phi`` must accept a float64 ``(B, n, d)`` batch; the maps of
-    :mod:`wsutils.maps` cast their weights to the input's dtype."""
+    exactly), each text on its own as a batch of one (``φ(X[None])``, then the perturbed
+    text's): ``phi`` must accept a float64 ``(1, n, d)`` batch; the maps of
+    :mod:`wsutils.maps` cast their weights to the input's dtype. ``batched=False``: ``phi``
+    takes one ``(n, d)`` text, as in :func:`word_sensitivity`."""
     Xt, n, d = as_text(X, dtype=torch.float64)
     if Xt.ndim != 2:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
@@ -279,7 +309,7 @@ def relative_change(phi: Map, X: Array, row: int, Delta: Array) -> float:
     row = check_rows(row, n)
     if len(row) != 1:
         raise ValueError(f"row must be a single row index, got {row}.")
-    return float(relative_changes(phi, Xt, row, Dt[None])[0])
+    return float(relative_changes(_batched(phi, batched), Xt, row, Dt[None], alone=True)[0])
 
 
 def check_rows(rows, n: int) -> list[int]:
@@ -404,13 +434,17 @@ def word_sensitivity(
     every row is kept and its relative change recomputed in float64 (:func:`relative_change`);
     the result is the best over rows.
 
-    ``phi`` maps a torch tensor ``(B, n, d)`` to ``(B, ...)``; set ``batched=False`` for a map
-    that only takes a single ``(n, d)`` text. The search runs in ``search.dtype`` (default:
-    ``X``'s dtype, float32 for half precision) and the final values in float64, so ``phi``
-    must accept both. ``X`` must
-    have rows of norm ``√d`` (``check_norms=False`` skips that check). Same ``seed``, same
-    result. A float16/float32 ``X`` is accepted: every returned ``Δ`` is float64 and every
-    value the float64 relative change at that ``Δ`` (``per_row_Delta``).
+    ``phi`` maps a torch tensor ``(B, n, d)`` to ``(B, ...)``, each text of the batch on its
+    own; set ``batched=False`` for a map that only takes a single ``(n, d)`` text. Before a
+    batched search the map is checked to treat a batch as independent texts
+    (:func:`check_batch_map`): one that mixes them (a mean over axis 0) or fails on a batch
+    is a ValueError that names ``batched=False``. Every reported value is the map evaluated
+    text by text, ``φ(X)`` and ``φ(X_i(Δ))`` each on its own, in float64. The search runs
+    in ``search.dtype`` (default: ``X``'s dtype, float32 for half precision) and the final
+    values in float64, so ``phi`` must accept both. ``X`` must have rows of norm ``√d``
+    (``check_norms=False`` skips that check). Same ``seed``, same result. A float16/float32
+    ``X`` is accepted: every returned ``Δ`` is float64 and every value the float64 relative
+    change at that ``Δ`` (``per_row_Delta``).
 
     Parameters
     ----------
@@ -441,7 +475,8 @@ def word_sensitivity(
         not an integer, or ``X`` is complex or not numeric (the imaginary part would be
         dropped).
     ValueError
-        If ``X`` is not one finite ``n × d`` text with rows of norm ``√d``, a row is out of
+        If ``X`` is not one finite ``n × d`` text with rows of norm ``√d``, the map mixes
+        the texts of a batch or fails on one (with ``batched=True``), a row is out of
         range, ``init`` is neither ``(d,)`` nor ``(m, d)`` (``2d`` entries are not two
         starts), ``lr`` is NaN or not positive (the message names ``lr``), or the map returns
         NaN/inf at ``X``, a zero ``φ(X)``, or non-finite values at every iterate of a row
@@ -452,10 +487,12 @@ def word_sensitivity(
         X, rows=rows, init=init, check_norms=check_norms, device=device
     )
     phi_b = _batched(phi, batched)
+    if batched:
+        check_batch_map(phi_b, Xt.to(torch.float64))
     work = search.work_dtype(Xt.dtype)
     Xs = Xt.to(work)  # Xt itself in its own dtype
     with torch.no_grad():
-        base = phi(Xs)
+        base = phi_b(Xs[None])[0]  # as every text of the search: a batch entry
     return ascend_and_certify(
         map_objective(phi_b, Xs, base),
         phi_b,
@@ -464,7 +501,62 @@ def word_sensitivity(
         row_list,
         search,
         extra=None if extra is None else extra.to(work),
+        alone=True,
     )
+
+
+#: How far apart ``φ`` of a text in a batch and ``φ`` of it alone may be, relative, for a map
+#: whose batch entries are independent (:func:`check_batch_map`): the two differ only in the
+#: rounding of kernels chosen by the batch's shape, at most ``γ_k ≈ k·u`` relative for a
+#: computation of ``k`` roundings in a row, below ``√ε ≈ 1.5e-8`` for any ``k < 10⁷`` in
+#: float64; a map that mixes a batch's texts differs by the size of the texts' differences.
+BATCH_RTOL = math.sqrt(torch.finfo(torch.float64).eps)
+
+
+def check_batch_map(phi_b: Map, X64: torch.Tensor) -> None:
+    """Check, before a batched search, that ``phi_b`` treats a batch ``(B, n, d)`` as ``B``
+    independent texts: ``φ`` of the batch ``[X, X', X'']`` (``X``, and ``X`` with its first
+    and its last word moved by a fixed ``Δ`` of norm ``√d``), and of the same batch in
+    reverse order, equals ``φ`` of each text alone (a batch of one), to :data:`BATCH_RTOL`.
+    A map written for one ``(n, d)`` text that mixes a batch (a mean over axis 0, a norm over
+    the whole tensor) would otherwise be searched and certified as another map; one that does
+    not broadcast fails on the batch. Each is a ValueError that names ``batched=False``."""
+    n, d = X64.shape
+    g = torch.Generator().manual_seed(0)
+    D = torch.randn(2, d, generator=g, dtype=torch.float64)
+    D *= math.sqrt(d) / torch.linalg.vector_norm(D, dim=1, keepdim=True)
+    texts = torch.cat([X64[None], perturb(X64, torch.tensor([0, n - 1]), D)])
+    hint = (
+        "the estimator evaluates many texts in one batch (B, n, d); for a map written for "
+        "one (n, d) text, pass batched=False."
+    )
+    try:
+        with torch.no_grad():
+            alone = [phi_b(t[None]).to(torch.float64)[0] for t in texts]
+            together = phi_b(texts).to(torch.float64)
+            reverse = phi_b(texts.flip(0)).to(torch.float64).flip(0)
+    except (RuntimeError, IndexError) as err:
+        raise ValueError(f"the map failed on a batch of texts ({err}): {hint}") from err
+    if together.shape[0] != len(texts) or tuple(together.shape[1:]) != tuple(alone[0].shape):
+        raise ValueError(
+            f"the map returned shape {tuple(together.shape)} for a batch of {len(texts)} texts "
+            f"and {tuple(alone[0].shape)} for one: it keeps no batch axis; {hint}"
+        )
+    for b, one in enumerate(alone):
+        if not bool(torch.isfinite(one).all()):
+            continue  # a non-finite φ is reported where it is evaluated
+        scale = float(torch.linalg.vector_norm(one))
+        for other in (together[b], reverse[b]):
+            if not bool(torch.isfinite(other).all()):
+                continue  # likewise
+            gap = float(torch.linalg.vector_norm(other - one))
+            if not gap <= BATCH_RTOL * scale:
+                size = f"relative {gap / scale:.3g}" if scale > 0 else "φ of it alone is 0"
+                raise ValueError(
+                    f"the map mixes the texts of a batch: φ of text {b} inside a batch differs "
+                    f"from φ of it alone by {gap:.3g} ({size}), so a batched search would "
+                    f"measure another map. {hint}"
+                )
 
 
 def map_objective(phi_b: Map, Xt: torch.Tensor, base: torch.Tensor):
@@ -501,6 +593,7 @@ def ascend_and_certify(
     extra: torch.Tensor | None = None,
     row_starts: Callable[[int], torch.Tensor] | None = None,
     pair_elements: int | None = None,
+    alone: bool = False,
 ) -> SensitivityResult:
     """The one search every estimator runs: :func:`ascend_rows` with ``objective`` on the
     search copy ``Xs`` of the text, then :func:`certify` of the iterates found, through the
@@ -513,6 +606,7 @@ def ascend_and_certify(
     random starts are then seeded by ``(seed + row) mod 2**63`` (``seed``:
     ``search.start_seed(0)``), and the result counts the most of them any row had.
     ``pair_elements``: what one (row, start) pair of a step holds (:func:`ascend_rows`).
+    ``alone``: certify text by text (:func:`relative_changes`).
 
     Returns
     -------
@@ -542,7 +636,9 @@ def ascend_and_certify(
         row_starts=None if row_starts is None else counted,
         pair_elements=pair_elements,
     )
-    return certify(phi_b, Xt, found, search, extra_starts=shared + max(own.values(), default=0))
+    return certify(
+        phi_b, Xt, found, search, extra_starts=shared + max(own.values(), default=0), alone=alone
+    )
 
 
 def certify(
@@ -552,18 +648,26 @@ def certify(
     search: Search,
     *,
     extra_starts: int = 0,
+    alone: bool = False,
 ) -> SensitivityResult:
     """The result of a search: for each row its best ``Δ`` (``found[row]``), cast to float64
     and projected onto the exact ball (a no-op unless the search dtype was coarser), and the
     float64 relative change there (``relative_changes``); ``value``/``row``/``Delta`` are the
     best of them. The result records ``search``'s steps and seed and, as its starts,
-    ``search.starts + extra_starts``."""
+    ``search.starts + extra_starts``. ``alone``: each text through ``φ`` on its own
+    (:func:`relative_changes`)."""
     n, d = Xt.shape
     X64 = Xt.to(torch.float64)
     rows = list(found)
     D64 = project_ball(torch.stack([found[r] for r in rows]).to(torch.float64).cpu(), math.sqrt(d))
     vals, phi_norm = relative_changes(
-        phi_b, X64, rows, D64, max_batch_elements=search.max_batch_elements, with_base=True
+        phi_b,
+        X64,
+        rows,
+        D64,
+        max_batch_elements=search.max_batch_elements,
+        with_base=True,
+        alone=alone,
     )
     vals = vals.cpu()
     per_row = {r: float(vals[j]) for j, r in enumerate(rows)}
@@ -704,6 +808,7 @@ def cosine_ascent(
     stop: tuple[int, float] | None = None,
     group: int | None = None,
     evaluate=None,
+    tick: Callable[[], object] | None = None,
 ):
     """Projected gradient ascent of ``values(Delta) -> (B,)`` from each row of ``Delta``
     (``B × d``) over the ball ``‖Δ‖ ≤ radius``: :func:`ascend` with the gradient by autograd
@@ -723,7 +828,8 @@ def cosine_ascent(
     starts of one search; ``None``: all rows are one search). ``None`` takes every step.
 
     ``evaluate``: an ``evaluate`` of :func:`ascend` for the same values with a gradient of its
-    own (``Δ ↦ (values, gradient function)``), used instead of autograd's through ``values``."""
+    own (``Δ ↦ (values, gradient function)``), used instead of autograd's through ``values``.
+    ``tick``: called once after every step (a progress bar's ``update``)."""
     steps = check_int("steps", steps, minimum=0)
     lr = check_real("lr", lr, positive=True)
     radius = check_real("radius", radius, positive=True)
@@ -733,11 +839,24 @@ def cosine_ascent(
         autograd_values(values) if evaluate is None else evaluate,
         Delta,
         steps=steps,
-        step=cosine_step(radius, lr, steps),
+        step=cosine_step(radius, lr, steps)
+        if tick is None
+        else _ticked(cosine_step(radius, lr, steps), tick),
         stop=stop,
         group=group,
     )
     return best_val, project_ball(best, radius) if exact_result else best
+
+
+def _ticked(step, tick):
+    """``step`` that calls ``tick()`` after each step."""
+
+    def ticked(Delta, grad, t):
+        out = step(Delta, grad, t)
+        tick()
+        return out
+
+    return ticked
 
 
 def stalled(
@@ -808,7 +927,15 @@ def ascend_rows(
     rows_per_chunk = max(1, search.max_batch_elements // (S * per_pair))
     chunks = [row_list[j : j + rows_per_chunk] for j in range(0, len(row_list), rows_per_chunk)]
     found: dict[int, torch.Tensor] = {}
-    for chunk in tqdm(chunks, desc="word sensitivity", disable=not search.progress, leave=False):
+    # progress counts steps (a chunk of many rows can take minutes): one tick a step
+    bar = tqdm(
+        total=len(chunks) * max(search.steps, 1),
+        desc="word sensitivity",
+        unit="step",
+        disable=not search.progress,
+        leave=False,
+    )
+    for c, chunk in enumerate(chunks):
         R = len(chunk)
         Delta = torch.cat([_padded(starts[r], S) for r in chunk])
         Delta = project_ball(Delta, radius, exact=False)
@@ -825,7 +952,10 @@ def ascend_rows(
             stop=search.stop,
             group=S,
             evaluate=None if own is None else (lambda D: own(row_idx, D)),
+            tick=bar.update if search.progress else None,
         )
+        bar.n = (c + 1) * max(search.steps, 1)  # a chunk stopped early by ``stop``
+        bar.refresh()
         vals = best_val.reshape(R, S).cpu()
         blown = [r for j, r in enumerate(chunk) if bool((vals[j] == math.inf).any())]
         if blown:
@@ -843,6 +973,7 @@ def ascend_rows(
         for j, r in enumerate(chunk):
             k = j * S + int(torch.argmax(torch.nan_to_num(vals[j], nan=-math.inf)))
             found[r] = best_Delta[k].detach().cpu()
+    bar.close()
     return found
 
 

@@ -87,7 +87,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(repr=False)  # the one-line summary of SensitivityResult
 class RFSensitivityResult(SensitivityResult):
     """:class:`~wsutils.sensitivity.SensitivityResult` plus the certified bounds.
 
