@@ -82,6 +82,15 @@ BROKEN = {
         "console error: broken widget",
     ),
     "missing-script": ("<p>text</p><script src='nowhere.js'></script>", "console error"),
+    # a code line wider than its column scrolls sideways and hides its end (issue 53)
+    "wide-code": (
+        "<div class='cell_input'><div class='highlight' style='width: 300px'>"
+        "<pre style='overflow-x: auto; white-space: pre'>"
+        + "x = 1  # "
+        + "a" * 200
+        + "</pre></div></div>",
+        "code scrolls sideways",
+    ),
 }
 
 
@@ -94,6 +103,7 @@ def site(tmp_path_factory):
         _page(
             "<h1>Clean</h1><p>Prices in code: <code>\\alpha ?? $$</code>.</p>"
             "<figure><img src='plot.png' width='300'><figcaption>a real plot</figcaption></figure>"
+            "<div class='cell_input'><div class='highlight'><pre>x = 1  # fits</pre></div></div>"
         )
     )
     for name, (body, _) in BROKEN.items():

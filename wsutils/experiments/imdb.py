@@ -44,6 +44,7 @@ __all__ = [
     "sensitivity_point",
     "flip_texts",
     "flip_split",
+    "flip_word_mask",
     "flip_point_imdb",
 ]
 
@@ -379,6 +380,29 @@ def flip_texts(
     rows = word_rows(mask) if keep == "words" else [None] * len(E)
     Xs = np.stack([sample_matrix(E[j], n, d, rows=rows[j]) for j in range(len(E))])
     return Xs, np.asarray(y, dtype=np.float64), np.asarray(ids)
+
+
+#: The arguments of :func:`flip_word_mask` that a grid point of :func:`flip_point_imdb` holds.
+FLIP_TEXT_KEYS = ("reviews", "select_seed", "model", "imdb", "max_length")
+
+
+def flip_word_mask(
+    *,
+    reviews: int,
+    select_seed: int,
+    model: str | None = None,
+    imdb: str | None = None,
+    max_length: int = 256,
+) -> np.ndarray:
+    """Which rows of :func:`flip_texts`' texts (the same selection) hold a word of their
+    review: ``(reviews, max_length)`` booleans, from the tokenizer's attention mask, false at
+    ``[CLS]``, ``[SEP]`` and ``[PAD]`` (:func:`wsutils.text.embeddings.word_rows`). A
+    grid point's ``row`` changes a word of the new text ``held_out`` where
+    ``mask[held_out, row]`` holds."""
+    model = config.model() if model is None else model
+    imdb = None if imdb is None else str(imdb)
+    _, mask, _, _ = _flip_embedded(model, imdb, int(reviews), int(select_seed), int(max_length))
+    return word_rows(mask)
 
 
 def flip_point_imdb(
