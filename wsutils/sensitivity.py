@@ -517,7 +517,7 @@ def check_batch_map(phi_b: Map, X64: torch.Tensor) -> None:
     """Check, before a batched search, that ``phi_b`` treats a batch ``(B, n, d)`` as ``B``
     independent texts: ``φ`` of the batch ``[X, X', X'']`` (``X``, and ``X`` with its first
     and its last word moved by a fixed ``Δ`` of norm ``√d``), and of the same batch in
-    reverse order, equals ``φ`` of each text alone (a batch of one), to :data:`BATCH_RTOL`.
+    reverse order, equals ``φ`` of each text alone (a batch of one), to ``BATCH_RTOL``.
     A map written for one ``(n, d)`` text that mixes a batch (a mean over axis 0, a norm over
     the whole tensor) would otherwise be searched and certified as another map; one that does
     not broadcast fails on the batch. Each is a ValueError that names ``batched=False``."""

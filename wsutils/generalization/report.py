@@ -15,7 +15,7 @@ import numpy as np
 
 from ..maps import LABELS
 from ..run.seeds import point_seed
-from . import LOSSES, METHODS, check_Ns
+from . import LOSSES, METHODS, TRAININGS, check_Ns
 
 __all__ = [
     "CONFIGS",
@@ -96,6 +96,20 @@ def mean_yD1(runs: Sequence[dict]) -> dict:
     for r in runs:
         groups[(r["map"], r["n"], r["training"], r["loss"])].append(r["y"] * r["D1"])
     return {k: float(np.mean(v)) for k, v in groups.items()}
+
+
+def mean_yD1_frame(table: dict, configs: Sequence[tuple[str, int]] = CONFIGS):
+    """:func:`mean_yD1`'s ``table`` as a ``pandas.DataFrame`` to show: one row per map and
+    ``n`` of ``configs``, one column per training and search loss (two header rows), so that
+    the table fits a page instead of one long printed line per map."""
+    import pandas as pd
+
+    cols = pd.MultiIndex.from_tuples([(tr, loss) for tr in TRAININGS for loss in LOSSES])
+    return pd.DataFrame(
+        [[table[(m, n, tr, loss)] for tr, loss in cols] for m, n in configs],
+        index=[f"{LABELS[m]}, n = {n}" for m, n in configs],
+        columns=cols,
+    ).round(2)
 
 
 def plot_flip(ax, runs: Sequence[dict], configs: Sequence[tuple[str, int]] = CONFIGS) -> None:

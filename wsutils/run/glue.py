@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["glue_values"]
+__all__ = ["glue_figure", "glue_values"]
 
 
 def _plain(name: str, value: Any) -> Any:
@@ -79,3 +79,12 @@ def glue_values(values: Mapping[str, Any] | None = None, /, **more: Any) -> None
     table.update(more)
     for name, value in table.items():
         glue(name, _plain(name, value), display=False)
+
+
+def glue_figure(name: str, fig) -> None:
+    """Glue the matplotlib figure ``fig`` under ``name`` without displaying it
+    (``myst_nb.glue(name, fig, display=False)``), for a ``{glue:figure}`` on another page
+    (``chapter.md::name``)."""
+    from myst_nb import glue
+
+    glue(name, fig, display=False)
