@@ -120,8 +120,12 @@ def _extent(t: torch.Tensor) -> tuple[float, float]:
     """The smallest non-zero and the largest magnitude of ``t``'s entries (``(inf, 0)`` when
     every entry is zero)."""
     a = t.abs()
-    nz = a[a > 0]
-    return (float(nz.min()), float(a.max())) if nz.numel() else (float("inf"), 0.0)
+    lo, hi = (float(v) for v in torch.aminmax(a))  # one pass
+    if hi == 0:
+        return float("inf"), 0.0
+    if lo == 0:  # exact zeros (the text's own token): the smallest of the others
+        lo = float(torch.where(a > 0, a, torch.inf).min())
+    return lo, hi
 
 
 def _near_range(D: torch.Tensor, V_extent, near_dtype: torch.dtype) -> torch.dtype:
