@@ -119,6 +119,8 @@ def rf_word_bounds(
 def _extent(t: torch.Tensor) -> tuple[float, float]:
     """The smallest non-zero and the largest magnitude of ``t``'s entries (``(inf, 0)`` when
     every entry is zero)."""
+    if t.numel() == 0:  # no unit in Z: nothing computed in the near dtype
+        return float("inf"), 0.0
     a = t.abs()
     lo, hi = (float(v) for v in torch.aminmax(a))  # one pass
     if hi == 0:
