@@ -35,3 +35,14 @@ def test_layout_table_lists_every_public_module():
 def test_no_invented_host():
     assert "github.io" not in README, "say where the Pages workflow publishes, not a host"
     assert (ROOT / ".github" / "workflows" / "book.yml").is_file()
+
+
+def test_build_times_are_the_measured_ones():
+    """The README's paper-scale times are figures of ``benchmarks/README.md`` (cold: a
+    ``make paper`` run; warm: the same build again from its cache)."""
+    m = re.search(r"\*\*(\d+) s\*\* from a cold start.*?\*\*(\d+) s\*\* warm", README, re.S)
+    assert m, "the README gives the paper-scale build time, cold and warm"
+    bench = (ROOT / "benchmarks" / "README.md").read_text()
+    cold, warm = m.groups()
+    assert re.search(rf"\*\*`make paper` on a fresh clone[^*]*: {cold} s\*\*", bench), cold
+    assert re.search(rf"\*\*A warm `make book`[^*]*: {warm} s\*\*", bench), warm
