@@ -81,28 +81,15 @@ def test_substitution_rows_refuses_roberta_numbering(tmp_path):
     """RoBERTa numbers positions from ``padding_idx + 1``: rows made with
     ``position_ids = i`` would be another position's, so substitution_rows refuses, with the
     check vocabulary_changes uses (``check_positions``)."""
-    transformers = pytest.importorskip("transformers")
-    from tiny_bert import save_tiny_bert
+    pytest.importorskip("transformers")
+    from tiny_bert import save_tiny_bert, tiny_roberta
 
     from wsutils.text import embeddings as em
     from wsutils.text.token_rows import substitution_rows
 
     torch.manual_seed(0)
     bert = em.load_model(str(save_tiny_bert(tmp_path)))
-    cfg = transformers.RobertaConfig(
-        vocab_size=bert.model.config.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    rob = em.Encoder(
-        name="roberta",
-        identity="roberta",
-        tokenizer=bert.tokenizer,
-        model=transformers.RobertaModel(cfg).eval(),
-    )
+    rob = tiny_roberta(bert)
     ids = bert.tokenizer("i love the movie")["input_ids"]
     assert substitution_rows(bert, ids, 2, 8, tokens=[5, 6]).shape == (2, 8)
     with pytest.raises(ValueError, match="number a text's positions"):

@@ -14,7 +14,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from tiny_bert import save_tiny_bert  # noqa: E402
+from tiny_bert import save_tiny_bert, tiny_roberta  # noqa: E402
 
 from wsutils import trained as tr  # noqa: E402
 from wsutils.sensitivity import relative_change  # noqa: E402
@@ -312,22 +312,7 @@ def test_factored_guard_and_cache(enc):
 def test_vocabulary_changes_refuses_other_position_numbering(enc):
     """RoBERTa's embedding module numbers positions from padding_idx + 1: the candidates'
     rows (position_ids = i) would then not be the model's, so both methods refuse it."""
-    import transformers
-
-    cfg = transformers.RobertaConfig(
-        vocab_size=enc.model.config.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    rob = em.Encoder(
-        name="roberta",
-        identity="roberta",
-        tokenizer=enc.tokenizer,
-        model=transformers.RobertaModel(cfg).eval(),
-    )
+    rob = tiny_roberta(enc)
     ids = enc.tokenizer(TEXTS[1], truncation=True, max_length=8)["input_ids"]
     for method in ("factored", "direct"):
         with pytest.raises(ValueError, match="number"):

@@ -41,3 +41,27 @@ def save_tiny_bert(path: Path, *, edit: Callable | None = None, **config) -> Pat
     model.save_pretrained(str(path))
     tok.save_pretrained(str(path))
     return path
+
+
+def tiny_roberta(bert):
+    """A random 1-layer ``RobertaModel`` of the tiny BERT's width with its tokenizer, as an
+    ``Encoder``: RoBERTa's embedding module numbers positions from ``padding_idx + 1``, which
+    the functions that build rows from token ids must refuse (``check_positions``)."""
+    import transformers
+
+    from wsutils.text import embeddings as em
+
+    cfg = transformers.RobertaConfig(
+        vocab_size=bert.model.config.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return em.Encoder(
+        name="roberta",
+        identity="roberta",
+        tokenizer=bert.tokenizer,
+        model=transformers.RobertaModel(cfg).eval(),
+    )
