@@ -133,9 +133,10 @@ CHECKS_JS = r"""
   // book (numpy, torch: no intersphinx offline) are unlinked on purpose
   for (const el of main.querySelectorAll('.xref:not(.py), .std-ref, .std-numref'))
     if (!el.closest('a')) problems.push(`unresolved reference: ${short(el.textContent)}${where(el)}`);
-  // code that scrolls sideways hides its end (issue 53): every code block fits its column
-  for (const pre of main.querySelectorAll('div.cell_input pre, div.highlight pre'))
-    if (pre.scrollWidth > pre.clientWidth + 1)
+  // code that scrolls sideways hides its end (issue 53): every code cell and code block
+  // fits its column (a cell's printed output is not code: it may scroll)
+  for (const pre of main.querySelectorAll('div.cell_input pre, div[class*="highlight-"] pre'))
+    if (!pre.closest('.cell_output') && pre.scrollWidth > pre.clientWidth + 1)
       problems.push(`code scrolls sideways (${pre.scrollWidth} > ${pre.clientWidth} px): ${short(pre.textContent)}${where(pre)}`);
   // the "What this chapter shows" box: at most 6 bullets, each one line on the page
   for (const box of main.querySelectorAll('.admonition')) {
