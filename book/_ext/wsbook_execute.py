@@ -118,7 +118,7 @@ def resolve_path_knobs(env, root: Path = ROOT, cwd: Path | None = None) -> dict[
     for name in [k for k in out if k.startswith("WSBOOK_")]:
         out[name] = knob(name, out)  # as the kernels read it: " /abs/model\n" is /abs/model
     for name in PATH_KNOBS:
-        value = knob(name, out)
+        value = out.get(name, "")  # stripped above
         if not value or Path(value).expanduser().is_absolute():
             continue
         here, there = cwd / value, root / "book" / value

@@ -91,18 +91,20 @@ def rf_word_bounds(
     Vc, hc, hurt_c = Vi[~near], h[~near], hurt[:, ~near]
     omega = (hurt_c / (4 * hc.abs())).amax(dim=0)  # (k - |near|,), |h_l| > tau ≥ 0
     M = (Vc.T * omega) @ Vc  # (d, d), one form for every model
-    norms_s, V_extent = torch.linalg.vector_norm(Vs, dim=1), _extent(Vs)
+    V_extent = _extent(Vs)
+    weight = ths.abs() @ torch.linalg.vector_norm(Vs, dim=1)  # (m,): Σ_l |θ_jl|‖V_l‖
     # r_l = ReLU(σ_l(h_l + a_l)), σ_l = −1 where h_l > 0 (ReLU(z) − z = ReLU(−z)), else +1
     sign = 1 - 2 * ons
     hs_signed = sign * hs
-    low = {t: (sign[:, None] * Vs).to(t) for t in {near_dtype, torch.float64}}
+    signed = sign[:, None] * Vs  # float64; a copy in near_dtype for the batches in its range
+    low = {torch.float64: signed, near_dtype: signed.to(near_dtype)}
     out = torch.empty(rows.shape[0], thetas.shape[0], dtype=torch.float64)
     for j in range(0, rows.shape[0], batch):
         D = rows[j : j + batch] - x
         dt = _near_range(D, V_extent, near_dtype)
         # the rounding of a_Z in dt, per unit of ‖Δ‖ and per model
         du = (d + 2) * torch.finfo(dt).eps / 2  # (d + 2)u, far below 1 for these types
-        slack = du / (1 - du) * (ths.abs() @ norms_s)  # (m,): ε_d Σ_l |θ_jl|‖V_l‖
+        slack = du / (1 - du) * weight  # (m,): ε_d Σ_l |θ_jl|‖V_l‖
         r = (D.to(dt) @ low[dt].T).double().add_(hs_signed).relu_()  # σ⊙a, then r
         first = t_x + D @ g.T + r @ ths.T
         quad = ((D @ M) * D).sum(dim=1, keepdim=True)

@@ -83,8 +83,9 @@ def glue_values(values: Mapping[str, Any] | None = None, /, **more: Any) -> None
 
 def glue_figure(name: str, fig) -> None:
     """Glue the matplotlib figure ``fig`` under ``name`` without displaying it
-    (``myst_nb.glue(name, fig, display=False)``), for a ``{glue:figure}`` on another page
-    (``chapter.md::name``)."""
+    (``myst_nb.glue(name, fig, display=False)``), for another page to paste with
+    ``{glue:any} name`` and ``:doc: chapter.md`` (myst-nb's ``glue:figure`` reads only the
+    page's own keys)."""
     from myst_nb import glue
 
     glue(name, fig, display=False)
