@@ -3,6 +3,7 @@ statements are labelled, figures are named, captioned and cited, and a chapter t
 has its own bibliography. (Unresolved references are caught by the -n -W build and by the
 browser check.)"""
 
+import ast
 import re
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def test_statements_labelled_figures_cited_bibliography(page):
 
 
 MAX_LINES = 600  # a chapter longer than this is split at its own seams (issue 22)
+CELL = re.compile(r"^```\{code-cell\} ipython3\n(.*?)^```\n", flags=re.M | re.S)
+GLUE_CELL = ":tags: [remove-cell]\n"  # the cell a chapter glues its numbers in
 MAX_CODE_COLUMNS = 88  # code cells do not scroll sideways in the rendered page
 MAX_SHOWS_BULLETS = 6
 MAX_SHOWS_CHARS = 66  # one line of the box at a 1280-px window (the browser check measures it)
@@ -73,7 +76,9 @@ def test_chapter_reads_like_a_lecture(page):
     runs code has one, fenced by three or more colons) of at most 6 one-line bullets."""
     text = page.read_text()
     lines = text.splitlines()
-    assert len(lines) <= MAX_LINES, f"{page.name}: {len(lines)} lines (at most {MAX_LINES})"
+    shown = CELL.sub(lambda m: "" if m.group(1).startswith(GLUE_CELL) else m.group(0), text)
+    n_shown = len(shown.splitlines())  # a glue cell does not render (checked below)
+    assert n_shown <= MAX_LINES, f"{page.name}: {n_shown} lines (at most {MAX_LINES})"
     in_code = False
     for number, line in enumerate(lines, start=1):
         if line.startswith("```"):
@@ -100,3 +105,49 @@ def test_chapter_reads_like_a_lecture(page):
             f"{page.name}: a shows bullet of about {len(shown)} characters on the page "
             f"(at most {MAX_SHOWS_CHARS}): {b[:60]}…"
         )
+
+
+def _split_cell(cell: str) -> tuple[str, str]:
+    """A code cell's options (a ``---`` YAML block or ``:key:`` lines) and its code."""
+    lines = cell.split("\n")
+    end = lines.index("---", 1) + 1 if lines[0] == "---" else 0
+    while end < len(lines) and lines[end].startswith(":"):
+        end += 1
+    return "\n".join(lines[:end]), "\n".join(lines[end:])
+
+
+def _is_glue_call(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and getattr(node.value.func, "id", None) == "glue_values"
+    )
+
+
+def _only_gluing(statements: list[ast.stmt]) -> bool:
+    """Glue calls, and loops over names that glue (with the assignments they need)."""
+    allowed = (
+        _is_glue_call(s)
+        or isinstance(s, ast.Assign)
+        or (isinstance(s, ast.For) and _only_gluing(s.body))
+        for s in statements
+    )
+    return all(allowed) and any(_is_glue_call(s) or isinstance(s, ast.For) for s in statements)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
+def test_gluing_is_out_of_the_readers_way(page):
+    """The asserts stay in the cells a reader sees, the ``glue_values`` bookkeeping goes to a
+    ``remove-cell`` after them (issue 54), and such a cell holds nothing but gluing, so that
+    no check or computation is hidden from the page."""
+    text = page.read_text()
+    for m in CELL.finditer(text):
+        head, code = _split_cell(m.group(1))
+        where = f"{page.name}:{text[: m.start()].count(chr(10)) + 1}"
+        tree = ast.parse(code)
+        if m.group(1).startswith(GLUE_CELL):
+            assert _only_gluing(tree.body), f"{where}: a remove-cell that does not only glue"
+        elif not any(tag in head for tag in ("hide-cell", "hide-input")):
+            assert not any(_is_glue_call(s) for s in ast.walk(tree)), (
+                f"{where}: a visible cell glues; move its glue_values to a remove-cell after it"
+            )
