@@ -18,6 +18,8 @@ own DOM:
 - **cross-references**: ``??`` or ``[?]`` in the text, or an ``xref`` that is not a link;
 - **shows box**: more than 6 bullets in a chapter's "What this chapter shows" box, or
   a bullet that wraps to a second line at the 1280-pixel-wide window;
+- **navigation**: a caption or link of the left navigation that starts or ends outside the
+  sidebar, or a sidebar that scrolls sideways (a clipped caption, "he paper");
 - **console errors**: what the browser console shows as an error while the page loads and
   is checked: an uncaught exception (e.g. a script's ``SyntaxError``), ``console.error``, a
   resource that failed to load (:func:`console_errors`).
@@ -138,6 +140,19 @@ CHECKS_JS = r"""
   for (const pre of main.querySelectorAll('div.cell_input pre, div[class*="highlight-"] pre'))
     if (!pre.closest('.cell_output') && pre.scrollWidth > pre.clientWidth + 1)
       problems.push(`code scrolls sideways (${pre.scrollWidth} > ${pre.clientWidth} px): ${short(pre.textContent)}${where(pre)}`);
+  // the left navigation (issue 54: a reader saw "he paper"): every caption and link starts
+  // inside the sidebar's box, and the sidebar does not scroll sideways
+  const side = document.querySelector('.bd-sidebar-primary');
+  if (side && side.getBoundingClientRect().width > 0) {
+    const box = side.getBoundingClientRect();
+    if (side.scrollWidth > side.clientWidth + 1)
+      problems.push(`navigation scrolls sideways (${side.scrollWidth} > ${side.clientWidth} px)`);
+    for (const el of side.querySelectorAll('nav.bd-links p.caption, nav.bd-links a')) {
+      const r = el.getBoundingClientRect();
+      if (r.width > 0 && (r.left < box.left - 0.5 || r.right > box.right + 0.5))
+        problems.push(`navigation entry clipped (${Math.round(r.left)}–${Math.round(r.right)} px outside ${Math.round(box.left)}–${Math.round(box.right)} px): ${short(el.textContent)}`);
+    }
+  }
   // the "What this chapter shows" box: at most 6 bullets, each one line on the page
   for (const box of main.querySelectorAll('.admonition')) {
     const title = box.querySelector('.admonition-title');

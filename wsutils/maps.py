@@ -301,10 +301,16 @@ class Normalisation:
     ``s`` is accepted only for ``"scalable"``, ``alpha`` only for ``"entmax"``, ``bias`` only
     for ``"sigmoid"``: anything else is a ValueError, never silently ignored.
 
+    ``sink`` (softmax and scalable softmax only) is the margin ``b`` of an **attention sink** on
+    position 0 (eq. :eq:`eq-sink-attention`, chapter *attention-sink*): every query's scaled
+    score on key 0 is raised by ``b`` (a logit, added after ``c_n``), so the text's row 0 is
+    the sink's key and its value (zero, small or a real token's row, as the text makes it).
+    ``None`` (default) is no sink; ``sink=0`` is the same map as ``None``.
+
     Raises
     ------
     TypeError
-        If ``beta``, ``s``, ``alpha`` or ``bias`` is not a real number.
+        If ``beta``, ``s``, ``alpha``, ``bias`` or ``sink`` is not a real number.
     ValueError
         If ``name`` is unknown, a parameter is given to a normalisation it does not apply
         to, ``beta``/``s`` is not finite and positive, or ``alpha`` is not finite or below
@@ -316,6 +322,7 @@ class Normalisation:
     s: float | None = None
     alpha: float | None = None
     bias: float | None = None
+    sink: float | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or self.name not in NORMALISATIONS:
@@ -350,6 +357,18 @@ class Normalisation:
             ):
                 raise ValueError(f"bias must be a finite real number, got {b!r}.")
             object.__setattr__(self, "bias", float(b))
+        if self.sink is not None:
+            b = self.sink
+            if isinstance(b, (bool, np.bool_)) or not isinstance(b, numbers.Real):
+                raise TypeError(f"sink must be a real number (the margin b), got {b!r}.")
+            if not math.isfinite(float(b)):
+                raise ValueError(f"sink must be a finite margin b, got {b}.")
+            if self.name not in ("softmax", "scalable"):
+                raise ValueError(
+                    f"sink applies to softmax and scalable softmax, not {self.name!r}; "
+                    "leave it unset."
+                )
+            object.__setattr__(self, "sink", float(b))
 
     @classmethod
     def parse(cls, normalisation) -> Normalisation:
@@ -379,11 +398,11 @@ class Normalisation:
                 )
             return cls(normalisation)
         if isinstance(normalisation, dict):
-            fields = {"name", "beta", "s", "alpha", "bias"}
+            fields = {"name", "beta", "s", "alpha", "bias", "sink"}
             if not set(normalisation) <= fields or "name" not in normalisation:
                 raise ValueError(
                     "a normalisation dict needs 'name' and may have 'beta', 's', 'alpha', "
-                    f"'bias'; got keys {sorted(normalisation)}."
+                    f"'bias', 'sink'; got keys {sorted(normalisation)}."
                 )
             if not isinstance(normalisation["name"], str):
                 raise TypeError(f"a normalisation dict's 'name' is a name, got {normalisation!r}.")
@@ -400,6 +419,16 @@ class Normalisation:
         if self.name == "scalable":
             c = c * self.s * math.log(n)
         return c
+
+    def key_bias(self, n: int, like: torch.Tensor) -> torch.Tensor | None:
+        """The logits added to the scaled scores of every row, ``(n,)``: the sink's margin
+        ``b`` on key 0 and zero elsewhere (``None`` without a sink), in ``like``'s dtype and
+        device."""
+        if self.sink is None:
+            return None
+        bias = torch.zeros(n, dtype=like.dtype, device=like.device)
+        bias[0] = self.sink
+        return bias
 
     def sigmoid_bias(self, n: int) -> float:
         """``b``: ``bias`` if given, else ``−log n`` (sigmoid attention only)."""
@@ -473,11 +502,15 @@ def _rownorm_relu(z: torch.Tensor) -> torch.Tensor:
 
 
 def normalise_scores(s: torch.Tensor, norm: Normalisation) -> torch.Tensor:
-    """The attention weights ``norm(c_n·s)`` of eq. :eq:`eq-general-attention` for a score
-    tensor ``(..., n_q, n)`` (torch, differentiable, unchecked); ``n`` is the last axis."""
+    """The attention weights ``norm(c_n·s + β)`` of eq. :eq:`eq-general-attention` for a score
+    tensor ``(..., n_q, n)`` (torch, differentiable, unchecked); ``n`` is the last axis and
+    ``β`` the sink's logits (:meth:`Normalisation.key_bias`; none without a sink)."""
     n = s.shape[-1]
     c = norm.scale(n)
     z = s if c == 1.0 else s * c
+    bias = norm.key_bias(n, z)
+    if bias is not None:  # the sink (eq. eq-sink-attention): a logit on key 0
+        z = z + bias
     name = norm.name
     if name in ("softmax", "scalable"):
         return torch.softmax(z, dim=-1)
@@ -554,12 +587,14 @@ def attention(
     s: float | None = None,
     alpha: float | None = None,
     bias: float | None = None,
+    sink: float | None = None,
     dtype: torch.dtype | None = None,
 ) -> Array:
     """Attention with a named row normalisation, ``φ(X) = norm(c_n·X W Xᵀ/√d) X``
     (eq. :eq:`eq-general-attention`; the normalisations and their parameters are those of
     :class:`Normalisation`: ``beta`` the inverse temperature, ``s`` scalable softmax's factor,
-    ``alpha`` entmax's α, ``bias`` sigmoid attention's bias, default ``−log n``).
+    ``alpha`` entmax's α, ``bias`` sigmoid attention's bias, default ``−log n``, ``sink`` the
+    margin of an attention sink on position 0, eq. :eq:`eq-sink-attention`).
 
     ``normalisation`` is a name from :data:`NORMALISATIONS` or a :class:`Normalisation` (then
     ``beta``, ``s``, ``alpha``, ``bias`` must be left at their defaults). ``"softmax"`` with
@@ -573,18 +608,21 @@ def attention(
         returned), or a parameter is out of range (e.g. entmax's ``alpha`` below
         :data:`ENTMAX_MIN_ALPHA`, where its bisection is no longer accurate: use softmax).
     """
-    norm = _as_normalisation(normalisation, beta=beta, s=s, alpha=alpha, bias=bias)
+    norm = _as_normalisation(normalisation, beta=beta, s=s, alpha=alpha, bias=bias, sink=sink)
     return _attention(X, W, dtype, lambda Xt, Wt: general_attention(Xt, Wt, norm))
 
 
-def _as_normalisation(normalisation, *, beta=1.0, s=None, alpha=None, bias=None) -> Normalisation:
+def _as_normalisation(
+    normalisation, *, beta=1.0, s=None, alpha=None, bias=None, sink=None
+) -> Normalisation:
     """:meth:`Normalisation.parse`, with :func:`attention`'s loose parameters for a name."""
     if isinstance(normalisation, str):
         name = Normalisation.parse(normalisation).name
-        return Normalisation(name, beta=beta, s=s, alpha=alpha, bias=bias)
-    if not (isinstance(beta, numbers.Real) and beta == 1.0) or (s, alpha, bias) != (None,) * 3:
+        return Normalisation(name, beta=beta, s=s, alpha=alpha, bias=bias, sink=sink)
+    loose = (s, alpha, bias, sink)
+    if not (isinstance(beta, numbers.Real) and beta == 1.0) or loose != (None,) * 4:
         raise ValueError(
-            "normalisation is a Normalisation already: set beta, s, alpha and "
-            "bias in it, not beside it."
+            "normalisation is a Normalisation already: set beta, s, alpha, bias and "
+            "sink in it, not beside it."
         )
     return Normalisation.parse(normalisation)

@@ -364,11 +364,14 @@ def search_setup(
     steps: int | None = None,
     init: Array | None = None,
     check_norms: bool = True,
+    sink: bool = False,
     device=None,
 ):
     """Validate the text and rows every word-sensitivity estimator takes, once: a single text
     ``X`` (``n × d``, real, finite, rows of norm ``√d`` unless ``check_norms=False``), the rows
-    to search (``None``: all; see ``check_rows``), extra starts ``init`` (a vector of length
+    to search (``None``: all; see ``check_rows``; with ``sink=True`` row 0 is the attention
+    sink's token of eq. :eq:`eq-sink-attention`, not a word: its norm is free and ``None``
+    means the words ``1, …, n − 1``), extra starts ``init`` (a vector of length
     ``d`` or an ``m × d`` array, projected onto the ball) and, where given (a search not made
     by :class:`wsutils.search.Search`, which checks its own), integers ``starts ≥ 1`` and
     ``steps ≥ 0``. Returns ``(X as a tensor in its search dtype, the list of rows, init as an
@@ -378,7 +381,9 @@ def search_setup(
     if Xt.ndim != 2:
         raise ValueError(f"X must be a single text of shape (n, d), got {tuple(Xt.shape)}.")
     if check_norms:
-        check_unit_rows(Xt)  # in X's own dtype: its rounding is allowed
+        check_unit_rows(Xt[1:] if sink else Xt)  # in X's own dtype: its rounding is allowed
+    if sink and rows is None:
+        rows = range(1, n)
     Xt = Xt.to(search_dtype(Xt.dtype))
     if starts is not None:
         check_int("starts", starts, minimum=1)

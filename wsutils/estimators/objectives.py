@@ -134,7 +134,11 @@ class _FastObjective:
         # the normalisation of the already scaled scores (row i is recomputed with it)
         self.inner = self._inner(norm)
         with torch.no_grad():
-            s = attention_scores(X, self.W)
+            # the sink's logits β (eq. eq-sink-attention): on key 0, after c_n; every score
+            # below (cached, new column, new row i) is z = c_n·s + β
+            bias = norm.key_bias(n, X)
+            self.bias = torch.zeros(n, dtype=X.dtype, device=X.device) if bias is None else bias
+            s = attention_scores(X, self.W) + self.bias
             if not bool(torch.isfinite(s).all()):
                 raise ValueError(
                     f"the attention scores c·XWXᵀ/√d overflow {X.dtype}: pass "
@@ -181,7 +185,7 @@ class _FastObjective:
         ``⟨x_i, Δ⟩`` and ``‖Δ‖²``."""
         xi = self.X[row_idx]  # (B, d)
         xp = xi + Delta
-        col = xp @ self.XW.T / self.sqd
+        col = xp @ self.XW.T / self.sqd + self.bias[row_idx][:, None]
         return xi, xp, col, (xi * Delta).sum(-1, keepdim=True), (Delta**2).sum(-1, keepdim=True)
 
     def _row_i(self, row_idx, Delta, xp) -> dict:
@@ -192,7 +196,7 @@ class _FastObjective:
         t = xp @ self.XWt.T / self.sqd  # s'_ik, k ≠ i
         onehot = torch.nn.functional.one_hot(row_idx, self.n).to(X.dtype)
         xpW = xp @ W
-        t = t + onehot * ((xpW * xp).sum(-1, keepdim=True) / self.sqd - t)
+        t = t + onehot * ((xpW * xp).sum(-1, keepdim=True) / self.sqd - t) + self.bias
         wrow = self._normalise(t)
         wi = (wrow * onehot).sum(-1, keepdim=True)
         diff = wrow @ X + wi * Delta - self.Phi[row_idx]

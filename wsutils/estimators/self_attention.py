@@ -82,7 +82,9 @@ def attention_word_sensitivity(
     W
         The attention weights, ``d × d``.
     normalisation, rows, init, takeovers
-        As above and as in :func:`wsutils.sensitivity.word_sensitivity`.
+        As above and as in :func:`wsutils.sensitivity.word_sensitivity`. With a sink
+        (``Normalisation(..., sink=b)``, eq. :eq:`eq-sink-attention`) row 0 is the sink's
+        token: its norm is free, and ``rows=None`` searches the words ``1, …, n − 1``.
     search, **settings
         The search's settings (:class:`wsutils.search.Search`, default ``Search()``), its
         fields as keywords replacing those of ``search``.
@@ -107,7 +109,8 @@ def attention_word_sensitivity(
     norm = Normalisation.parse(normalisation)  # the one parse of the map
     search = Search.parse(search, **settings)  # the one parse of the search
     fn = kernel(norm)
-    Xt, row_list, extra = search_setup(X, rows=rows, init=init, device=device)
+    sink = norm.sink is not None  # row 0 is the sink's token: any norm, not searched by default
+    Xt, row_list, extra = search_setup(X, rows=rows, init=init, sink=sink, device=device)
     W64 = caller_weights(W, Xt)  # the caller's W, read once
     Wt = W64.to(Xt.dtype)  # the search's copy (search_weights)
     work = search.work_dtype(Xt.dtype)

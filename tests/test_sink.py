@@ -1,0 +1,152 @@
+"""The attention sink (eq. eq-sink-attention, chapter attention-sink) as one parameter of the
+softmax map, of the fast estimator and of the take-over certificates, and the upper
+certificate of softmax attention (prop-softmax-upper), which must lie above the exact change
+of every Δ the searches and constructions return."""
+
+import math
+
+import pytest
+import torch
+
+import wsutils as ws
+from tests.rounding import gamma
+from wsutils.estimators import objectives as ob
+from wsutils.estimators.self_attention import attention_word_sensitivity
+from wsutils.estimators.softmax_upper import softmax_certified_upper
+from wsutils.estimators.takeover import certified_lower_bound, constructions
+from wsutils.maps import Normalisation, attention, attention_scores
+from wsutils.sensitivity import project_ball, relative_changes, search_setup
+
+SINK_ROWS = ("zero", "small", "real")  # the sink's value v_s = x_0: zero, 0.1·a row, a row
+MARGINS = (0.0, 4.0, 12.0)
+
+
+def _text(n, d, sink_row, seed=1):
+    X = ws.sample_X(n, d, seed=seed)
+    if sink_row == "zero":
+        X[0] = 0
+    elif sink_row == "small":
+        X[0] *= 0.1
+    return X, ws.sample_W(d, seed=seed + 1)
+
+
+def test_sink_zero_margin_is_no_sink_and_the_formula_holds():
+    """``b = 0`` adds an exact zero to the scores (the same floats as no sink); for ``b ≠ 0``
+    the map is the extra-logit formula Σ_k e^{z_jk + β_k} x_k / Σ_k e^{z_jk + β_k}."""
+    X, W = _text(10, 8, "real")
+    assert torch.equal(attention(X, W, sink=0.0), attention(X, W))  # z + 0.0 is z exactly
+    b = 3.0
+    z = attention_scores(X, W)
+    z[:, 0] += b
+    E = torch.exp(z - z.max(dim=1, keepdim=True).values)
+    direct = (E @ X) / E.sum(dim=1, keepdim=True)
+    tol = 2 * gamma(10 + 8) * (1 + float(z.abs().max())) * math.sqrt(8)
+    torch.testing.assert_close(attention(X, W, sink=b), direct, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("sink_row", SINK_ROWS)
+@pytest.mark.parametrize("b", MARGINS)
+def test_fast_objective_with_a_sink_equals_the_full_map(sink_row, b):
+    """The fast objective's relative change and its written-out gradient at random Δ (rows
+    0, the sink, and three words) against the full map and autograd, within the rounding of
+    its sums of at most n·d terms, scaled by the scores (their error moves the weights)."""
+    n, d = 12, 16
+    X, W = _text(n, d, sink_row)
+    norm = Normalisation("softmax", sink=b)
+    obj = ob.fast_objective(X, W, norm)
+    rows = torch.tensor([0, 1, 5, 11])
+    gen = torch.Generator().manual_seed(3)
+    D = project_ball(3 * torch.randn(4, d, dtype=torch.float64, generator=gen), math.sqrt(d))
+    vals, grad = obj.evaluate(rows, D)
+    base = attention(X, W, normalisation=norm)
+    Dg = D.clone().requires_grad_(True)
+    full, F = [], 0
+    for k, r in enumerate(rows.tolist()):
+        Xp = X.index_put((torch.tensor([r]),), (X[r] + Dg[k])[None])
+        change = attention(Xp, W, normalisation=norm) - base
+        full.append(torch.linalg.vector_norm(change.detach()) / torch.linalg.vector_norm(base))
+        F = F + (change**2).sum()
+    (auto,) = torch.autograd.grad(F, Dg)
+    scale = 1 + float(attention_scores(X, W).abs().max()) + b
+    rtol = 2 * gamma(n * d) * scale
+    torch.testing.assert_close(vals, torch.stack(full), rtol=rtol, atol=0)
+    torch.testing.assert_close(grad(), auto, rtol=0, atol=rtol * float(auto.abs().max()))
+
+
+def test_sink_token_is_not_a_word():
+    """With a sink, row 0 may have any norm and the default rows are the words 1..n−1;
+    without one a zero row is refused as before."""
+    X, W = _text(6, 8, "zero")
+    _, rows, _ = search_setup(X, rows=None, sink=True)
+    assert rows == [1, 2, 3, 4, 5]
+    with pytest.raises(ValueError, match="norm"):
+        search_setup(X, rows=None)
+    res = attention_word_sensitivity(
+        X, W, normalisation={"name": "softmax", "sink": 2.0}, starts=1, steps=3, seed=0
+    )
+    assert sorted(res.per_row) == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(name="relu", sink=1.0), ValueError),
+        (dict(name="sparsemax", sink=1.0), ValueError),
+        (dict(name="softmax", sink=math.nan), ValueError),
+        (dict(name="softmax", sink=math.inf), ValueError),
+        (dict(name="softmax", sink="1"), TypeError),
+        (dict(name="softmax", sink=True), TypeError),
+    ],
+)
+def test_sink_refusals(kwargs, error):
+    with pytest.raises(error, match="sink"):
+        Normalisation(**kwargs)
+
+
+def test_upper_certificate_refuses_other_maps_and_a_zero_output():
+    X, W = _text(6, 8, "real")
+    with pytest.raises(ValueError, match="relu_certified_upper"):
+        softmax_certified_upper(X, W, normalisation="relu")
+    with pytest.raises(ValueError, match="= 0"):
+        softmax_certified_upper(torch.zeros(4, 8, dtype=torch.float64), W)
+    with pytest.raises(ValueError, match="d × d"):
+        softmax_certified_upper(X, W[:4, :4])
+
+
+@pytest.mark.parametrize(
+    "n, d, sink_row, b",
+    [
+        (8, 16, "real", None),
+        (24, 32, "real", None),
+        (120, 8, "real", None),
+        (24, 32, "zero", 4.0),
+        (24, 32, "zero", 12.0),
+        (24, 32, "small", 8.0),
+        (24, 32, "real", 12.0),
+        (60, 16, "real", 4.0),
+    ],
+)
+def test_upper_certificate_lies_above_every_delta_found(n, d, sink_row, b):
+    """prop-softmax-upper bounds the change over the whole ball: it lies above the exact
+    change of the search's Δ (each row's best, with the take-over starts), of every
+    construction and of random points of the sphere, at each row (within the rounding of
+    the float64 change it is compared with)."""
+    X, W = _text(n, d, sink_row)
+    norm = Normalisation("softmax", sink=b)
+    U = softmax_certified_upper(X, W, normalisation=norm)
+    words = list(range(1, n)) if b is not None else list(range(n))
+    rows = words[:: max(1, len(words) // 6)]
+    res = attention_word_sensitivity(
+        X, W, normalisation=norm, rows=rows, takeovers=True, starts=2, steps=40, seed=0
+    )
+    slack = 1 - 2 * gamma(n * d)
+    gen = torch.Generator().manual_seed(5)
+    phi = lambda Z: attention(Z, W, normalisation=norm)  # noqa: E731
+    for r in rows:
+        assert U[r] >= res.per_row[r] * slack, (r, U[r], res.per_row[r])
+        cands = constructions(X, W, r, norm)
+        sphere = project_ball(1e3 * torch.randn(16, d, dtype=torch.float64, generator=gen), d**0.5)
+        D = torch.cat([cands, sphere])
+        vals = relative_changes(phi, X, [r] * len(D), D)
+        assert float(vals.max()) <= U[r] / slack, (r, float(vals.max()), U[r])
+        assert certified_lower_bound(X, W, r, normalisation=norm) <= U[r] / slack

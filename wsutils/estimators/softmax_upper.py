@@ -1,0 +1,168 @@
+"""The upper certificate of softmax attention (:prf:ref:`prop-softmax-upper`), with or without
+an attention sink (eq. :eq:`eq-sink-attention`).
+
+Every softmax value elsewhere in the book is a lower bound: the relative change at an explicit
+``Δ``. :func:`softmax_certified_upper` bounds the change over the **whole** ball
+``‖Δ‖ ≤ √d`` at each word ``i``, so that ``S(X) ≤ max_i`` of its result: with the lower bounds,
+a bracket. It needs no search, only the attention weights, one ``n × n`` table of distances
+and the norms ``‖Wᵀx_j‖``: ``O(n²·d + n·d²)``.
+
+The bound, row by row (chapter *attention-sink*): for a row ``j ≠ i`` write ``p_j`` for its
+weight on key ``i`` and ``ψ_ji`` for the mean of its other keys under its weights, so that
+``φ_j = (1 − p_j)ψ_ji + p_j x_i`` and, after the change,
+
+    ``φ'_j − φ_j = (p'_j − p_j)(x_i − ψ_ji) + p'_j Δ``,
+
+where the new weight ``p'_j = σ(z'_ji − ℓ_ji)`` moves only through the score
+``z'_ji = z_ji + c·x_jᵀWΔ/√d``, which the ball keeps within ``w_j = c·√d‖Wᵀx_j‖/√d`` of
+``z_ji`` (Cauchy–Schwarz, attained). So ``‖φ'_j − φ_j‖ ≤ max(p⁺_j − p_j, p_j − p⁻_j)·‖x_i −
+ψ_ji‖ + p⁺_j√d`` with ``p^±_j = σ(z_ji ± w_j − ℓ_ji)``. Row ``i`` itself is a convex combination
+of the other words and of ``x'_i``, so it moves by at most the largest distance from ``φ_i``
+to one of them, ``‖x'_i − φ_i‖ ≤ ‖x_i − φ_i‖ + √d``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .._tensor import Array
+from ..checks import as_tensor, as_text, check_shape
+from ..maps import Normalisation, attention_scores
+from .takeover import _top_eigvec
+
+__all__ = ["softmax_certified_upper"]
+
+
+def _log_others(z: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """``ℓ[j, i] = log Σ_{k≠i} exp z_jk``, ``n × n``: ``L_j + log(1 − a_ji)`` where that has
+    no cancellation (``a_ji ≤ 1/2``), and a log-sum-exp over the row without ``i`` for the one
+    key of each row that may hold more than half of it (its largest)."""
+    L = torch.logsumexp(z, dim=1, keepdim=True)
+    ell = L + torch.log1p(-A.clamp(max=0.5))
+    top = z.argmax(dim=1)
+    rows = torch.arange(z.shape[0], device=z.device)
+    masked = z.clone()
+    masked[rows, top] = -math.inf
+    ell[rows, top] = torch.logsumexp(masked, dim=1)  # −inf for a one-word text
+    return ell
+
+
+def _sink_row_bound(Xt, Wt, Phi, dist, c: float, b0: float) -> torch.Tensor:
+    """Per word ``i``, a bound on ``‖φ'_i − φ_i‖`` from the sink (:prf:ref:`prop-sink-rows`):
+    ``φ'_i − x_0`` is a mixture of ``v − x_0`` over the keys ``v ≠ x_0`` with total weight
+    ``1 − a'_i0 ≤ Σ_{k≥1} exp(z'_ik − z'_i0)``, and each exponent is at most its sup over the
+    ball, ``c·[x_iᵀW(x_k − x_0) + √d‖W(x_k − x_0)‖]/√d − b_0`` for ``k ≠ i`` and
+    ``c·[x_iᵀW_s x_i + 2√d‖W_s x_i‖ + λ₊d − x_iᵀWx_0 + √d‖Wx_0‖]/√d − b_0`` for the word
+    itself (``W_s = (W + Wᵀ)/2``, ``λ₊`` its largest eigenvalue or 0). So
+    ``‖φ'_i − φ_i‖ ≤ (1 − a'_i0)·max_v ‖v − x_0‖ + ‖φ_i − x_0‖``."""
+    n, d = Xt.shape
+    sqd = math.sqrt(d)
+    x0 = Xt[0]
+    Y = Xt - x0  # x_k − x_0
+    WY = Y @ Wt.T  # rows (W(x_k − x_0))ᵀ
+    cross = Xt @ WY.T  # [i, k] = x_iᵀW(x_k − x_0)
+    other = c * (cross + sqd * torch.linalg.vector_norm(WY, dim=1)[None, :]) / sqd - b0
+    Ws = (Wt + Wt.T) / 2
+    # λ₊, raised by a bound on eigh's error (backward stable: O(u‖W_s‖_F)), cached per W
+    lam = max(_top_eigvec(Wt)[0] + 4 * d * 2.0**-53 * float(torch.linalg.matrix_norm(Ws)), 0.0)
+    WsX = Xt @ Ws
+    Wx0 = Wt @ x0
+    self_sup = (
+        (WsX * Xt).sum(1)
+        + 2 * sqd * torch.linalg.vector_norm(WsX, dim=1)
+        + lam * d
+        - Xt @ Wx0
+        + sqd * torch.linalg.vector_norm(Wx0)
+    )
+    expo = other.clone()
+    idx = torch.arange(n)
+    expo[idx, idx] = c * self_sup / sqd - b0  # the word's own key
+    expo[:, 0] = -math.inf  # the sink's own key is not counted
+    off_sink = torch.exp(torch.logsumexp(expo, dim=1)).clamp(max=1.0)  # ≥ 1 − a'_i0
+    Yn = torch.linalg.vector_norm(Y, dim=1)  # ‖x_k − x_0‖
+    top2 = torch.topk(Yn[1:], min(2, n - 1)).values
+    far = torch.where(Yn == top2[0], top2[-1], top2[0])  # max over words k ≠ i
+    reach = torch.maximum(far, Yn + sqd)  # and ‖x'_i − x_0‖ ≤ ‖x_i − x_0‖ + √d
+    return off_sink * reach + dist[:, 0]
+
+
+def softmax_certified_upper(
+    X: Array, W: Array, *, normalisation: str | Normalisation = "raf"
+) -> np.ndarray:
+    """Per word ``i``, an upper bound on ``sup_{‖Δ‖≤√d} ‖φ(X_i(Δ)) − φ(X)‖_F/‖φ(X)‖_F`` for
+    softmax attention (eq. :eq:`eq-raf`; any ``β``, scalable softmax, and a sink of margin
+    ``b`` on position 0, eq. :eq:`eq-sink-attention`): :prf:ref:`prop-softmax-upper`, so
+    ``S(X) ≤ max_i`` of the result over the words. Computed in float64 and enlarged by the
+    relative rounding of its float64 sums, ``2γ_{n+d}`` (Higham's ``γ_k = ku/(1 − ku)``), so
+    it holds for the exact change.
+
+    Parameters
+    ----------
+    X
+        One text ``(n, d)``, finite (the rows need not have norm ``√d``: a sink row may be
+        zero; the ball's radius is ``√d``).
+    W
+        The attention weights, ``d × d``.
+    normalisation
+        A softmax :class:`wsutils.maps.Normalisation` (or anything its ``parse`` reads):
+        ``"raf"``/``"softmax"`` with any ``beta``, ``"scalable"``, each with or without
+        ``sink``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n,)``: entry ``i`` bounds the relative change of any ``Δ`` at row ``i``.
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is not one finite ``n × d`` text, ``W`` not ``d × d``, the normalisation is
+        not a softmax, or ``φ(X) = 0``.
+    """
+    norm = Normalisation.parse(normalisation)
+    if norm.name not in ("softmax", "scalable"):
+        raise ValueError(
+            f"softmax_certified_upper bounds softmax attention, not {norm.name!r}; for ReLU "
+            "attention use wsutils.estimators.relu.relu_certified_upper."
+        )
+    Xt, n, d = as_text(X, dtype=torch.float64)
+    if Xt.ndim != 2:
+        raise ValueError(f"X must be one text of shape (n, d), got {tuple(Xt.shape)}.")
+    Wt = as_tensor(W, dtype=torch.float64)
+    check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
+    c, r = norm.scale(n), math.sqrt(d)
+    bias = norm.key_bias(n, Xt)
+    z = c * attention_scores(Xt, Wt) + (0 if bias is None else bias)
+    A = torch.softmax(z, dim=1)
+    Phi = A @ Xt
+    base = float(torch.linalg.vector_norm(Phi))
+    if not base > 0:
+        raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X.")
+    dist = torch.cdist(Phi, Xt, compute_mode="donot_use_mm_for_euclid_dist")  # ‖φ_j − x_k‖
+    x_norm = torch.linalg.vector_norm(Xt, dim=1)
+    # rows j ≠ i: ‖x_i − ψ_ji‖ = ‖x_i − φ_j‖/(1 − p_j), or at most ‖x_i‖ + max_k≠i ‖x_k‖
+    ell = _log_others(z, A)
+    one_minus_p = torch.sigmoid(ell - z)  # 1 − p_j = σ(ℓ_ji − z_ji), no cancellation
+    top2 = torch.topk(x_norm, min(2, n)).values
+    far = torch.where(x_norm == top2[0], top2[-1], top2[0])  # max_{k≠i} ‖x_k‖
+    crude = (x_norm + far)[None, :].expand(n, n)
+    spread = torch.where(one_minus_p > 0, dist / one_minus_p, crude).minimum(crude)
+    w = c * torch.linalg.vector_norm(Xt @ Wt, dim=1)  # c·√d‖Wᵀx_j‖/√d, per row j
+    p = 1 - one_minus_p
+    p_hi = torch.sigmoid(z + w[:, None] - ell)
+    p_lo = torch.sigmoid(z - w[:, None] - ell)
+    u = torch.maximum(p_hi - p, p - p_lo) * spread + p_hi * r  # u[j, i], j ≠ i
+    # row i: the largest distance from φ_i to a vertex, x_k (k ≠ i) or x'_i
+    own = dist.clone()
+    idx = torch.arange(n)
+    own[idx, idx] = -math.inf
+    u_own = torch.maximum(own.max(dim=1).values, dist[idx, idx] + r)
+    if bias is not None:  # a sink: row i keeps most of its weight on key 0
+        u_own = torch.minimum(u_own, _sink_row_bound(Xt, Wt, Phi, dist, c, norm.sink))
+    u[idx, idx] = u_own
+    total = torch.sqrt((u**2).sum(dim=0))
+    gamma = (n + d) * 2.0**-53 / (1 - (n + d) * 2.0**-53)
+    return (total / base * (1 + 2 * gamma)).numpy()

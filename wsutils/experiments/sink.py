@@ -1,0 +1,123 @@
+"""The attention-sink chapter's sizes and its per-point function (run with
+:func:`wsutils.run.sweep.run_grid`).
+
+A point is one synthetic text with a sink token in front, ``(x_0; x_1, …, x_n)``: the words are
+a text of :func:`wsutils.weights.sample_X` (rows of norm ``√d``), the sink's row ``x_0`` is its
+own Gaussian row rescaled to ``value·√d`` (``value`` 0, 0.1 or 1: a zero, a small or a real
+token's value), the weights are :func:`wsutils.weights.sample_W`, and the sink's margin ``b_0``
+is added to every query's score on key 0 (eq. :eq:`eq-sink-attention`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..estimators.softmax_upper import softmax_certified_upper
+from ..estimators.takeover import certified_lower_bound, row_takeover
+from ..maps import Normalisation, attention_scores, normalise_scores
+from ..run import config
+from ..weights import sample_W, sample_X
+
+__all__ = ["SCALES", "SINK_VALUES", "Scale", "scale", "sink_point", "sink_text"]
+
+#: The sink's value ``x_0`` as a multiple of a row of norm ``√d``.
+SINK_VALUES = {"zero": 0.0, "small": 0.1, "real": 1.0}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The sizes of the attention-sink chapter at one scale: widths ``ds`` and lengths ``ns``
+    (those of the attention chapters, :mod:`wsutils.experiments.attention`), the sink margins
+    ``margins``, ``seeds`` texts per point, the ``rows`` (words) whose certified lower bound
+    is computed, and the ``workers`` of the grid's process pool."""
+
+    ds: tuple[int, ...]
+    ns: tuple[int, ...]
+    margins: tuple[float, ...]
+    seeds: int
+    rows: tuple[int, ...]
+    workers: int
+
+
+SCALES = {
+    "quick": Scale(
+        ds=(384,),
+        ns=(10, 20, 50, 100, 250),
+        margins=tuple(float(b) for b in range(0, 41, 2)),
+        seeds=1,
+        rows=(1,),
+        workers=1,
+    ),
+    "paper": Scale(
+        ds=(192, 384, 768),
+        ns=(10, 20, 50, 100, 250),
+        margins=tuple(float(b) for b in range(0, 49, 4)),
+        seeds=2,
+        rows=(1,),
+        workers=2,
+    ),
+}
+
+
+def scale(name: str | None = None) -> Scale:
+    """The chapter's :class:`Scale` at ``name`` (``"quick"`` or ``"paper"``; ``None``: the
+    current ``WSBOOK_SCALE``)."""
+    return config.pick(SCALES, name)
+
+
+def sink_text(n: int, d: int, value: str, seed: int) -> torch.Tensor:
+    """``(x_0; X)``, ``(n + 1) × d`` float64: the words ``X`` (``sample_X(n + 1, d, seed)``
+    without its row 0) and the sink's row ``x_0``, that row 0 scaled by
+    ``SINK_VALUES[value]``."""
+    if value not in SINK_VALUES:
+        raise ValueError(f"value must be one of {tuple(SINK_VALUES)}, got {value!r}.")
+    X = sample_X(n + 1, d, seed=seed)
+    X[0] *= SINK_VALUES[value]
+    return X
+
+
+def sink_point(d: int, n: int, margin: float, value: str, seed: int, rows=(1,)) -> dict:
+    """One text with a sink (:func:`sink_text`, weights ``sample_W(d, seed + 1)``) at margin
+    ``b_0 = margin``: ``lower``, the certified lower bound of the constructions
+    (:func:`wsutils.estimators.takeover.certified_lower_bound`) at the words ``rows``;
+    ``upper``, the upper certificate (:prf:ref:`prop-softmax-upper`) at the same words, and
+    ``upper_all`` over every word (an upper bound on ``S``); the sink's smallest and mean
+    weight over the rows, ``mass_min`` and ``mass_mean`` (``a_{j0}``); ``phi_norm``,
+    ``‖φ(X)‖_F/√((n + 1)d)``; ``margin_half``, the median over rows ``j`` of the margin at
+    which the sink takes half of row ``j`` (``log Σ_{k≥1} e^{s_jk} − s_j0``); ``margin_limit``,
+    the margin at which the row take-over of word 1 (:prf:ref:`def-takeover`) no longer
+    holds half of its own row (``M_1(b_0) = 0``; ``inf`` if it never holds half); and
+    ``margin_rows``, the margin past which :prf:ref:`prop-sink-real`'s condition holds
+    (``max_{j, i ≥ 1, i ≠ j} s_ji + ‖Wᵀx_j‖ − s_j0 + ½ log n``). The last three do not depend on
+    ``margin``."""
+    torch.set_num_threads(1)
+    X = sink_text(n, d, value, seed)
+    W = sample_W(d, seed=seed + 1)
+    norm = Normalisation("softmax", sink=margin)
+    lower = max(certified_lower_bound(X, W, r, normalisation=norm) for r in rows)
+    U = softmax_certified_upper(X, W, normalisation=norm)
+    s = attention_scores(X, W)
+    A = normalise_scores(s, norm)
+    half = torch.logsumexp(s[:, 1:], dim=1) - s[:, 0]
+    xp = X[1] + row_takeover(X, W, 1)  # the row take-over's new word 1
+    t = xp @ W @ X.T / math.sqrt(d)
+    t[1] = xp @ W @ xp / math.sqrt(d)
+    rest = torch.cat([t[2:], t[1:2]])  # the other words, then word 1 itself
+    gap = torch.logsumexp(rest[:-1], 0) - rest[-1]  # log Σ_{k≥2} e^{t_k} − t_1 (< 0: it leads)
+    limit = float(t[1] + torch.log(-torch.expm1(gap)) - t[0]) if gap < 0 else -math.inf
+    reach = s + torch.linalg.vector_norm(X @ W, dim=1)[:, None] - s[:, :1]  # [j, i]
+    reach.fill_diagonal_(-math.inf)
+    return {
+        "lower": lower,
+        "upper": float(U[list(rows)].max()),
+        "upper_all": float(U[1:].max()),
+        "mass_min": float(A[:, 0].min()),
+        "mass_mean": float(A[:, 0].mean()),
+        "phi_norm": float(torch.linalg.vector_norm(A @ X)) / math.sqrt((n + 1) * d),
+        "margin_half": float(half.median()),
+        "margin_limit": limit,
+        "margin_rows": float(reach[:, 1:].max()) + 0.5 * math.log(n),
+    }
