@@ -17,6 +17,7 @@ transformers = pytest.importorskip("transformers")
 from tiny_bert import save_tiny_bert, tiny_roberta  # noqa: E402
 
 from wsutils import trained as tr  # noqa: E402
+from wsutils.run.seeds import point_seed  # noqa: E402
 from wsutils.sensitivity import relative_change  # noqa: E402
 from wsutils.text import embeddings as em  # noqa: E402
 
@@ -606,3 +607,63 @@ def test_experiment_sizes_and_rows(enc, monkeypatch):
     with pytest.raises(ValueError, match="only 1 of the"):  # not fewer texts, silently
         trained.long_reviews(TEXTS, enc.tokenizer, max(lengths) + 2, 2)
     assert trained.long_reviews(TEXTS, enc.tokenizer, 3, 1) == [0]
+
+
+def test_key_bias_masks_a_key_as_if_it_were_not_there(enc, H):
+    """A key with logit −inf gets no weight, and the masked head is the head over the other
+    keys (the text without that key's column, the same queries), within float64 rounding;
+    bad biases are refused by name."""
+    head = tr.head_weights(enc, 1, 2)
+    X = torch.as_tensor(H[0, 0], dtype=torch.float64)
+    mask = np.zeros(8)
+    mask[[0, 7]] = -np.inf  # [CLS] and [SEP]
+    A = tr.head_attention(head, X, mask)
+    assert float(A[:, [0, 7]].abs().max()) == 0.0  # exp(−inf) is exactly 0
+    torch.testing.assert_close(A.sum(dim=1), torch.ones(8, dtype=torch.float64))
+    Q, K, V = (
+        X @ W + b for W, b in ((head.W_Q, head.b_Q), (head.W_K, head.b_K), (head.W_V, head.b_V))
+    )
+    keep = list(range(1, 7))
+    direct = torch.softmax(Q @ K[keep].T / math.sqrt(head.d_h), dim=1) @ V[keep]
+    torch.testing.assert_close(tr.head_map(head, torch.as_tensor(mask))(X), direct)
+    for bad, match in (
+        ([0.0] * 7, "shape"),
+        ([np.nan] + [0.0] * 7, "NaN"),
+        ([-np.inf] * 8, "every"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            tr.head_attention(head, X, bad)
+
+
+def test_head_sinks_with_and_without_the_sink(enc, H):
+    """The attention-sink chapter's per-head record on the fixture: the masked search differs
+    from the unmasked one only through the mask (a zero bias gives the same values), every
+    value is a certified lower bound of its own map, and the sink mass is the weight on the
+    sink positions."""
+    from wsutils.experiments.sink import head_sinks, sink_positions
+
+    ids = enc.tokenizer(TEXTS[0], truncation=True, max_length=8)["input_ids"]
+    tokens = enc.tokenizer.convert_ids_to_tokens(ids)
+    assert sink_positions(tokens) == [0, 7]
+    assert sink_positions(["[CLS]", "a", ",", "##.", "b", "[SEP]"]) == [0, 2, 3, 5]
+    out = head_sinks(enc, H[:, 0], tokens, [0, 1, 3], search=dict(steps=3), seed=1)
+    assert out["rows"] == [1, 3] and out["sinks"] == [0, 7]
+    assert out["mass"].shape == out["S"].shape == out["S_masked"].shape == (2, 4)
+    assert ((out["mass"] > 0) & (out["mass"] < 1)).all() and (out["value"] > 0).all()
+    grid = tr.head_grid(
+        enc, H[:, 0], [1, 3], search=dict(steps=3), seed=point_seed("sink heads", 1)
+    )
+    np.testing.assert_array_equal(out["S"], grid)  # the same search, the same code
+    zero = tr.head_grid(
+        enc,
+        H[:, 0],
+        [1, 3],
+        search=dict(steps=3),
+        seed=point_seed("sink heads", 1),
+        key_bias=np.zeros(8),
+    )
+    np.testing.assert_array_equal(zero, grid)  # adding 0.0 to a score is exact
+    with pytest.raises(ValueError, match="sink position"):
+        head_sinks(enc, H[:, 0], tokens, [0, 7], search=dict(steps=3), seed=1)
+    with pytest.raises(ValueError, match="tokens"):
+        head_sinks(enc, H[:, 0], tokens[:5], [1], search=dict(steps=3), seed=1)

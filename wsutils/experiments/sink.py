@@ -12,16 +12,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
+import numpy as np
 import torch
 
 from ..estimators.softmax_upper import softmax_certified_upper
 from ..estimators.takeover import certified_lower_bound, row_takeover
 from ..maps import Normalisation, attention_scores, normalise_scores
 from ..run import config
+from ..run.seeds import point_seed
+from ..trained import head_attention, head_grid, head_weights
 from ..weights import sample_W, sample_X
 
-__all__ = ["SCALES", "SINK_VALUES", "Scale", "scale", "sink_point", "sink_text"]
+__all__ = [
+    "SCALES",
+    "SINK_VALUES",
+    "Scale",
+    "head_sinks",
+    "scale",
+    "sink_point",
+    "sink_positions",
+    "sink_text",
+]
 
 #: The sink's value ``x_0`` as a multiple of a row of norm ``√d``.
 SINK_VALUES = {"zero": 0.0, "small": 0.1, "real": 1.0}
@@ -120,4 +133,59 @@ def sink_point(d: int, n: int, margin: float, value: str, seed: int, rows=(1,)) 
         "margin_half": float(half.median()),
         "margin_limit": limit,
         "margin_rows": float(reach[:, 1:].max()) + 0.5 * math.log(n),
+    }
+
+
+def sink_positions(tokens: Sequence[str]) -> list[int]:
+    """The positions of a tokenized text that a trained head may use as a sink: ``[CLS]``,
+    ``[SEP]`` and punctuation (a token with no letter or digit, ``##`` aside)."""
+    return [
+        k
+        for k, tok in enumerate(tokens)
+        if tok in ("[CLS]", "[SEP]") or not any(c.isalnum() for c in tok.removeprefix("##"))
+    ]
+
+
+def head_sinks(enc, inputs, tokens: Sequence[str], rows, *, search: dict, seed: int) -> dict:
+    """Every head of every layer of ``enc`` at one text, with and without its sink: ``mass``,
+    the mean over the queries of the weight on :func:`sink_positions` (``(L, heads)``);
+    ``S``, the own-norm word sensitivity found (:func:`wsutils.trained.head_grid` over the
+    words ``rows`` that are not sink positions, ``search``, ``seed``); and ``S_masked``, the
+    same search with the sink positions' keys masked (``−inf``: the rest renormalised); and
+    ``value``, the mean norm of the sink positions' values ``x_k W_V + b_V`` over that of the
+    other tokens'.
+    ``inputs`` is ``(L + 1, n, d)``, the layers' inputs for this text
+    (:func:`wsutils.trained.layer_inputs`)."""
+    inputs = np.asarray(inputs, dtype=np.float64)
+    n = inputs.shape[1]
+    sinks = sink_positions(tokens)
+    if len(tokens) != n or not sinks or len(sinks) == n:
+        raise ValueError(
+            f"tokens must be the text's {n} tokens, with some sink positions and some "
+            f"words; got {len(tokens)} tokens and {len(sinks)} sink positions."
+        )
+    words = [r for r in rows if r not in sinks]
+    if not words:
+        raise ValueError(f"every row of {list(rows)} is a sink position: pass word rows.")
+    mask = np.zeros(n)
+    mask[sinks] = -np.inf
+    mass = np.empty((enc.layers, enc.heads))
+    value = np.empty((enc.layers, enc.heads))
+    others = [k for k in range(n) if k not in sinks]
+    for layer in range(1, enc.layers + 1):
+        X = torch.as_tensor(inputs[layer - 1])
+        for h in range(enc.heads):
+            head = head_weights(enc, layer, h)
+            A = head_attention(head, X)
+            mass[layer - 1, h] = float(A[:, sinks].sum(dim=1).mean())
+            v = torch.linalg.vector_norm(X @ head.W_V + head.b_V, dim=1)  # ‖v_k‖
+            value[layer - 1, h] = float(v[sinks].mean() / v[others].mean())
+    kw = dict(search=search, seed=point_seed("sink heads", seed))
+    return {
+        "mass": mass,
+        "value": value,
+        "S": head_grid(enc, inputs, words, **kw),
+        "S_masked": head_grid(enc, inputs, words, key_bias=mask, **kw),
+        "rows": words,
+        "sinks": sinks,
     }

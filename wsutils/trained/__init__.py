@@ -11,8 +11,9 @@ Every name below is defined in a module of this package by concern (``heads``, `
 - :func:`layer_inputs`: the input of every layer (``hidden_states``, each already through the
   model's own LayerNorm) for reviews cut to ``n`` tokens, through the on-disk cache of
   :func:`wsutils.text.embeddings.embed`.
-- :func:`head_map` (eq. :eq:`eq-trained-head`), :func:`block_map` (the model's own
-  ``encoder.layer[l].attention``: all heads, ``W_O``, residual and LayerNorm),
+- :func:`head_map` (eq. :eq:`eq-trained-head`; a logit per key, ``key_bias``, masks or biases
+  keys, :func:`check_key_bias`; :func:`head_attention` gives its weights), :func:`block_map`
+  (the model's own ``encoder.layer[l].attention``: all heads, ``W_O``, residual and LayerNorm),
   :func:`layer_map` (``encoder.layer[l]``, feed-forward part included) and :func:`stack_map`
   (layers ``1..ℓ`` in turn): differentiable torch maps ``(B, n, d) → (B, n, ·)`` usable by
   :func:`wsutils.sensitivity.word_sensitivity`, in float32 or float64;
@@ -57,6 +58,8 @@ from __future__ import annotations
 from .fidelity import MapFidelity, map_fidelity
 from .heads import (
     Head,
+    check_key_bias,
+    head_attention,
     head_grid,
     head_map,
     head_weights,
@@ -80,6 +83,8 @@ __all__ = [
     "random_head",
     "layer_inputs",
     "head_map",
+    "head_attention",
+    "check_key_bias",
     "block_map",
     "layer_map",
     "stack_map",

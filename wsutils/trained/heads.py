@@ -116,17 +116,55 @@ def _qkv(head: Head, X: torch.Tensor):
     return X @ WQ + bQ, X @ WK + bK, X @ WV + bV
 
 
-def head_map(head: Head) -> Map:
+def check_key_bias(key_bias, n: int) -> torch.Tensor | None:
+    """``key_bias`` as a float64 tensor of shape ``(n,)``, or ``None``: a logit added to every
+    query's score on each key (``−inf`` masks a key: the head "with its sink removed" of
+    chapter *attention-sink*). NaN, ``+inf``, a wrong shape and a bias that masks every key
+    are refused."""
+    if key_bias is None:
+        return None
+    b = torch.as_tensor(np.asarray(key_bias, dtype=np.float64))
+    if b.shape != (n,):
+        raise ValueError(
+            f"key_bias must have shape ({n},), one logit per key, got {tuple(b.shape)}."
+        )
+    if bool(torch.isnan(b).any()) or bool((b == math.inf).any()):
+        raise ValueError("key_bias holds NaN or +inf: pass finite logits, or -inf to mask a key.")
+    if not bool(torch.isfinite(b).any()):
+        raise ValueError("key_bias masks every key: leave at least one key unmasked.")
+    return b
+
+
+def head_map(head: Head, key_bias=None) -> Map:
     """The trained head as a map (eq. :eq:`eq-trained-head`):
-    ``φ(X) = softmax((X W_Q + b_Q)(X W_K + b_K)ᵀ/√d_h)(X W_V + b_V)``, ``(…, n, d) → (…, n, d_h)``,
-    in the dtype of ``X``: the head's slice of ``attention.self``'s output."""
+    ``φ(X) = softmax((X W_Q + b_Q)(X W_K + b_K)ᵀ/√d_h + β)(X W_V + b_V)``,
+    ``(…, n, d) → (…, n, d_h)``, in the dtype of ``X``: the head's slice of
+    ``attention.self``'s output. ``key_bias`` ``β`` (``(n,)``, default none): a logit added to
+    every query's score on each key (:func:`check_key_bias`; ``−inf`` masks a key)."""
     scale = 1 / math.sqrt(head.d_h)
 
     def phi(X: torch.Tensor) -> torch.Tensor:
         Q, K, V = _qkv(head, X)
-        return torch.softmax(Q @ K.transpose(-1, -2) * scale, dim=-1) @ V
+        s = Q @ K.transpose(-1, -2) * scale
+        if key_bias is not None:
+            s = s + torch.as_tensor(key_bias).to(s)
+        return torch.softmax(s, dim=-1) @ V
 
     return phi
+
+
+def head_attention(head: Head, X: Array, key_bias=None) -> torch.Tensor:
+    """The attention weights of :func:`head_map` at one text ``X`` (``n × d``), float64
+    ``n × n``: row ``j`` is query ``j``'s weights over the keys (``key_bias`` as in
+    :func:`head_map`)."""
+    Xt = torch.as_tensor(np.asarray(X, dtype=np.float64))
+    if Xt.ndim != 2:
+        raise ValueError(f"X must be one text (n, d), got shape {tuple(Xt.shape)}.")
+    _check_width(Xt, [head])
+    bias = check_key_bias(key_bias, Xt.shape[0])
+    Q, K, _ = _qkv(head, Xt)
+    s = Q @ K.T / math.sqrt(head.d_h)
+    return torch.softmax(s if bias is None else s + bias, dim=-1)
 
 
 class _HeadObjective:
@@ -194,9 +232,10 @@ class _HeadsObjective:
     """:class:`_HeadObjective` for several heads at once: search index ``k`` is head
     ``k // n``, row ``k % n`` (one batch for all the heads of a layer)."""
 
-    def __init__(self, heads: Sequence[Head], X: torch.Tensor, r: torch.Tensor):
+    def __init__(self, heads: Sequence[Head], X: torch.Tensor, r: torch.Tensor, key_bias=None):
         self.n = X.shape[0]
         self.r = r.to(X.dtype)[:, 0]
+        self.bias = 0 if key_bias is None else key_bias.to(X)  # (n,): a logit per key
 
         def stack(name):
             return torch.stack([getattr(h, name) for h in heads]).to(X)
@@ -207,7 +246,8 @@ class _HeadsObjective:
             self.Q = X @ self.WQ + stack("b_Q")[:, None]  # (H, n, dh)
             self.K = X @ self.WK + stack("b_K")[:, None]
             self.V = X @ self.WV + stack("b_V")[:, None]
-            self.base = torch.softmax(self.Q @ self.K.transpose(-1, -2) * self.scale, -1) @ self.V
+            s = self.Q @ self.K.transpose(-1, -2) * self.scale + self.bias
+            self.base = torch.softmax(s, -1) @ self.V
             self.base_norm = torch.linalg.vector_norm(self.base.flatten(1), dim=1)  # (H,)
 
     def __call__(self, idx: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
@@ -217,7 +257,7 @@ class _HeadsObjective:
         Q = self.Q[h] + one * (D @ self.WQ[h])
         K = self.K[h] + one * (D @ self.WK[h])
         V = self.V[h] + one * (D @ self.WV[h])
-        out = torch.softmax(Q @ K.transpose(-1, -2) * self.scale, -1) @ V
+        out = torch.softmax(Q @ K.transpose(-1, -2) * self.scale + self.bias, -1) @ V
         diff = (out - self.base[h]).flatten(1)
         return torch.linalg.vector_norm(diff, dim=1) / self.base_norm[h]
 
@@ -228,6 +268,7 @@ def heads_word_sensitivity(
     *,
     rows=None,
     search: Search | dict | None = None,
+    key_bias=None,
     device=None,
     **settings,
 ) -> np.ndarray:
@@ -235,7 +276,8 @@ def heads_word_sensitivity(
     per head: the search of :func:`head_word_sensitivity` (same starts, steps and step sizes)
     for all the heads in one batch (so its random starts differ from separate calls), every
     value recomputed with :func:`head_map` in float64 at the best ``Δ`` of each head.
-    ``search`` default ``HEADS_SEARCH``."""
+    ``search`` default ``HEADS_SEARCH``; ``key_bias`` a logit per key added to every head's
+    scores (:func:`check_key_bias`; ``−inf`` masks a key, e.g. an attention sink)."""
     search = Search.parse(search, default=HEADS_SEARCH, **settings)
     heads = list(heads)
     if not heads:
@@ -243,16 +285,17 @@ def heads_word_sensitivity(
     Z, _, r = own_norm_problem(head_map(heads[0]), X, device=device)
     _check_width(Z, heads)
     n = Z.shape[0]
+    bias = check_key_bias(key_bias, n)
     Zs, row_list, _ = search_setup(
         Z.to(search.work_dtype(Z.dtype)), rows=rows, check_norms=False, device=device
     )
-    obj = _HeadsObjective(heads, Zs * r.to(Zs), r.to(Zs))
+    obj = _HeadsObjective(heads, Zs * r.to(Zs), r.to(Zs), key_bias=bias)
     dummy = Zs.expand(len(heads), -1, -1).reshape(len(heads) * n, -1)  # index h·n + i
     idx = [h * n + i for h in range(len(heads)) for i in row_list]
     found = ascend_rows(lambda chunk: obj, dummy, idx, replace(search, progress=False))
     out = np.empty(len(heads))
     for h, head in enumerate(heads):
-        _, phi_Z, _ = own_norm_problem(head_map(head), X, device=device)
+        _, phi_Z, _ = own_norm_problem(head_map(head, bias), X, device=device)
         res = certify(phi_Z, Z.to(Zs.device), {i: found[h * n + i] for i in row_list}, search)
         out[h] = res.value
     return out
@@ -266,6 +309,7 @@ def head_grid(
     control: bool = False,
     search: Search | dict | None = None,
     seed: int = 0,
+    key_bias=None,
     device=None,
 ) -> np.ndarray:
     """``S^own`` (:prf:ref:`def-own-norm-ws`) of every head of every layer, ``(L, heads)``:
@@ -273,7 +317,9 @@ def head_grid(
     ``ℓ`` are searched at ``inputs[ℓ − 1]`` over ``rows`` by :func:`heads_word_sensitivity`
     with ``search`` (default ``HEADS_SEARCH``; its starts seeded by
     :func:`wsutils.run.seeds.point_seed` ``(seed, ℓ)`` for layer ``ℓ``). ``control=True`` searches
-    :func:`random_head` of each head instead (seed ``point_seed("random head", seed, ℓ, h)``)."""
+    :func:`random_head` of each head instead (seed ``point_seed("random head", seed, ℓ, h)``).
+    ``key_bias`` (``(n,)``, a logit per key, ``−inf`` to mask one) is added to every head's
+    scores (:func:`check_key_bias`)."""
     from ..run.seeds import point_seed
 
     enc = _encoder(enc)
@@ -294,6 +340,7 @@ def head_grid(
             X,
             rows=rows,
             search=replace(search, seed=point_seed("heads", seed, layer)),
+            key_bias=key_bias,
             device=device,
         )
     return out
