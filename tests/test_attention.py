@@ -217,10 +217,12 @@ def test_grid_points_without_certificates_give_the_same_values():
             normalisation=kind, d=16, n=40, seed=3, rows=[0, 1], search=dict(starts=2, steps=10)
         )
         full, light = sensitivity_point(**p), sensitivity_point(**p, certificates=False)
-        upper = {"upper", "upper_all"} if kind == "raf" else set()  # softmax: either way
-        assert set(light) == {"S", "phi_norm", "kappa", "seconds"} | upper
-        same = ("S", "phi_norm", "kappa", *sorted(upper))  # the same code on the same point
-        assert {k: light[k] for k in same} == {k: full[k] for k in same}
+        assert set(light) == {"S", "phi_norm", "kappa", "seconds"}
+        assert {k: light[k] for k in ("S", "phi_norm", "kappa")} == {
+            k: full[k] for k in ("S", "phi_norm", "kappa")
+        }
+        if kind == "raf":  # the upper certificate brackets the estimate
+            assert full["S"] <= full["upper"] <= full["upper_all"]
         assert full["certified"] <= full["S"] * (1 + 1e-9)
         X, W = ws.sample_X(40, 16, seed=3), ws.sample_W(16, seed=4)
         phi = float(torch.linalg.vector_norm(MAPS[kind](X, W))) / 4

@@ -203,6 +203,12 @@ def test_chapters_are_executed_into_the_cache_and_then_served_from_it(tmp_path, 
     fresh = [_job(tmp_path, "one", BURN), _job(tmp_path, "two", "print(1 + 1)")]
     again.run(fresh, lambda name: pytest.fail("nothing should execute"))
     assert {r.status for r in again.rows.values()} == {"cached"}
+    # the ledger's execution table: a hit shows the seconds recorded when the chapter ran
+    assert again.rows["one"].recorded == pytest.approx(one.wall)
+    table = dict((name, (s, how)) for name, s, how in ex.execution_rows(again.rows.values()))
+    assert table["one"] == (f"{one.wall:.0f}", "cache hit")
+    first = dict((name, (s, how)) for name, s, how in ex.execution_rows(runner.rows.values()))
+    assert first["two"] == (f"{runner.rows['two'].wall:.0f}", "executed")
     # an edited code cell is a different notebook
     assert not again.is_cached(_job(tmp_path, "two", "print(2 + 2)").notebook)
 

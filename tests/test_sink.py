@@ -150,3 +150,18 @@ def test_upper_certificate_lies_above_every_delta_found(n, d, sink_row, b):
         vals = relative_changes(phi, X, [r] * len(D), D)
         assert float(vals.max()) <= U[r] / slack, (r, float(vals.max()), U[r])
         assert certified_lower_bound(X, W, r, normalisation=norm) <= U[r] / slack
+
+
+@pytest.mark.parametrize("value, b", [("real", 4.0), ("zero", 12.0), ("small", 0.0)])
+def test_sink_point_lower_is_the_constructions_certificate(value, b):
+    """The chapter's grid keeps each text's scores across margins: its lower bound is
+    certified_lower_bound's (the same constructions, the same map), within the rounding of
+    two evaluations of a length-(n+1)·d computation."""
+    from wsutils.experiments.sink import sink_point, sink_text
+
+    n, d = 12, 32
+    got = sink_point(d, n, b, value, 5, rows=(1, 2))["lower"]
+    X, W = sink_text(n, d, value, 5), ws.sample_W(d, seed=6)
+    norm = Normalisation("softmax", sink=b)
+    ref = max(certified_lower_bound(X, W, r, normalisation=norm) for r in (1, 2))
+    assert got == pytest.approx(ref, rel=2 * gamma((n + 1) * d))

@@ -226,6 +226,7 @@ class Row:
     lane: int | None = None  # which of the parallel lanes ran it (1, 2, …)
     start: float | None = None  # seconds after the first chapter started
     end: float | None = None
+    recorded: float | None = None  # a cached chapter: its wall s when it was executed
 
 
 @dataclass
@@ -361,17 +362,22 @@ class Prefill:
         self.cells: list[CellCost] = []
 
     def is_cached(self, notebook) -> bool:
+        return self.cached_record(notebook) is not None
+
+    def cached_record(self, notebook):
+        """The cache's record of ``notebook`` (its code unchanged), or ``None``."""
         try:
-            self.cache.match_cache_notebook(notebook)
-            return True
+            return self.cache.match_cache_notebook(notebook)
         except KeyError:
-            return False
+            return None
 
     def run(self, jobs: list[Job], progress_factory) -> None:
         todo = []
         for job in jobs:
-            if self.is_cached(job.notebook):
-                self.rows[job.docname] = Row(job.docname, "cached")
+            record = self.cached_record(job.notebook)
+            if record is not None:
+                seconds = (record.data or {}).get("execution_seconds")
+                self.rows[job.docname] = Row(job.docname, "cached", recorded=seconds)
             else:
                 todo.append(job)
         if not todo:
@@ -510,4 +516,18 @@ def lane_summary(rows: Iterable[Row]) -> list[str]:
         order = " → ".join(r.docname for r in sorted(by_lane[lane], key=lambda r: r.start))
         mark = "  (the critical path)" if lane == last and len(by_lane) > 1 else ""
         out.append(f"lane {lane}: {order}; ends at {ends[lane]:.0f} s{mark}")
+    return out
+
+
+def execution_rows(rows: Iterable[Row]) -> list[tuple[str, str, str]]:
+    """The ledger's execution table (issue 53), one ``(chapter, seconds, this build)`` per
+    chapter: the wall seconds of its kernel when it last ran, and whether this build executed
+    it or took it from the execution cache (a hit: its seconds are those recorded when it
+    ran)."""
+    out = []
+    for r in rows:
+        seconds = r.wall if r.status == "executed" else r.recorded
+        shown = "–" if seconds is None else f"{seconds:.0f}"
+        status = {"executed": "executed", "cached": "cache hit", "failed": "FAILED"}[r.status]
+        out.append((r.docname, shown, status))
     return out

@@ -32,6 +32,7 @@ from typing import Callable
 from sphinx.application import Sphinx
 from sphinx.config import Config
 from sphinx.util import logging
+from sphinx.util.docutils import SphinxDirective
 
 sys.path.insert(
     0, str(Path(__file__).resolve().parent)
@@ -229,6 +230,39 @@ def report(app: Sphinx, exception) -> None:
             logger.info("  " + line)
 
 
+class ExecutionTable(SphinxDirective):
+    """``{wsbook-execution-table}``: this build's execution table (chapter, the wall seconds
+    of its kernel, executed now or a cache hit), from the build's own records
+    (:class:`wsbook_execute.Prefill`), as a table; a paragraph says so when this build
+    executed nothing through them (e.g. ``execute_notebooks: off``)."""
+
+    def run(self):
+        from docutils import nodes
+
+        runner = getattr(self.env.app, "_wsbook_runner", None)
+        if runner is None or not runner.rows:
+            return [nodes.paragraph(text="This build kept no execution records.")]
+        rows = wsbook_execute.execution_rows(runner.rows[n] for n in sorted(runner.rows))
+        header = ("chapter", "seconds", "this build")
+        table = nodes.table(classes=["wsbook-execution"])
+        group = nodes.tgroup(cols=3)
+        table += group
+        group += [nodes.colspec(colwidth=w) for w in (3, 1, 1)]
+
+        def row(cells, cls=nodes.entry):
+            r = nodes.row()
+            for c in cells:
+                r += cls("", nodes.paragraph(text=c))
+            return r
+
+        head, body = nodes.thead(), nodes.tbody()
+        head += row(header)
+        for cells in rows:
+            body += row(cells)
+        group += [head, body]
+        return [table]
+
+
 def chapter_started(app: Sphinx, docname: str, source: list[str]) -> None:
     progress = getattr(app, "_wsbook_progress", None)
     if progress is not None and source and _executes(source[0]):
@@ -284,4 +318,5 @@ def setup(app: Sphinx) -> dict:
     app.connect("doctree-read", chapter_read)
     app.connect("build-finished", stop_progress)
     app.connect("build-finished", report)
+    app.add_directive("wsbook-execution-table", ExecutionTable)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -50,6 +50,19 @@ def _log_others(z: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
     return ell
 
 
+def _distances_above(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``D[j, k] ≥ ‖a_j − b_k‖`` for the rows of ``A`` and ``B`` (float64), from one matrix
+    product: ``‖a‖² + ‖b‖² − 2aᵀb`` errs by at most ``γ_{d+2}(‖a‖ + ‖b‖)²`` in floating point
+    (each term a length-``d`` sum, then two additions; Higham §3.1), which is added before the
+    square root, so the result is never below the exact distance."""
+    d = A.shape[1]
+    na, nb = torch.linalg.vector_norm(A, dim=1), torch.linalg.vector_norm(B, dim=1)
+    sq = (na**2)[:, None] + (nb**2)[None, :] - 2 * (A @ B.T)
+    k = (d + 2) * 2.0**-53
+    slack = k / (1 - k) * (na[:, None] + nb[None, :]) ** 2
+    return torch.sqrt(sq.clamp_min(0) + slack)
+
+
 def _sink_row_bound(Xt, Wt, Phi, dist, c: float, b0: float) -> torch.Tensor:
     """Per word ``i``, a bound on ``‖φ'_i − φ_i‖`` from the sink (:prf:ref:`prop-sink-rows`):
     ``φ'_i − x_0`` is a mixture of ``v − x_0`` over the keys ``v ≠ x_0`` with total weight
@@ -141,7 +154,7 @@ def softmax_certified_upper(
     base = float(torch.linalg.vector_norm(Phi))
     if not base > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X.")
-    dist = torch.cdist(Phi, Xt, compute_mode="donot_use_mm_for_euclid_dist")  # ‖φ_j − x_k‖
+    dist = _distances_above(Phi, Xt)  # ≥ ‖φ_j − x_k‖, from one product
     x_norm = torch.linalg.vector_norm(Xt, dim=1)
     # rows j ≠ i: ‖x_i − ψ_ji‖ = ‖x_i − φ_j‖/(1 − p_j), or at most ‖x_i‖ + max_k≠i ‖x_k‖
     ell = _log_others(z, A)

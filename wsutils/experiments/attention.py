@@ -188,14 +188,13 @@ def sensitivity_point(
     ``certificates=True`` (default) adds ``certified``, the best construction alone
     (:func:`wsutils.estimators.takeover.certified_lower_bound`, six full float64 maps per
     row) over the same rows and, for ``raf``, the bound, self-weight, margin and ``‖A‖_F`` of
-    :prf:ref:`thm-raf-high` at row 0 (:func:`~wsutils.estimators.takeover.takeover_certificate`).
-    ``certificates=False`` computes only ``S``, ``phi_norm``, ``kappa`` and ``seconds`` (and
-    the upper certificate below), for a grid that reads nothing else (the far-``n`` grids): the
-    same ``S`` for the same point. For ``raf`` either way, the upper certificate of
-    :prf:ref:`prop-softmax-upper`
+    :prf:ref:`thm-raf-high` at row 0 (:func:`~wsutils.estimators.takeover.takeover_certificate`)
+    and the upper certificate of :prf:ref:`prop-softmax-upper`
     (:func:`~wsutils.estimators.softmax_upper.softmax_certified_upper`): ``upper``, the largest
     over the searched rows (so the searched rows' sensitivity lies in ``[S, upper]``), and
     ``upper_all``, over every word (an upper bound on ``S`` itself).
+    ``certificates=False`` computes only ``S``, ``phi_norm``, ``kappa`` and ``seconds``, for a
+    grid that reads nothing else (the far-``n`` grids): the same ``S`` for the same point.
     The search's ``dtype`` (``None``: float64, or ``"float32"``) is the precision of the search
     only: ``S`` is certified in float64 on the float64 text either way.
     """
@@ -215,9 +214,6 @@ def sensitivity_point(
         "kappa": float(torch.linalg.matrix_norm(X, ord=2)) / math.sqrt(d),
         "seconds": elapsed,
     }
-    if normalisation == "raf":  # prop-softmax-upper at every word: O(n²d + nd²), no search
-        upper = softmax_certified_upper(X, W)
-        out.update(upper=float(upper[searched].max()), upper_all=float(upper.max()))
     if not certificates:
         return out
     out["certified"] = max(
@@ -226,6 +222,8 @@ def sensitivity_point(
     if normalisation == "raf":
         c = takeover_certificate(X, W, 0)
         out.update(bound=c.bound, self_weight=c.self_weight, margin=c.margin, A_fro=c.A_fro)
+        upper = softmax_certified_upper(X, W)  # prop-softmax-upper at every word, no search
+        out.update(upper=float(upper[searched].max()), upper_all=float(upper.max()))
     return out
 
 

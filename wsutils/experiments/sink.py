@@ -10,6 +10,7 @@ is added to every query's score on key 0 (eq. :eq:`eq-sink-attention`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from ..estimators.softmax_upper import softmax_certified_upper
-from ..estimators.takeover import certified_lower_bound, row_takeover
+from ..estimators.takeover import constructions, row_takeover
 from ..maps import Normalisation, attention_scores, normalise_scores
 from ..run import config
 from ..run.seeds import point_seed
@@ -92,10 +93,44 @@ def sink_text(n: int, d: int, value: str, seed: int) -> torch.Tensor:
     return X
 
 
+@functools.lru_cache(maxsize=4)
+def _text_parts(d: int, n: int, value: str, seed: int, rows: tuple[int, ...]):
+    """What a point's margin does not change, kept for the next margins of the same text in
+    this process (keyed on everything that makes it): the text, the weights, the scores of
+    the text and, per row, the texts the constructions make
+    (:func:`wsutils.estimators.takeover.constructions`: for softmax they depend on ``X`` and
+    ``W`` only) and their scores. Read-only for its callers."""
+    X = sink_text(n, d, value, seed)
+    W = sample_W(d, seed=seed + 1)
+    changed = {}
+    for r in rows:
+        cands = constructions(X, W, r, Normalisation("softmax"))
+        texts = X.expand(len(cands), -1, -1).clone()
+        texts[:, r] += cands
+        changed[r] = (texts, attention_scores(texts, W))
+    return X, W, attention_scores(X, W), changed
+
+
+def _constructions_lower(parts, norm: Normalisation) -> float:
+    """The certified lower bound of :func:`~wsutils.estimators.takeover.certified_lower_bound`
+    over the rows of ``parts`` (``_text_parts``), from their cached scores: the largest
+    float64 relative change of the map ``normalise_scores(s, norm) X`` over the constructions."""
+    X, _, s, changed = parts
+    base = normalise_scores(s, norm) @ X
+    base_norm = torch.linalg.vector_norm(base)
+    best = 0.0
+    for texts, scores in changed.values():
+        out = normalise_scores(scores, norm) @ texts
+        change = torch.linalg.vector_norm((out - base).flatten(1), dim=1) / base_norm
+        best = max(best, float(change.max()))
+    return best
+
+
 def sink_point(d: int, n: int, margin: float, value: str, seed: int, rows=(1,)) -> dict:
     """One text with a sink (:func:`sink_text`, weights ``sample_W(d, seed + 1)``) at margin
-    ``b_0 = margin``: ``lower``, the certified lower bound of the constructions
-    (:func:`wsutils.estimators.takeover.certified_lower_bound`) at the words ``rows``;
+    ``b_0 = margin``: ``lower``, the certified lower bound of the constructions at the words
+    ``rows`` (the value of :func:`wsutils.estimators.takeover.certified_lower_bound`, from
+    scores kept per text across margins, ``_text_parts``);
     ``upper``, the upper certificate (:prf:ref:`prop-softmax-upper`) at the same words, and
     ``upper_all`` over every word (an upper bound on ``S``); the sink's smallest and mean
     weight over the rows, ``mass_min`` and ``mass_mean`` (``a_{j0}``); ``phi_norm``,
@@ -107,12 +142,11 @@ def sink_point(d: int, n: int, margin: float, value: str, seed: int, rows=(1,)) 
     (``max_{j, i ≥ 1, i ≠ j} s_ji + ‖Wᵀx_j‖ − s_j0 + ½ log n``). The last three do not depend on
     ``margin``."""
     torch.set_num_threads(1)
-    X = sink_text(n, d, value, seed)
-    W = sample_W(d, seed=seed + 1)
+    parts = _text_parts(d, n, value, seed, tuple(rows))
+    X, W, s, _ = parts
     norm = Normalisation("softmax", sink=margin)
-    lower = max(certified_lower_bound(X, W, r, normalisation=norm) for r in rows)
+    lower = _constructions_lower(parts, norm)
     U = softmax_certified_upper(X, W, normalisation=norm)
-    s = attention_scores(X, W)
     A = normalise_scores(s, norm)
     half = torch.logsumexp(s[:, 1:], dim=1) - s[:, 0]
     xp = X[1] + row_takeover(X, W, 1)  # the row take-over's new word 1
