@@ -5,6 +5,7 @@ of every Δ the searches and constructions return."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -165,3 +166,21 @@ def test_sink_point_lower_is_the_constructions_certificate(value, b):
     norm = Normalisation("softmax", sink=b)
     ref = max(certified_lower_bound(X, W, r, normalisation=norm) for r in (1, 2))
     assert got == pytest.approx(ref, rel=2 * gamma((n + 1) * d))
+
+
+@pytest.mark.parametrize("b", [None, 4.0, 20.0])
+def test_upper_certificate_at_some_rows_is_the_full_ones(b):
+    """rows= computes the certificate's columns for those words only (O(n·d) a word): the
+    same bound as the full computation's entries, up to the rounding slack that the
+    distances carry (both are upper bounds; the slack is √γ_{d+2} of a distance)."""
+    from wsutils.experiments.sink import sink_text
+
+    n, d = 30, 32
+    X = ws.sample_X(n, d, seed=1) if b is None else sink_text(n - 1, d, "real", 3)
+    W = ws.sample_W(d, seed=2)
+    norm = Normalisation("softmax", sink=b)
+    full = softmax_certified_upper(X, W, normalisation=norm)
+    some = softmax_certified_upper(X, W, normalisation=norm, rows=[1, 5, 7])
+    np.testing.assert_allclose(some, full[[1, 5, 7]], rtol=4 * math.sqrt(gamma(d + 2)))
+    with pytest.raises(ValueError, match="out of range"):
+        softmax_certified_upper(X, W, rows=[n])

@@ -31,22 +31,27 @@ import torch
 from .._tensor import Array
 from ..checks import as_tensor, as_text, check_shape
 from ..maps import Normalisation, attention_scores
+from ..sensitivity import check_rows
 from .takeover import _top_eigvec
 
 __all__ = ["softmax_certified_upper"]
 
 
-def _log_others(z: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-    """``ℓ[j, i] = log Σ_{k≠i} exp z_jk``, ``n × n``: ``L_j + log(1 − a_ji)`` where that has
-    no cancellation (``a_ji ≤ 1/2``), and a log-sum-exp over the row without ``i`` for the one
-    key of each row that may hold more than half of it (its largest)."""
+def _log_others(z: torch.Tensor, A: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """``ℓ[j, c] = log Σ_{k≠i} exp z_jk`` for the keys ``i = cols[c]``, ``n × len(cols)``:
+    ``L_j + log(1 − a_ji)`` where that has no cancellation (``a_ji ≤ 1/2``), and a log-sum-exp
+    over the row without ``i`` for the one key of each row that may hold more than half of it
+    (its largest)."""
+    n = z.shape[0]
     L = torch.logsumexp(z, dim=1, keepdim=True)
-    ell = L + torch.log1p(-A.clamp(max=0.5))
+    ell = L + torch.log1p(-A[:, cols].clamp(max=0.5))
     top = z.argmax(dim=1)
-    rows = torch.arange(z.shape[0], device=z.device)
-    masked = z.clone()
-    masked[rows, top] = -math.inf
-    ell[rows, top] = torch.logsumexp(masked, dim=1)  # −inf for a one-word text
+    pos = torch.full((n,), -1, dtype=torch.long)
+    pos[cols] = torch.arange(len(cols))
+    js = torch.nonzero(pos[top] >= 0).flatten()  # rows whose largest key is among cols
+    masked = z[js].clone()
+    masked[torch.arange(len(js)), top[js]] = -math.inf
+    ell[js, pos[top[js]]] = torch.logsumexp(masked, dim=1)  # −inf for a one-word text
     return ell
 
 
@@ -63,47 +68,48 @@ def _distances_above(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(sq.clamp_min(0) + slack)
 
 
-def _sink_row_bound(Xt, Wt, Phi, dist, c: float, b0: float) -> torch.Tensor:
-    """Per word ``i``, a bound on ``‖φ'_i − φ_i‖`` from the sink (:prf:ref:`prop-sink-rows`):
-    ``φ'_i − x_0`` is a mixture of ``v − x_0`` over the keys ``v ≠ x_0`` with total weight
-    ``1 − a'_i0 ≤ Σ_{k≥1} exp(z'_ik − z'_i0)``, and each exponent is at most its sup over the
-    ball, ``c·[x_iᵀW(x_k − x_0) + √d‖W(x_k − x_0)‖]/√d − b_0`` for ``k ≠ i`` and
-    ``c·[x_iᵀW_s x_i + 2√d‖W_s x_i‖ + λ₊d − x_iᵀWx_0 + √d‖Wx_0‖]/√d − b_0`` for the word
-    itself (``W_s = (W + Wᵀ)/2``, ``λ₊`` its largest eigenvalue or 0). So
-    ``‖φ'_i − φ_i‖ ≤ (1 − a'_i0)·max_v ‖v − x_0‖ + ‖φ_i − x_0‖``."""
+def _sink_row_bound(Xt, Wt, c: float, b0: float, cols, to_sink) -> torch.Tensor:
+    """For each word ``i`` of ``cols``, a bound on ``‖φ'_i − φ_i‖`` from the sink
+    (:prf:ref:`prop-sink-rows`): ``φ'_i − x_0`` is a mixture of ``v − x_0`` over the keys
+    ``v ≠ x_0`` with total weight ``1 − a'_i0 ≤ Σ_{k≥1} exp(z'_ik − z'_i0)``, and each exponent
+    is at most its sup over the ball, ``c·[x_iᵀW(x_k − x_0) + √d‖W(x_k − x_0)‖]/√d − b_0`` for
+    ``k ≠ i`` and ``c·[x_iᵀW_s x_i + 2√d‖W_s x_i‖ + λ₊d − x_iᵀWx_0 + √d‖Wx_0‖]/√d − b_0`` for
+    the word itself (``W_s = (W + Wᵀ)/2``, ``λ₊`` its largest eigenvalue or 0). So
+    ``‖φ'_i − φ_i‖ ≤ (1 − a'_i0)·max_v ‖v − x_0‖ + ‖φ_i − x_0‖`` (``to_sink``: the last
+    term, for the words of ``cols``)."""
     n, d = Xt.shape
+    m = len(cols)
     sqd = math.sqrt(d)
     x0 = Xt[0]
     Y = Xt - x0  # x_k − x_0
     WY = Y @ Wt.T  # rows (W(x_k − x_0))ᵀ
-    cross = Xt @ WY.T  # [i, k] = x_iᵀW(x_k − x_0)
-    other = c * (cross + sqd * torch.linalg.vector_norm(WY, dim=1)[None, :]) / sqd - b0
+    Xc = Xt[cols]
+    cross = Xc @ WY.T  # [c, k] = x_iᵀW(x_k − x_0)
+    expo = c * (cross + sqd * torch.linalg.vector_norm(WY, dim=1)[None, :]) / sqd - b0
     Ws = (Wt + Wt.T) / 2
     # λ₊, raised by a bound on eigh's error (backward stable: O(u‖W_s‖_F)), cached per W
     lam = max(_top_eigvec(Wt)[0] + 4 * d * 2.0**-53 * float(torch.linalg.matrix_norm(Ws)), 0.0)
-    WsX = Xt @ Ws
+    WsX = Xc @ Ws
     Wx0 = Wt @ x0
     self_sup = (
-        (WsX * Xt).sum(1)
+        (WsX * Xc).sum(1)
         + 2 * sqd * torch.linalg.vector_norm(WsX, dim=1)
         + lam * d
-        - Xt @ Wx0
+        - Xc @ Wx0
         + sqd * torch.linalg.vector_norm(Wx0)
     )
-    expo = other.clone()
-    idx = torch.arange(n)
-    expo[idx, idx] = c * self_sup / sqd - b0  # the word's own key
+    expo[torch.arange(m), cols] = c * self_sup / sqd - b0  # the word's own key
     expo[:, 0] = -math.inf  # the sink's own key is not counted
     off_sink = torch.exp(torch.logsumexp(expo, dim=1)).clamp(max=1.0)  # ≥ 1 − a'_i0
     Yn = torch.linalg.vector_norm(Y, dim=1)  # ‖x_k − x_0‖
     top2 = torch.topk(Yn[1:], min(2, n - 1)).values
-    far = torch.where(Yn == top2[0], top2[-1], top2[0])  # max over words k ≠ i
-    reach = torch.maximum(far, Yn + sqd)  # and ‖x'_i − x_0‖ ≤ ‖x_i − x_0‖ + √d
-    return off_sink * reach + dist[:, 0]
+    far = torch.where(Yn[cols] == top2[0], top2[-1], top2[0])  # max over words k ≠ i
+    reach = torch.maximum(far, Yn[cols] + sqd)  # and ‖x'_i − x_0‖ ≤ ‖x_i − x_0‖ + √d
+    return off_sink * reach + to_sink
 
 
 def softmax_certified_upper(
-    X: Array, W: Array, *, normalisation: str | Normalisation = "raf"
+    X: Array, W: Array, *, normalisation: str | Normalisation = "raf", rows=None
 ) -> np.ndarray:
     """Per word ``i``, an upper bound on ``sup_{‖Δ‖≤√d} ‖φ(X_i(Δ)) − φ(X)‖_F/‖φ(X)‖_F`` for
     softmax attention (eq. :eq:`eq-raf`; any ``β``, scalable softmax, and a sink of margin
@@ -123,11 +129,15 @@ def softmax_certified_upper(
         A softmax :class:`wsutils.maps.Normalisation` (or anything its ``parse`` reads):
         ``"raf"``/``"softmax"`` with any ``beta``, ``"scalable"``, each with or without
         ``sink``.
+    rows
+        The words to bound (indices; ``None``: every row). The cost is ``O(n²d)`` for the
+        weights, then ``O(n·d)`` per word, so a few words of a long text are cheap.
 
     Returns
     -------
     numpy.ndarray
-        ``(n,)``: entry ``i`` bounds the relative change of any ``Δ`` at row ``i``.
+        One entry per word of ``rows`` (``(n,)`` for every row): it bounds the relative
+        change of any ``Δ`` at that row.
 
     Raises
     ------
@@ -154,28 +164,33 @@ def softmax_certified_upper(
     base = float(torch.linalg.vector_norm(Phi))
     if not base > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X.")
-    dist = _distances_above(Phi, Xt)  # ≥ ‖φ_j − x_k‖, from one product
+    cols = torch.arange(n) if rows is None else torch.as_tensor(check_rows(rows, n))
+    m = len(cols)
+    dist = _distances_above(Phi, Xt[cols])  # [j, c] ≥ ‖φ_j − x_i‖, i = cols[c]
     x_norm = torch.linalg.vector_norm(Xt, dim=1)
     # rows j ≠ i: ‖x_i − ψ_ji‖ = ‖x_i − φ_j‖/(1 − p_j), or at most ‖x_i‖ + max_k≠i ‖x_k‖
-    ell = _log_others(z, A)
-    one_minus_p = torch.sigmoid(ell - z)  # 1 − p_j = σ(ℓ_ji − z_ji), no cancellation
+    ell = _log_others(z, A, cols)
+    zc = z[:, cols]
+    one_minus_p = torch.sigmoid(ell - zc)  # 1 − p_j = σ(ℓ_ji − z_ji), no cancellation
     top2 = torch.topk(x_norm, min(2, n)).values
-    far = torch.where(x_norm == top2[0], top2[-1], top2[0])  # max_{k≠i} ‖x_k‖
-    crude = (x_norm + far)[None, :].expand(n, n)
+    far = torch.where(x_norm[cols] == top2[0], top2[-1], top2[0])  # max_{k≠i} ‖x_k‖
+    crude = (x_norm[cols] + far)[None, :].expand(n, m)
     spread = torch.where(one_minus_p > 0, dist / one_minus_p, crude).minimum(crude)
     w = c * torch.linalg.vector_norm(Xt @ Wt, dim=1)  # c·√d‖Wᵀx_j‖/√d, per row j
     p = 1 - one_minus_p
-    p_hi = torch.sigmoid(z + w[:, None] - ell)
-    p_lo = torch.sigmoid(z - w[:, None] - ell)
-    u = torch.maximum(p_hi - p, p - p_lo) * spread + p_hi * r  # u[j, i], j ≠ i
+    p_hi = torch.sigmoid(zc + w[:, None] - ell)
+    p_lo = torch.sigmoid(zc - w[:, None] - ell)
+    u = torch.maximum(p_hi - p, p - p_lo) * spread + p_hi * r  # u[j, c], j ≠ i
     # row i: the largest distance from φ_i to a vertex, x_k (k ≠ i) or x'_i
-    own = dist.clone()
-    idx = torch.arange(n)
-    own[idx, idx] = -math.inf
-    u_own = torch.maximum(own.max(dim=1).values, dist[idx, idx] + r)
+    own = _distances_above(Phi[cols], Xt)  # [c, k] ≥ ‖φ_i − x_k‖
+    at = torch.arange(m)
+    self_dist = own[at, cols].clone()
+    to_sink = own[:, 0].clone()
+    own[at, cols] = -math.inf
+    u_own = torch.maximum(own.max(dim=1).values, self_dist + r)
     if bias is not None:  # a sink: row i keeps most of its weight on key 0
-        u_own = torch.minimum(u_own, _sink_row_bound(Xt, Wt, Phi, dist, c, norm.sink))
-    u[idx, idx] = u_own
+        u_own = torch.minimum(u_own, _sink_row_bound(Xt, Wt, c, norm.sink, cols, to_sink))
+    u[cols, at] = u_own
     total = torch.sqrt((u**2).sum(dim=0))
     gamma = (n + d) * 2.0**-53 / (1 - (n + d) * 2.0**-53)
     return (total / base * (1 + 2 * gamma)).numpy()
