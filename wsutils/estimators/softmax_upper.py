@@ -55,6 +55,13 @@ def _log_others(z: torch.Tensor, A: torch.Tensor, cols: torch.Tensor) -> torch.T
     return ell
 
 
+def _largest_other(v: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """For each entry of ``own`` (a value of ``v``'s), the largest entry of ``v`` once that one
+    is left out: the second largest where it is the largest, else the largest."""
+    top2 = torch.topk(v, min(2, len(v))).values
+    return torch.where(own == top2[0], top2[-1], top2[0])
+
+
 def _distances_above(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """``D[j, k] ≥ ‖a_j − b_k‖`` for the rows of ``A`` and ``B`` (float64), from one matrix
     product: ``‖a‖² + ‖b‖² − 2aᵀb`` errs by at most ``γ_{d+2}(‖a‖ + ‖b‖)²`` in floating point
@@ -102,8 +109,7 @@ def _sink_row_bound(Xt, Wt, c: float, b0: float, cols, to_sink) -> torch.Tensor:
     expo[:, 0] = -math.inf  # the sink's own key is not counted
     off_sink = torch.exp(torch.logsumexp(expo, dim=1)).clamp(max=1.0)  # ≥ 1 − a'_i0
     Yn = torch.linalg.vector_norm(Y, dim=1)  # ‖x_k − x_0‖
-    top2 = torch.topk(Yn[1:], min(2, n - 1)).values
-    far = torch.where(Yn[cols] == top2[0], top2[-1], top2[0])  # max over words k ≠ i
+    far = _largest_other(Yn[1:], Yn[cols])  # max over words k ≠ i
     reach = torch.maximum(far, Yn[cols] + sqd)  # and ‖x'_i − x_0‖ ≤ ‖x_i − x_0‖ + √d
     return off_sink * reach + to_sink
 
@@ -172,8 +178,7 @@ def softmax_certified_upper(
     ell = _log_others(z, A, cols)
     zc = z[:, cols]
     one_minus_p = torch.sigmoid(ell - zc)  # 1 − p_j = σ(ℓ_ji − z_ji), no cancellation
-    top2 = torch.topk(x_norm, min(2, n)).values
-    far = torch.where(x_norm[cols] == top2[0], top2[-1], top2[0])  # max_{k≠i} ‖x_k‖
+    far = _largest_other(x_norm, x_norm[cols])  # max_{k≠i} ‖x_k‖
     crude = (x_norm[cols] + far)[None, :].expand(n, m)
     spread = torch.where(one_minus_p > 0, dist / one_minus_p, crude).minimum(crude)
     w = c * torch.linalg.vector_norm(Xt @ Wt, dim=1)  # c·√d‖Wᵀx_j‖/√d, per row j

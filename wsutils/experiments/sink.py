@@ -99,7 +99,8 @@ def _text_parts(d: int, n: int, value: str, seed: int, rows: tuple[int, ...]):
     this process (keyed on everything that makes it): the text, the weights, the scores of
     the text and, per row, the texts the constructions make
     (:func:`wsutils.estimators.takeover.constructions`: for softmax they depend on ``X`` and
-    ``W`` only) and their scores. Read-only for its callers."""
+    ``W`` only) and their scores, and the text's three margins (:func:`_margins`). Read-only
+    for its callers."""
     X = sink_text(n, d, value, seed)
     W = sample_W(d, seed=seed + 1)
     changed = {}
@@ -108,14 +109,35 @@ def _text_parts(d: int, n: int, value: str, seed: int, rows: tuple[int, ...]):
         texts = X.expand(len(cands), -1, -1).clone()
         texts[:, r] += cands
         changed[r] = (texts, attention_scores(texts, W))
-    return X, W, attention_scores(X, W), changed
+    s = attention_scores(X, W)
+    return X, W, s, changed, _margins(X, W, s)
+
+
+def _margins(X: torch.Tensor, W: torch.Tensor, s: torch.Tensor) -> dict:
+    """The margins of :func:`sink_point` that do not depend on ``b_0``: ``margin_half``,
+    ``margin_limit`` and ``margin_rows`` (see there), from the scores ``s`` of the text."""
+    n, d = X.shape[0] - 1, X.shape[1]
+    half = torch.logsumexp(s[:, 1:], dim=1) - s[:, 0]
+    xp = X[1] + row_takeover(X, W, 1)  # the row take-over's new word 1
+    t = xp @ W @ X.T / math.sqrt(d)
+    t[1] = xp @ W @ xp / math.sqrt(d)
+    rest = torch.cat([t[2:], t[1:2]])  # the other words, then word 1 itself
+    gap = torch.logsumexp(rest[:-1], 0) - rest[-1]  # log Σ_{k≥2} e^{t_k} − t_1 (< 0: it leads)
+    limit = float(t[1] + torch.log(-torch.expm1(gap)) - t[0]) if gap < 0 else -math.inf
+    reach = s + torch.linalg.vector_norm(X @ W, dim=1)[:, None] - s[:, :1]  # [j, i]
+    reach.fill_diagonal_(-math.inf)
+    return {
+        "margin_half": float(half.median()),
+        "margin_limit": limit,
+        "margin_rows": float(reach[:, 1:].max()) + 0.5 * math.log(n),
+    }
 
 
 def _constructions_lower(parts, norm: Normalisation) -> float:
     """The certified lower bound of :func:`~wsutils.estimators.takeover.certified_lower_bound`
     over the rows of ``parts`` (``_text_parts``), from their cached scores: the largest
     float64 relative change of the map ``normalise_scores(s, norm) X`` over the constructions."""
-    X, _, s, changed = parts
+    X, _, s, changed, _ = parts
     base = normalise_scores(s, norm) @ X
     base_norm = torch.linalg.vector_norm(base)
     best = 0.0
@@ -137,26 +159,17 @@ def sink_point(d: int, n: int, margin: float, value: str, seed: int, rows=(1,)) 
     ``‖φ(X)‖_F/√((n + 1)d)``; ``margin_half``, the median over rows ``j`` of the margin at
     which the sink takes half of row ``j`` (``log Σ_{k≥1} e^{s_jk} − s_j0``); ``margin_limit``,
     the margin at which the row take-over of word 1 (:prf:ref:`def-takeover`) no longer
-    holds half of its own row (``M_1(b_0) = 0``; ``inf`` if it never holds half); and
+    holds half of its own row (``M_1(b_0) = 0``; ``−inf`` if it never holds half); and
     ``margin_rows``, the margin past which :prf:ref:`prop-sink-real`'s condition holds
     (``max_{j, i ≥ 1, i ≠ j} s_ji + ‖Wᵀx_j‖ − s_j0 + ½ log n``). The last three do not depend on
     ``margin``."""
     torch.set_num_threads(1)
     parts = _text_parts(d, n, value, seed, tuple(rows))
-    X, W, s, _ = parts
+    X, W, s, _, margins = parts
     norm = Normalisation("softmax", sink=margin)
     lower = _constructions_lower(parts, norm)
     U = softmax_certified_upper(X, W, normalisation=norm)
     A = normalise_scores(s, norm)
-    half = torch.logsumexp(s[:, 1:], dim=1) - s[:, 0]
-    xp = X[1] + row_takeover(X, W, 1)  # the row take-over's new word 1
-    t = xp @ W @ X.T / math.sqrt(d)
-    t[1] = xp @ W @ xp / math.sqrt(d)
-    rest = torch.cat([t[2:], t[1:2]])  # the other words, then word 1 itself
-    gap = torch.logsumexp(rest[:-1], 0) - rest[-1]  # log Σ_{k≥2} e^{t_k} − t_1 (< 0: it leads)
-    limit = float(t[1] + torch.log(-torch.expm1(gap)) - t[0]) if gap < 0 else -math.inf
-    reach = s + torch.linalg.vector_norm(X @ W, dim=1)[:, None] - s[:, :1]  # [j, i]
-    reach.fill_diagonal_(-math.inf)
     return {
         "lower": lower,
         "upper": float(U[list(rows)].max()),
@@ -164,9 +177,7 @@ def sink_point(d: int, n: int, margin: float, value: str, seed: int, rows=(1,)) 
         "mass_min": float(A[:, 0].min()),
         "mass_mean": float(A[:, 0].mean()),
         "phi_norm": float(torch.linalg.vector_norm(A @ X)) / math.sqrt((n + 1) * d),
-        "margin_half": float(half.median()),
-        "margin_limit": limit,
-        "margin_rows": float(reach[:, 1:].max()) + 0.5 * math.log(n),
+        **margins,
     }
 
 

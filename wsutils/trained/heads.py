@@ -141,16 +141,22 @@ def head_map(head: Head, key_bias=None) -> Map:
     ``(…, n, d) → (…, n, d_h)``, in the dtype of ``X``: the head's slice of
     ``attention.self``'s output. ``key_bias`` ``β`` (``(n,)``, default none): a logit added to
     every query's score on each key (:func:`check_key_bias`; ``−inf`` masks a key)."""
-    scale = 1 / math.sqrt(head.d_h)
+    bias = None if key_bias is None else torch.as_tensor(key_bias)
 
     def phi(X: torch.Tensor) -> torch.Tensor:
         Q, K, V = _qkv(head, X)
-        s = Q @ K.transpose(-1, -2) * scale
-        if key_bias is not None:
-            s = s + torch.as_tensor(key_bias).to(s)
-        return torch.softmax(s, dim=-1) @ V
+        return _weights(head, Q, K, bias) @ V
 
     return phi
+
+
+def _weights(head: Head, Q: torch.Tensor, K: torch.Tensor, bias) -> torch.Tensor:
+    """``softmax(Q Kᵀ/√d_h + β)``, the weights of :func:`head_map` (``β`` a logit per key or
+    ``None``)."""
+    s = (
+        Q @ K.transpose(-1, -2) * (1 / math.sqrt(head.d_h))
+    )  # 1/√d_h as a factor, as _HeadObjective
+    return torch.softmax(s if bias is None else s + bias.to(s), dim=-1)
 
 
 def head_attention(head: Head, X: Array, key_bias=None) -> torch.Tensor:
@@ -161,10 +167,8 @@ def head_attention(head: Head, X: Array, key_bias=None) -> torch.Tensor:
     if Xt.ndim != 2:
         raise ValueError(f"X must be one text (n, d), got shape {tuple(Xt.shape)}.")
     _check_width(Xt, [head])
-    bias = check_key_bias(key_bias, Xt.shape[0])
     Q, K, _ = _qkv(head, Xt)
-    s = Q @ K.T / math.sqrt(head.d_h)
-    return torch.softmax(s if bias is None else s + bias, dim=-1)
+    return _weights(head, Q, K, check_key_bias(key_bias, Xt.shape[0]))
 
 
 class _HeadObjective:
