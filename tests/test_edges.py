@@ -108,11 +108,17 @@ def test_search_keywords_replace_a_dicts_fields():
     assert math.isfinite(ws.rf_word_sensitivity(X, 24, search={"steps": 3}, steps=4).value)
 
 
-@pytest.mark.parametrize("value", ["false", "True", 1, 0.0, None])
-def test_search_progress_is_a_bool(value):
-    with pytest.raises(TypeError, match="progress must be True or False"):
+@pytest.mark.parametrize("value", ["false", "True", 1, 0, None])
+def test_search_progress_is_a_bool_or_seconds(value):
+    with pytest.raises(TypeError, match="progress must be True or False, or a float"):
         Search(progress=value)
     assert Search(progress=np.bool_(True)).progress is True
+    assert Search(progress=np.float32(2.5)).progress == 2.5
+    assert Search(progress=0.0).bar() == {"disable": False, "delay": 0.0}
+    assert Search().bar() == {"disable": True}
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="progress must be a finite number"):
+            Search(progress=bad)
 
 
 # --- item 5: Dask runs a failed grid's points again ------------------------------------------

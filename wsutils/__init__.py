@@ -3,7 +3,8 @@ A Study via Random Features* (Bombari & Mondelli, ICML 2024), as used by the wsb
 
 Modules: :mod:`wsutils.run.config` (the environment knobs), :mod:`wsutils.maps` (RF, DRF, RAF,
 ReLU attention), :mod:`wsutils.weights` (seeded weight samplers), :mod:`wsutils.sensitivity`
-(the generic word-sensitivity estimator), :mod:`wsutils.estimators.rf` and
+(the generic word-sensitivity estimator, with :mod:`wsutils.halving` and
+:mod:`wsutils.tokenwise` to make it faster), :mod:`wsutils.estimators.rf` and
 :mod:`wsutils.estimators.drf` (random features without the ``k×D`` matrix, certified bounds,
 the wide limit), :mod:`wsutils.estimators.takeover` (take-over constructions and their
 certificates), :mod:`wsutils.estimators.self_attention` (the fast attention estimator),
@@ -22,6 +23,7 @@ from .estimators.takeover import certified_lower_bound
 from .maps import drf, flat, normalise_rows, raf, relu_attention, rf
 from .run.progress import install as _install_progress
 from .sensitivity import SensitivityResult, relative_change, word_sensitivity
+from .tokenwise import TokenwiseMap
 from .weights import sample_V, sample_Vs, sample_W, sample_X
 
 _install_progress()  # tqdm bars to the book build's terminal, only when WSBOOK_PROGRESS is set
@@ -39,6 +41,7 @@ __all__ = [
     "sample_W",
     "sample_X",
     "word_sensitivity",
+    "TokenwiseMap",
     "relative_change",
     "SensitivityResult",
     "rf_word_sensitivity",

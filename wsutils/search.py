@@ -21,7 +21,17 @@ import torch
 
 from .checks import check_int, check_seed
 
-__all__ = ["Search", "check_lr", "check_stop", "parse_fixed", "point_search", "precision"]
+__all__ = [
+    "Search",
+    "check_halving",
+    "check_unhalved",
+    "check_lr",
+    "check_progress",
+    "check_stop",
+    "parse_fixed",
+    "point_search",
+    "precision",
+]
 
 #: The precisions a search can run in, by name.
 PRECISIONS = {"float32": torch.float32, "float64": torch.float64}
@@ -53,12 +63,22 @@ def precision(dtype) -> str | None:
     )
 
 
-def _check_bool(name: str, value) -> bool:
-    """A switch: ``True`` or ``False`` (a numpy bool too); a string such as ``"false"``, which
-    ``bool`` would read as true, or a number is a TypeError."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}.")
-    return bool(value)
+def check_progress(progress) -> bool | float:
+    """A search's progress bar: ``True`` (shown from the start), ``False`` (never) or a number
+    of seconds ``s ≥ 0`` as a float (shown once the search has run ``s`` seconds, so a short
+    search prints nothing). A string such as ``"false"``, which ``bool`` would read as true,
+    and an integer (``1``: a switch or seconds?) are TypeErrors; a negative or non-finite
+    number a ValueError."""
+    if isinstance(progress, (bool, np.bool_)):
+        return bool(progress)
+    if not isinstance(progress, (float, np.floating)):
+        raise TypeError(
+            f"progress must be True or False, or a float number of seconds (3.0), got "
+            f"{type(progress).__name__} {progress!r}."
+        )
+    if not (math.isfinite(progress) and progress >= 0):
+        raise ValueError(f"progress must be a finite number of seconds ≥ 0, got {progress!r}.")
+    return float(progress)
 
 
 def check_stop(stop) -> tuple[int, float] | None:
@@ -81,6 +101,38 @@ def check_stop(stop) -> tuple[int, float] | None:
     return m, float(rtol)
 
 
+def check_halving(halving) -> tuple[int, float] | None:
+    """A search's successive halving (:func:`wsutils.halving.halving_ascent`): ``None`` (every
+    search runs every step) or ``(t0, keep)``, an integer ``t0 ≥ 1`` and a fraction
+    ``0 < keep < 1`` (a list, as JSON gives it, is read as the pair): at steps ``t0, 2·t0,
+    4·t0, …`` only the best ``keep`` of the (row, start) searches still running go on."""
+    if halving is None:
+        return None
+    if isinstance(halving, (str, bytes)) or not hasattr(halving, "__len__") or len(halving) != 2:
+        raise ValueError(f"halving must be None or (t0, keep), got {halving!r}.")
+    t0 = check_int("halving's first cut t0", halving[0], minimum=1)
+    keep = halving[1]
+    if (
+        isinstance(keep, (bool, np.bool_))
+        or not isinstance(keep, numbers.Real)
+        or not 0 < keep < 1
+    ):
+        raise ValueError(f"halving's kept fraction must be a number in (0, 1), got {keep!r}.")
+    return t0, float(keep)
+
+
+def check_unhalved(search: "Search", who: str) -> "Search":
+    """``search`` for a search of a single target, which has no (row, start) searches to
+    rank and so no successive halving: a ``halving`` other than ``None`` is a ValueError
+    naming ``who`` (never silently ignored)."""
+    if search.halving is not None:
+        raise ValueError(
+            f"{who} takes no halving (it has no searches of several words to rank); leave it "
+            "unset."
+        )
+    return search
+
+
 @dataclass(frozen=True)
 class Search:
     """The settings of a projected-ascent search (:func:`wsutils.sensitivity.ascend_rows`).
@@ -91,10 +143,14 @@ class Search:
     ``None``: the estimator's own rule, :meth:`start_seed`), the ``dtype`` the search runs in
     (``None``: the text's own search dtype; ``"float32"`` or ``"float64"``, or the torch
     dtype, stored by name), ``max_batch_elements`` (the largest ``starts × n × d`` batch one
-    step forms, ``≥ 1``), ``progress`` (a bar over the chunks of rows) and the stopping rule
-    ``stop`` (:func:`check_stop`: ``None`` takes every step; ``(m, rtol)`` ends a row's search
-    once the best value over its starts has gained at most ``rtol``, relative, over the last
-    ``m`` steps). Checked when made, so an estimator that takes one checks nothing again.
+    step forms, ``≥ 1``), ``progress`` (a bar over the steps: :func:`check_progress`) and the
+    stopping rule ``stop`` (:func:`check_stop`: ``None`` takes every step; ``(m, rtol)`` ends
+    a row's search once the best value over its starts has gained at most ``rtol``, relative,
+    over the last ``m`` steps) and ``halving`` (:func:`check_halving`: ``None`` runs every
+    (row, start) search to the end; ``(t0, keep)`` keeps, after ``t0, 2·t0, 4·t0, …`` steps,
+    only the best fraction ``keep`` of the searches still running,
+    :func:`wsutils.halving.halving_ascent`). Checked when made, so an estimator that takes
+    one checks nothing again.
     """
 
     starts: int = 8
@@ -103,8 +159,9 @@ class Search:
     seed: int | None = None
     dtype: str | None = None
     max_batch_elements: int = 2**23
-    progress: bool = False
+    progress: bool | float = False
     stop: tuple[int, float] | None = None
+    halving: tuple[int, float] | None = None
 
     def __post_init__(self):
         checked = {
@@ -116,8 +173,9 @@ class Search:
             "max_batch_elements": check_int(
                 "max_batch_elements", self.max_batch_elements, minimum=1
             ),
-            "progress": _check_bool("progress", self.progress),
+            "progress": check_progress(self.progress),
             "stop": check_stop(self.stop),
+            "halving": check_halving(self.halving),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)
@@ -155,6 +213,13 @@ class Search:
         ``None`` (``0`` for the projected ascent of :mod:`wsutils.sensitivity`, the weights'
         seed ``+ 1`` for the random-feature estimators)."""
         return default if self.seed is None else self.seed
+
+    def bar(self) -> dict:
+        """The keywords of the search's ``tqdm`` bar: ``disable`` and ``delay`` from
+        ``progress`` (:func:`check_progress`)."""
+        if self.progress is False:
+            return {"disable": True}
+        return {"disable": False, "delay": 0.0 if self.progress is True else self.progress}
 
     def work_dtype(self, default: torch.dtype) -> torch.dtype:
         """The torch dtype the search runs in: ``dtype``, or ``default`` (the text's

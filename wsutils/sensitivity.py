@@ -24,10 +24,13 @@ from tqdm.auto import tqdm
 
 from ._tensor import Array, row_norms
 from .checks import as_tensor, as_text, check_finite, check_int, check_real, check_unit_rows
+from .halving import EVAL_ELEMENTS, halving_ascent
 from .search import Search
+from .tokenwise import TokenwiseMap, check_tokenwise, replace_rows
 
 __all__ = [
     "BALL_DTYPES",
+    "MAP_SEARCH",
     "SensitivityResult",
     "ball_slack",
     "ascend",
@@ -101,8 +104,7 @@ def perturb(X: torch.Tensor, rows: torch.Tensor, Delta: torch.Tensor) -> torch.T
             f"perturb needs X (n, d), rows (B,) and Delta (B, d), got {tuple(X.shape)}, "
             f"{tuple(rows.shape)} and {tuple(Delta.shape)}."
         )
-    onehot = torch.nn.functional.one_hot(rows, X.shape[-2]).to(X.dtype)
-    return X + onehot[:, :, None] * Delta[:, None, :]
+    return replace_rows(X, rows, X[rows] + Delta)  # one copy of X; only row i moves
 
 
 #: Dtypes in which a perturbation is searched and returned. Half precision (float16,
@@ -415,6 +417,12 @@ def _batched(phi: Map, batched: bool) -> Map:
     return lambda Xb: torch.stack([phi(x) for x in Xb])
 
 
+#: The default search of :func:`word_sensitivity`: ``Search()``'s, with a progress bar once
+#: the search has run 5 seconds (a map of one's own can take minutes; a short search prints
+#: nothing).
+MAP_SEARCH = Search(progress=5.0)
+
+
 def word_sensitivity(
     phi: Map,
     X: Array,
@@ -440,7 +448,10 @@ def word_sensitivity(
     the result is the best over rows.
 
     ``phi`` maps a torch tensor ``(B, n, d)`` to ``(B, ...)``, each text of the batch on its
-    own; set ``batched=False`` for a map that only takes a single ``(n, d)`` text. Before a
+    own; set ``batched=False`` for a map that only takes a single ``(n, d)`` text. A
+    :class:`wsutils.tokenwise.TokenwiseMap` (``mix(tokens(Z))``, ``tokens`` word by word) is
+    checked to be one (:func:`wsutils.tokenwise.check_tokenwise`) and searched through
+    ``mix`` alone, the changed word's ``tokens`` computed on its own. Before a
     batched search the map is checked to treat a batch as independent texts
     (:func:`check_batch_map`): one that mixes them (a mean over axis 0) or fails on a batch
     is a ValueError that names ``batched=False``. Every reported value is the map evaluated
@@ -461,7 +472,10 @@ def word_sensitivity(
         As above: the rows searched and extra starts.
     search
         The search's settings (:class:`wsutils.search.Search`: starts per row, steps, step
-        size, seed, precision, batch size, progress); default ``Search()``.
+        size, seed, precision, batch size, progress, halving); default :data:`MAP_SEARCH`
+        (``Search()`` with a bar after 5 s). For a long search, ``halving=(10, 1/3)``
+        (:data:`wsutils.halving.SCHEDULE`) cuts the hopeless (row, start) searches early
+        (:mod:`wsutils.halving`).
     **settings
         Fields of :class:`~wsutils.search.Search` as keywords (``starts=4, steps=50``), which
         replace those of ``search``.
@@ -487,7 +501,7 @@ def word_sensitivity(
         NaN/inf at ``X``, a zero ``φ(X)``, or non-finite values at every iterate of a row
         (the search used to drop out and report ``value = −1.0``).
     """
-    search = Search.parse(search, **settings)
+    search = Search.parse(search, default=MAP_SEARCH, **settings)
     Xt, row_list, extra = search_setup(
         X, rows=rows, init=init, check_norms=check_norms, device=device
     )
@@ -498,14 +512,19 @@ def word_sensitivity(
     Xs = Xt.to(work)  # Xt itself in its own dtype
     with torch.no_grad():
         base = phi_b(Xs[None])[0]  # as every text of the search: a batch entry
+    objective = map_objective(phi_b, Xs, base)
+    if batched and isinstance(phi, TokenwiseMap):  # a changed word goes through mix alone
+        check_tokenwise(phi, Xt.to(torch.float64), BATCH_RTOL)
+        objective = phi.word_objective(Xs, base, float(torch.linalg.vector_norm(base)))
     return ascend_and_certify(
-        map_objective(phi_b, Xs, base),
+        objective,
         phi_b,
         Xs,
         Xt,
         row_list,
         search,
         extra=None if extra is None else extra.to(work),
+        pair_elements=getattr(objective, "pair_elements", None),
         alone=True,
     )
 
@@ -910,7 +929,10 @@ def ascend_rows(
     (default ``n·d``, a perturbed text through the full map; the fast objectives hold
     ``O(n + d)`` a pair). Searches never interact: each row's steps are those it takes alone.
     A row with fewer starts than the most of its chunk repeats its last one (the same path,
-    so the same best iterate). Trusts its caller: ``Xt``, ``row_list`` and ``extra`` as
+    so the same best iterate). With ``search.halving`` every row is one chunk, evaluated
+    ``max_batch_elements // pair_elements`` searches at a time, and only the best searches
+    go on after each cut (:func:`wsutils.halving.halving_ascent`); a row whose every search
+    was cut keeps its best iterate so far. Trusts its caller: ``Xt``, ``row_list`` and ``extra`` as
     :func:`search_setup` returns them, ``search`` a checked :class:`~wsutils.search.Search`.
 
     Returns
@@ -929,56 +951,101 @@ def ascend_rows(
     starts = _row_starts(Xt, row_list, search, extra, row_starts)
     S = max(st.shape[0] for st in starts.values())
     per_pair = n * d if pair_elements is None else pair_elements
-    rows_per_chunk = max(1, search.max_batch_elements // (S * per_pair))
-    chunks = [row_list[j : j + rows_per_chunk] for j in range(0, len(row_list), rows_per_chunk)]
+    if search.halving is not None:  # every row at once, the hopeless searches cut
+        chunks = [row_list]
+    else:
+        rows_per_chunk = max(1, search.max_batch_elements // (S * per_pair))
+        chunks = [
+            row_list[j : j + rows_per_chunk] for j in range(0, len(row_list), rows_per_chunk)
+        ]
     found: dict[int, torch.Tensor] = {}
     # progress counts steps (a chunk of many rows can take minutes): one tick a step
     bar = tqdm(
         total=len(chunks) * max(search.steps, 1),
         desc="word sensitivity",
         unit="step",
-        disable=not search.progress,
         leave=False,
+        **search.bar(),
     )
+    tick = None if bar.disable else bar.update
     for c, chunk in enumerate(chunks):
-        R = len(chunk)
         Delta = torch.cat([_padded(starts[r], S) for r in chunk])
         Delta = project_ball(Delta, radius, exact=False)
         row_idx = torch.tensor(chunk, device=Xt.device).repeat_interleave(S)
         values = objective(chunk)
         own = getattr(values, "evaluate", None)  # a gradient written out (fast objectives)
-        best_val, best_Delta = cosine_ascent(
-            lambda D: values(row_idx, D),
-            Delta,
-            radius,
-            steps=search.steps,
-            lr=search.lr,
-            exact_result=False,
-            stop=search.stop,
-            group=S,
-            evaluate=None if own is None else (lambda D: own(row_idx, D)),
-            tick=bar.update if search.progress else None,
-        )
-        bar.n = (c + 1) * max(search.steps, 1)  # a chunk stopped early by ``stop``
-        bar.refresh()
-        vals = best_val.reshape(R, S).cpu()
-        blown = [r for j, r in enumerate(chunk) if bool((vals[j] == math.inf).any())]
-        if blown:
-            raise ValueError(
-                f"the map's relative change was +inf at some iterate of rows {blown} (φ "
-                "overflowed, or grew without bound, at a Δ in the ball), so no finite best "
-                "value exists there: evaluate the map in float64, or rescale it."
+        if search.halving is None:
+            best_val, best_Delta = cosine_ascent(
+                lambda D: values(row_idx, D),
+                Delta,
+                radius,
+                steps=search.steps,
+                lr=search.lr,
+                exact_result=False,
+                stop=search.stop,
+                group=S,
+                evaluate=None if own is None else (lambda D: own(row_idx, D)),
+                tick=tick,
             )
-        lost = [r for j, r in enumerate(chunk) if not bool(torch.isfinite(vals[j]).any())]
-        if lost:
-            raise ValueError(
-                f"the map gave non-finite values (NaN or inf) at every iterate of "
-                f"rows {lost}: no relative change could be measured there."
-            )
-        for j, r in enumerate(chunk):
-            k = j * S + int(torch.argmax(torch.nan_to_num(vals[j], nan=-math.inf)))
-            found[r] = best_Delta[k].detach().cpu()
+        else:
+            best_val, best_Delta = _halving(values, own, row_idx, Delta, search, S, per_pair, tick)
+        bar.update((c + 1) * max(search.steps, 1) - bar.n)  # a chunk stopped by ``stop``
+        if not bar.disable and bar.format_dict["elapsed"] >= bar.delay:
+            bar.refresh()  # the chunk's last count shown (update shows at most 10 a second)
+        found.update(_best_of_rows(chunk, best_val, best_Delta, S))
     bar.close()
+    return found
+
+
+def _halving(values, own, row_idx, Delta, search: Search, S: int, per_pair: int, tick):
+    """:func:`ascend_rows`'s searches with ``search.halving``
+    (:func:`wsutils.halving.halving_ascent`): the same steps and stopping rule as
+    :func:`cosine_ascent`, evaluated ``max_batch_elements // per_pair`` searches at a time, and
+    for a full map (no gradient of its own) at most :data:`wsutils.halving.EVAL_ELEMENTS`
+    entries a chunk."""
+    radius = math.sqrt(Delta.shape[1])
+    cache = search.max_batch_elements if own is not None else EVAL_ELEMENTS
+
+    def evaluate(idx: torch.Tensor, D: torch.Tensor):
+        if own is not None:
+            return own(row_idx[idx], D)
+        return autograd_values(lambda DD: values(row_idx[idx], DD))(D)
+
+    trail: list[torch.Tensor] = []
+    return halving_ascent(
+        evaluate,
+        Delta,
+        steps=search.steps,
+        step=cosine_step(radius, search.lr, search.steps),
+        halving=search.halving,
+        floor=S,
+        chunk=max(1, min(search.max_batch_elements, cache) // per_pair),
+        stalled=None if search.stop is None else (lambda b: stalled(trail, b, search.stop, S)),
+        tick=tick,
+    )
+
+
+def _best_of_rows(chunk: list[int], best_val, best_Delta, S: int) -> dict[int, torch.Tensor]:
+    """Each row's best iterate over its ``S`` searches (consecutive in ``best_val``), on the
+    CPU; a row whose best value is ``+inf`` or every value non-finite is a ValueError."""
+    vals = best_val.reshape(len(chunk), S).cpu()
+    blown = [r for j, r in enumerate(chunk) if bool((vals[j] == math.inf).any())]
+    if blown:
+        raise ValueError(
+            f"the map's relative change was +inf at some iterate of rows {blown} (φ "
+            "overflowed, or grew without bound, at a Δ in the ball), so no finite best "
+            "value exists there: evaluate the map in float64, or rescale it."
+        )
+    lost = [r for j, r in enumerate(chunk) if not bool(torch.isfinite(vals[j]).any())]
+    if lost:
+        raise ValueError(
+            f"the map gave non-finite values (NaN or inf) at every iterate of "
+            f"rows {lost}: no relative change could be measured there."
+        )
+    found = {}
+    for j, r in enumerate(chunk):
+        k = j * S + int(torch.argmax(torch.nan_to_num(vals[j], nan=-math.inf)))
+        found[r] = best_Delta[k].detach().cpu()
     return found
 
 

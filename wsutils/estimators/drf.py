@@ -256,7 +256,7 @@ def drf_row_sensitivity(
         divides by a zero base output; it used to return ``−1.0``), or an input check of
         :func:`wsutils.sensitivity.search_setup` fails.
     """
-    fixed = ("lr", "dtype", "max_batch_elements", "progress")
+    fixed = ("lr", "dtype", "max_batch_elements", "progress", "halving")
     search = parse_fixed(search, DRF_SEARCH, fixed, "the deep random-feature search")
     starts, steps = search.starts, search.steps
     Xt, rows, extra = search_setup(

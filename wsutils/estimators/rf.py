@@ -553,8 +553,9 @@ def rf_word_sensitivity(
     starts, steps, ``dtype`` of the ascent iterations (``"float32"``; ``"float64"``; ``None``
     keeps ``V_i``'s own precision; bounds and values are float64 either way), ``progress``
     (a bar over the rows) and ``stop``; the seed of the random starts is ``search.seed``, by
-    default ``seed + 1``. The step is not a setting (every step lands on the sphere), so a
-    ``lr`` or ``max_batch_elements`` other than :data:`RF_SEARCH`'s is a ValueError.
+    default ``seed + 1``. The step is not a setting (every step lands on the sphere) and every
+    start is searched to the end, so a ``lr``, ``max_batch_elements`` or ``halving`` other
+    than :data:`RF_SEARCH`'s is a ValueError.
     ``precision``: the dtype of the ``reduced``-mode draw (:func:`rf_row_law`; ``"float64"``
     by default, ``"float32"`` draws single-precision weights, four times faster, a different
     draw); the ``blocks`` mode always draws single-precision weights and ignores it.
@@ -633,7 +634,7 @@ def rf_word_sensitivity(
             seed=seed,
             starts=starts,
             steps=steps,
-            progress=search.progress,
+            bar=search.bar(),
             search_dtype=work,
             precision=draw,
             upper=bool(upper),
@@ -645,9 +646,10 @@ def rf_word_sensitivity(
 def rf_search(search: Search | dict | None = None, /, **settings) -> Search:
     """The search of :func:`rf_word_sensitivity`: ``search`` (default :data:`RF_SEARCH`) with
     ``settings`` (:func:`wsutils.search.parse_fixed`). Every step of this ascent lands on the
-    sphere and each row's starts are one batch, so a ``lr`` or ``max_batch_elements`` other
-    than :data:`RF_SEARCH`'s, which it would not use, is a ValueError."""
-    fixed = ("lr", "max_batch_elements")
+    sphere and each row's starts are one batch, searched to the end, so a ``lr``,
+    ``max_batch_elements`` or ``halving`` other than :data:`RF_SEARCH`'s, which it would not
+    use, is a ValueError."""
+    fixed = ("lr", "max_batch_elements", "halving")
     return parse_fixed(search, RF_SEARCH, fixed, "the random-feature search", **settings)
 
 
@@ -712,7 +714,7 @@ def _rf_word_sensitivity(
     seed,
     starts,
     steps,
-    progress,
+    bar,
     search_dtype,
     precision=torch.float64,
     upper=True,
@@ -733,7 +735,7 @@ def _rf_word_sensitivity(
     per_row, per_up, per_lo = {}, {}, {}
     best = (-1.0, row_list[0], torch.zeros(d, dtype=torch.float64))
     n_starts = 0
-    for r in tqdm(row_list, desc="rf rows", disable=not progress, leave=False):
+    for r in tqdm(row_list, desc="rf rows", leave=False, **bar):
         if mode in ("blocks", "rows"):
             Vi = rf_weight_block(k, n, d, r, seed=seed, device=Xt.device, dtype=torch.float32)
         val, Delta, up, lo, n_starts = _search_row(

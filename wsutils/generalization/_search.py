@@ -22,7 +22,7 @@ from ..checks import (
     check_text,
 )
 from ..maps import Normalisation, flat, normalise_scores
-from ..search import Search
+from ..search import Search, check_unhalved
 from ..sensitivity import cosine_ascent, init_starts, perturb, project_ball
 from ._common import GENERAL, LOSSES, MAPS
 from ._features import _attention_fn
@@ -252,7 +252,9 @@ def search_flip(
     ``settings``: its fields as keywords) gives the starts, steps, ``lr``, seed and the
     precision ``dtype`` of the whole search.
     """
-    search = Search.parse(search, default=FLIP_SEARCH, **settings)
+    search = check_unhalved(
+        Search.parse(search, default=FLIP_SEARCH, **settings), "the flip search"
+    )
     d = check_int("d", d, minimum=1)
     target = check_real("target", target)
     starts, steps, lr = search.starts, search.steps, search.lr
@@ -315,7 +317,9 @@ def search_flips(
     ball in float64 and read out again in float64, the start with the smallest float64 loss
     wins, and every returned number (``value``, ``loss``) is float64. Returns one
     :class:`FlipResult` per target, in order."""
-    search = Search.parse(search, default=FLIP_SEARCH, **settings)
+    search = check_unhalved(
+        Search.parse(search, default=FLIP_SEARCH, **settings), "the flip search"
+    )
     d = check_int("d", d, minimum=1)
     starts, steps, lr = search.starts, search.steps, search.lr
     dtype = search.work_dtype(torch.float64)
