@@ -20,9 +20,10 @@ the timed ones, and each schedule ``(t0, keep)`` of a small grid is replayed on 
 its cost (the fraction of the full search's passes) and on how many texts the full search's
 best (word, start) survives every cut.
 
-``python -m benchmarks bench_generic`` (``--texts 5``, ``--sizes 100x256,128x768``,
-``--full`` adds the generic search without halving on the first text of the first size, the
-baseline of the issue, minutes; ``--schedules``).
+``python -m benchmarks bench_generic``, or with options ``python -m benchmarks.bench_generic``
+(``--texts 5``, ``--sizes 100x256,128x768``, ``--full`` adds the generic search without
+halving on the first text of the first size, the baseline of the issue, minutes;
+``--schedules``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ from wsutils.tokenwise import TokenwiseMap
 SIZES = [(100, 256), (128, 768)]
 #: the timed texts' seeds: X from 1000 + t, W from 2000 + t; the schedules' from 100 + t, 200 + t
 TIMED, RECORDED = (1000, 2000), (100, 200)
+#: the generic searches' settings: the default search with halving, no bar in the table
+HALVED = dict(seed=0, halving=SCHEDULE, progress=False)
 
 
 def softmax_tokenwise(W: torch.Tensor) -> TokenwiseMap:
@@ -81,12 +84,8 @@ def compare(sizes, texts: int, full: bool) -> None:
     for (n, d), t in itertools.product(sizes, range(texts)):
         X, W = ws.sample_X(n, d, seed=TIMED[0] + t), ws.sample_W(d, seed=TIMED[1] + t)
         tb, b = _timed(lambda: attention_word_sensitivity(X, W, seed=0))
-        tg, g = _timed(
-            lambda: ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, seed=0, halving=SCHEDULE)
-        )
-        tt, k = _timed(
-            lambda: ws.word_sensitivity(softmax_tokenwise(W), X, seed=0, halving=SCHEDULE)
-        )
+        tg, g = _timed(lambda: ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, **HALVED))
+        tt, k = _timed(lambda: ws.word_sensitivity(softmax_tokenwise(W), X, **HALVED))
         print(
             f"{n:>4} {d:>4} {t:>4} | {tb:>10.1f} {b.value:>9.5f} | {tg:>9.1f} {tg / tb:>5.2f} "
             f"{g.value / b.value - 1:>+9.1e} | {tt:>11.1f} {tt / tb:>5.2f} "
@@ -94,7 +93,9 @@ def compare(sizes, texts: int, full: bool) -> None:
             flush=True,
         )
         if full and t == 0 and (n, d) == sizes[0]:
-            tf, f = _timed(lambda: ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, seed=0))
+            tf, f = _timed(
+                lambda: ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, seed=0, progress=False)
+            )
             print(
                 f"{'':>14} the generic search without halving: {tf:.1f} s "
                 f"({tf / tb:.1f}×), S = {f.value:.5f} ({f.value / b.value - 1:+.1e})",
