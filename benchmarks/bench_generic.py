@@ -2,8 +2,9 @@
 softmax estimator (``attention_word_sensitivity``), on the same texts and seed (issue 53).
 
 Softmax attention is written by hand twice: as a plain function, ``lambda Z: ws.raf(Z, W)``,
-and declared word-wise, ``TokenwiseMap(tokens=[Z W, Z], mix=softmax(F_Q F_Kᵀ/√d) F_K)``
-(:mod:`wsutils.tokenwise`). Both go through the generic estimator with successive halving
+and declared word-wise, ``wsutils.tokenwise.softmax_attention(W)``
+(``TokenwiseMap(tokens=[Z W, Z], mix=softmax(F_Q F_Kᵀ/√d) F_K)``). Both go through the
+generic estimator with successive halving
 (``halving=SCHEDULE``, :mod:`wsutils.halving`); the built-in runs its default search (every
 word, 8 starts, 200 steps, its ``O(n·d)`` objective). Every search here runs the default
 ``Search()`` otherwise, seed 0, float64, the machine's threads; the three run one after the
@@ -44,28 +45,13 @@ from wsutils.maps import Normalisation
 from wsutils.run.device import describe_device
 from wsutils.search import Search
 from wsutils.sensitivity import _row_starts, cosine_step, project_ball
-from wsutils.tokenwise import TokenwiseMap
+from wsutils.tokenwise import softmax_attention
 
 SIZES = [(100, 256), (128, 768)]
 #: the timed texts' seeds: X from 1000 + t, W from 2000 + t; the schedules' from 100 + t, 200 + t
 TIMED, RECORDED = (1000, 2000), (100, 200)
 #: the generic searches' settings: the default search with halving, no bar in the table
 HALVED = dict(seed=0, halving=SCHEDULE, progress=False)
-
-
-def softmax_tokenwise(W: torch.Tensor) -> TokenwiseMap:
-    """Softmax attention ``softmax(Z W Zᵀ/√d) Z`` declared word-wise: ``tokens(Z) = [Z W, Z]``,
-    ``mix(F) = softmax(F_Q F_Kᵀ/√d) F_K`` (the scores in ``ws.raf``'s order)."""
-    d = W.shape[0]
-
-    def tokens(Z):
-        return torch.cat([Z @ W.to(Z.dtype), Z], dim=-1)
-
-    def mix(F):
-        Q, K = F[..., :d], F[..., d:]
-        return torch.softmax(Q @ K.transpose(-1, -2) / math.sqrt(d), dim=-1) @ K
-
-    return TokenwiseMap(tokens, mix)
 
 
 def _timed(fn):
@@ -85,7 +71,7 @@ def compare(sizes, texts: int, full: bool) -> None:
         X, W = ws.sample_X(n, d, seed=TIMED[0] + t), ws.sample_W(d, seed=TIMED[1] + t)
         tb, b = _timed(lambda: attention_word_sensitivity(X, W, seed=0))
         tg, g = _timed(lambda: ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, **HALVED))
-        tt, k = _timed(lambda: ws.word_sensitivity(softmax_tokenwise(W), X, **HALVED))
+        tt, k = _timed(lambda: ws.word_sensitivity(softmax_attention(W), X, **HALVED))
         print(
             f"{n:>4} {d:>4} {t:>4} | {tb:>10.1f} {b.value:>9.5f} | {tg:>9.1f} {tg / tb:>5.2f} "
             f"{g.value / b.value - 1:>+9.1e} | {tt:>11.1f} {tt / tb:>5.2f} "

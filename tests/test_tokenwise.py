@@ -10,25 +10,12 @@ import torch
 
 import wsutils as ws
 from wsutils.sensitivity import BATCH_RTOL, map_objective, relative_changes
-from wsutils.tokenwise import TokenwiseMap, replace_rows
-
-
-def _softmax_attention(W):
-    d = W.shape[0]
-
-    def tokens(Z):
-        return torch.cat([Z @ W.to(Z.dtype), Z], dim=-1)
-
-    def mix(F):
-        Q, K = F[..., :d], F[..., d:]
-        return torch.softmax(Q @ K.transpose(-1, -2) / math.sqrt(d), dim=-1) @ K
-
-    return TokenwiseMap(tokens, mix)
+from wsutils.tokenwise import TokenwiseMap, replace_rows, softmax_attention
 
 
 def test_it_is_the_map_it_declares():
     X, W = ws.sample_X(9, 6, seed=1), ws.sample_W(6, seed=2)
-    phi = _softmax_attention(W)
+    phi = softmax_attention(W)
     assert torch.equal(phi(X[None]), phi.mix(phi.tokens(X[None])))
     # softmax attention: ws.raf's map, up to the rounding of another order of operations
     assert torch.allclose(phi(X[None])[0], ws.raf(X, W), rtol=BATCH_RTOL, atol=0)
@@ -45,7 +32,7 @@ def test_replace_rows():
 def test_the_objective_measures_the_whole_maps_relative_change():
     n, d = 10, 8
     X, W = ws.sample_X(n, d, seed=3), ws.sample_W(d, seed=4)
-    phi = _softmax_attention(W)
+    phi = softmax_attention(W)
     base = phi(X[None])[0]
     ours = phi.word_objective(X, base, float(torch.linalg.vector_norm(base)))(None)
     whole = map_objective(phi, X, base)(None)
@@ -61,7 +48,7 @@ def test_the_objective_measures_the_whole_maps_relative_change():
 def test_a_search_through_mix_is_certified_by_the_whole_map():
     n, d = 12, 8
     X, W = ws.sample_X(n, d, seed=5), ws.sample_W(d, seed=6)
-    phi = _softmax_attention(W)
+    phi = softmax_attention(W)
     res = ws.word_sensitivity(phi, X, starts=3, steps=30, seed=0)
     rows = sorted(res.per_row)
     D = torch.as_tensor(np.stack([res.per_row_Delta[r] for r in rows]))

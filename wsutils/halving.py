@@ -5,7 +5,7 @@ A search of ``S_φ(X)`` (:prf:ref:`def-word-sensitivity`) runs ``starts`` projec
 each of the ``n`` words, ``n·starts`` searches of ``steps`` steps, and keeps the best value any
 of them finds. For a map of one's own every step is a forward and a backward pass of the whole
 map, so that search costs ``n·starts·steps`` passes. Most of those searches end at a local
-maximum below the best one, and a search's best value after a few dozen steps ranks it among
+maximum below the best one, and a search's best value after ten or so steps ranks it among
 the others well enough to stop the hopeless ones early (measured in ``benchmarks/
 bench_generic.py``; nothing here proves it).
 
@@ -29,9 +29,9 @@ import torch
 
 __all__ = ["EVAL_ELEMENTS", "SCHEDULE", "cut", "halving_ascent", "passes"]
 
-#: A schedule for softmax attention at the default search (8 starts, 200 steps): cut to a
-#: third after 10, 20, 40, … steps, about 9 % of the full search's passes. On the recorded
-#: searches of 20 random texts at ``(n, d) = (100, 256)`` and 20 at ``(128, 768)``
+#: A schedule for softmax attention at the default search of 8 starts and 200 steps, which
+#: cuts to a third after 10, 20, 40, … steps, about 9 % of the full search's passes. On the
+#: recorded searches of 20 random texts at ``(n, d) = (100, 256)`` and 20 at ``(128, 768)``
 #: (``python -m benchmarks.bench_generic --schedules``) the full search's best (row, start)
 #: survived every cut on 39 of the 40 (all 20 and 19 of 20); ``(12, 1/3)`` kept it on all 40
 #: at 11 % of the passes. A measurement on those texts, not a guarantee for a map of one's
@@ -40,17 +40,16 @@ SCHEDULE = (10, 1 / 3)
 
 #: The entries of the perturbed texts one evaluation of a map of one's own holds (a chunk of
 #: the searches still running): ``2**19`` (4 MB in float64) keeps a forward and backward pass
-#: of softmax attention in cache. At ``(n, d) = (128, 768)`` a pass took 5.8 ms a text in
-#: chunks of 8 texts against 7.3 ms in chunks of 85 (``2**23`` entries), on this book's
-#: 2-core machine.
+#: of softmax attention in cache. At ``(n, d) = (128, 768)`` a pass took 5.8–6.0 ms a text
+#: in chunks of 4 to 16 texts against 7.3 ms in chunks of 85 (``2**23`` entries), on this
+#: book's 2-core machine.
 EVAL_ELEMENTS = 2**19
 
 
 def cut(best_val: torch.Tensor, alive: torch.Tensor, keep: float, floor: int) -> torch.Tensor:
     """The searches of ``alive`` (indices into ``best_val``) that go on after a cut: the
     ``max(floor, ⌈keep·len(alive)⌉)`` with the largest best values (NaN ranks last), ties to
-    the lower index, returned in increasing order (so a chunk of the evaluation holds the same
-    searches whatever the values)."""
+    the lower index, returned in increasing order."""
     k = min(len(alive), max(floor, math.ceil(keep * len(alive))))
     vals = torch.nan_to_num(best_val[alive].to(torch.float64), nan=-math.inf)
     order = torch.sort(-vals, stable=True).indices  # best first; equal values by index

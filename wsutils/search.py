@@ -81,6 +81,18 @@ def check_progress(progress) -> bool | float:
     return float(progress)
 
 
+def _pair(value, name: str, form: str, first: str, second: str, ok) -> tuple[int, float]:
+    """``value`` read as ``form``, a pair (a list, as JSON gives it, too): an integer
+    ``first ≥ 1`` and a real number ``second`` for which ``ok(second)`` holds; anything else is
+    a ValueError naming ``name``."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+        raise ValueError(f"{name} must be None or {form}, got {value!r}.")
+    a, b = check_int(first, value[0], minimum=1), value[1]
+    if isinstance(b, (bool, np.bool_)) or not isinstance(b, numbers.Real) or not ok(b):
+        raise ValueError(f"{second}, got {b!r}.")
+    return a, float(b)
+
+
 def check_stop(stop) -> tuple[int, float] | None:
     """A search's stopping rule: ``None`` (take every step) or ``(m, rtol)``, an integer
     ``m ≥ 1`` and a finite ``rtol ≥ 0`` (a list ``[m, rtol]``, as JSON gives it, is read as the
@@ -88,17 +100,14 @@ def check_stop(stop) -> tuple[int, float] | None:
     steps."""
     if stop is None:
         return None
-    if isinstance(stop, (str, bytes)) or not hasattr(stop, "__len__") or len(stop) != 2:
-        raise ValueError(f"stop must be None or (m, rtol), got {stop!r}.")
-    m = check_int("stop window m", stop[0], minimum=1)
-    rtol = stop[1]
-    if (
-        isinstance(rtol, (bool, np.bool_))
-        or not isinstance(rtol, numbers.Real)
-        or not (math.isfinite(rtol) and rtol >= 0)
-    ):
-        raise ValueError(f"stop tolerance rtol must be a finite number ≥ 0, got {rtol!r}.")
-    return m, float(rtol)
+    return _pair(
+        stop,
+        "stop",
+        "(m, rtol)",
+        "stop window m",
+        "stop tolerance rtol must be a finite number ≥ 0",
+        lambda rtol: math.isfinite(rtol) and rtol >= 0,
+    )
 
 
 def check_halving(halving) -> tuple[int, float] | None:
@@ -108,17 +117,14 @@ def check_halving(halving) -> tuple[int, float] | None:
     4·t0, …`` only the best ``keep`` of the (row, start) searches still running go on."""
     if halving is None:
         return None
-    if isinstance(halving, (str, bytes)) or not hasattr(halving, "__len__") or len(halving) != 2:
-        raise ValueError(f"halving must be None or (t0, keep), got {halving!r}.")
-    t0 = check_int("halving's first cut t0", halving[0], minimum=1)
-    keep = halving[1]
-    if (
-        isinstance(keep, (bool, np.bool_))
-        or not isinstance(keep, numbers.Real)
-        or not 0 < keep < 1
-    ):
-        raise ValueError(f"halving's kept fraction must be a number in (0, 1), got {keep!r}.")
-    return t0, float(keep)
+    return _pair(
+        halving,
+        "halving",
+        "(t0, keep)",
+        "halving's first cut t0",
+        "halving's kept fraction must be a number in (0, 1)",
+        lambda keep: 0 < keep < 1,
+    )
 
 
 def check_unhalved(search: "Search", who: str) -> "Search":

@@ -417,8 +417,8 @@ def _batched(phi: Map, batched: bool) -> Map:
     return lambda Xb: torch.stack([phi(x) for x in Xb])
 
 
-#: The default search of :func:`word_sensitivity`: ``Search()``'s, with a progress bar once
-#: the search has run 5 seconds (a map of one's own can take minutes; a short search prints
+#: The default search of :func:`word_sensitivity`, ``Search()`` with a progress bar once the
+#: search has run 5 seconds (a map of one's own can take minutes; a short search prints
 #: nothing).
 MAP_SEARCH = Search(progress=5.0)
 

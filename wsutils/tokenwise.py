@@ -3,9 +3,10 @@
 Most maps of a transformer begin word by word: the queries, keys and values ``x_j W_Q``,
 ``x_j W_K``, ``x_j W_V``, a layer norm of each word, a feed-forward layer. Written as
 ``φ(Z) = mix(tokens(Z))`` with ``tokens`` acting on each row of ``Z`` alone, the change of one
-word ``i`` changes one row of ``tokens(Z)``: a search (:func:`wsutils.sensitivity.
-word_sensitivity`) computes ``tokens(X)`` once, and for each ``(i, Δ)`` only
-``tokens(x_i + Δ)`` (one word) and ``mix`` of the text with that row replaced. For softmax
+word ``i`` changes one row of ``tokens(Z)``: a search
+(:func:`wsutils.sensitivity.word_sensitivity`) computes ``tokens(X)`` once, and for each
+``(i, Δ)`` only ``tokens(x_i + Δ)`` (one word) and ``mix`` of the text with that row
+replaced. For softmax
 attention ``mix`` costs ``O(n²·d)`` a text against ``O(n·d² + n²·d)`` for the whole map, and
 the backward pass saves the same.
 
@@ -16,12 +17,13 @@ evaluated text by text as by hand.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-__all__ = ["TokenwiseMap", "check_tokenwise", "replace_rows"]
+__all__ = ["TokenwiseMap", "check_tokenwise", "replace_rows", "softmax_attention"]
 
 Map = Callable[[torch.Tensor], torch.Tensor]
 
@@ -73,6 +75,23 @@ class TokenwiseMap:
 
         objective.pair_elements = F.numel()
         return objective
+
+
+def softmax_attention(W: torch.Tensor) -> TokenwiseMap:
+    """Softmax attention ``softmax(Z W Zᵀ/√d) Z`` (eq. :eq:`eq-raf`) declared word-wise:
+    ``tokens(Z) = [Z W, Z]`` (each word's query ``x W`` and its key and value ``x``) and
+    ``mix(F) = softmax(F_Q F_Kᵀ/√d) F_K``, the scores formed in :func:`wsutils.raf`'s order.
+    The example of the "Your own map" page and ``benchmarks/bench_generic.py``."""
+    d = W.shape[0]
+
+    def tokens(Z):
+        return torch.cat([Z @ W.to(Z.dtype), Z], dim=-1)
+
+    def mix(F):
+        Q, K = F[..., :d], F[..., d:]
+        return torch.softmax(Q @ K.transpose(-1, -2) / math.sqrt(d), dim=-1) @ K
+
+    return TokenwiseMap(tokens, mix)
 
 
 def check_tokenwise(phi: TokenwiseMap, X64: torch.Tensor, rtol: float) -> None:
