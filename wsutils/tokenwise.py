@@ -80,8 +80,9 @@ class TokenwiseMap:
 def softmax_attention(W: torch.Tensor) -> TokenwiseMap:
     """Softmax attention ``softmax(Z W Zᵀ/√d) Z`` (eq. :eq:`eq-raf`) declared word-wise:
     ``tokens(Z) = [Z W, Z]`` (each word's query ``x W`` and its key and value ``x``) and
-    ``mix(F) = softmax(F_Q F_Kᵀ/√d) F_K``, the scores formed in :func:`wsutils.raf`'s order.
-    The example of the "Your own map" page and ``benchmarks/bench_generic.py``."""
+    ``mix(F) = softmax(F_Q F_Kᵀ/√d) F_K``, the scores formed in the order of
+    :func:`wsutils.maps.raf`: the map the "Your own map" page writes by hand, and the one
+    ``benchmarks/bench_generic.py`` times."""
     d = W.shape[0]
 
     def tokens(Z):
