@@ -64,7 +64,7 @@ CHROMIUM_FLAGS = [
     "--hide-scrollbars",
     "--remote-debugging-pipe",
 ]
-WIDTH, HEIGHT, MAX_HEIGHT = 1280, 1000, 20000
+WIDTH, HEIGHT, MAX_HEIGHT = 1280, 1000, 16000  # Chromium refuses a much taller capture
 
 # Runs in the page once it has loaded and MathJax is done; returns a list of problems.
 CHECKS_JS = r"""
@@ -356,8 +356,12 @@ class Browser:
                     mobile=False,
                 )
                 time.sleep(0.3)  # let the page lay out at its full height
-                shot = self.send(
-                    "Page.captureScreenshot", session, format="png", captureBeyondViewport=True
+                shot = self.send(  # the page's top MAX_HEIGHT pixels: a longer one is refused
+                    "Page.captureScreenshot",
+                    session,
+                    format="png",
+                    captureBeyondViewport=True,
+                    clip=dict(x=0, y=0, width=WIDTH, height=height, scale=1),
                 )
                 screenshot.write_bytes(base64.b64decode(shot["data"]))
             js_errors = console_errors(self.events)
