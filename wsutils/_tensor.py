@@ -2,7 +2,8 @@
 conversion at the door, with its refusals, is :func:`wsutils.checks.as_tensor`).
 
 Also the overflow-safe row norm that every rescaling in ``wsutils`` uses (:func:`row_norms`)
-and the exact power-of-two rescaling (:func:`pow2_above`).
+and the exact power-of-two rescaling (:func:`pow2_above`), and the probes with which a
+map's declarations are checked (:func:`probe_moves`).
 
 This module and :mod:`wsutils._digest` are the package's shared internals: any module of
 ``wsutils``, in any subpackage, may import their public names (``tests/test_layers.py``
@@ -11,6 +12,7 @@ allows exactly these two across subpackages). They are not on the API page.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -49,3 +51,14 @@ def pow2_above(t: torch.Tensor) -> torch.Tensor:
     big = t.detach().abs().amax()
     _, e = torch.frexp(big)
     return torch.where(big > 0, torch.ldexp(torch.ones_like(big), e), torch.ones_like(big))
+
+
+def probe_moves(n: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed perturbations with which a map's declarations are checked before a search
+    trusts them (:func:`wsutils.sensitivity.check_batch_map`,
+    :func:`wsutils.tokenwise.check_tokenwise`): the rows ``[0, n − 1]`` (the first and last
+    words) and two float64 ``Δ`` of norm ``√d``, drawn from a generator seeded 0."""
+    g = torch.Generator().manual_seed(0)
+    D = torch.randn(2, d, generator=g, dtype=torch.float64)
+    D *= math.sqrt(d) / torch.linalg.vector_norm(D, dim=1, keepdim=True)
+    return torch.tensor([0, n - 1]), D

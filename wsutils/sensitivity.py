@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ._tensor import Array, row_norms
+from ._tensor import Array, probe_moves, row_norms
 from .checks import as_tensor, as_text, check_finite, check_int, check_real, check_unit_rows
 from .halving import EVAL_ELEMENTS, halving_ascent
 from .search import Search
@@ -545,11 +545,8 @@ def check_batch_map(phi_b: Map, X64: torch.Tensor) -> None:
     A map written for one ``(n, d)`` text that mixes a batch (a mean over axis 0, a norm over
     the whole tensor) would otherwise be searched and certified as another map; one that does
     not broadcast fails on the batch. Each is a ValueError that names ``batched=False``."""
-    n, d = X64.shape
-    g = torch.Generator().manual_seed(0)
-    D = torch.randn(2, d, generator=g, dtype=torch.float64)
-    D *= math.sqrt(d) / torch.linalg.vector_norm(D, dim=1, keepdim=True)
-    texts = torch.cat([X64[None], perturb(X64, torch.tensor([0, n - 1]), D)])
+    ends, D = probe_moves(*X64.shape)
+    texts = torch.cat([X64[None], perturb(X64, ends, D)])
     hint = (
         "the estimator evaluates many texts in one batch (B, n, d); for a map written for "
         "one (n, d) text, pass batched=False."
@@ -1004,7 +1001,9 @@ def _halving(values, own, row_idx, Delta, search: Search, S: int, per_pair: int,
     for a full map (no gradient of its own) at most :data:`wsutils.halving.EVAL_ELEMENTS`
     entries a chunk."""
     radius = math.sqrt(Delta.shape[1])
-    cache = search.max_batch_elements if own is not None else EVAL_ELEMENTS
+    limit = search.max_batch_elements  # a full map's chunk also fits in cache:
+    if own is None:
+        limit = min(limit, EVAL_ELEMENTS)
 
     def evaluate(idx: torch.Tensor, D: torch.Tensor):
         if own is not None:
@@ -1019,7 +1018,7 @@ def _halving(values, own, row_idx, Delta, search: Search, S: int, per_pair: int,
         step=cosine_step(radius, search.lr, search.steps),
         halving=search.halving,
         floor=S,
-        chunk=max(1, min(search.max_batch_elements, cache) // per_pair),
+        chunk=max(1, limit // per_pair),
         stalled=None if search.stop is None else (lambda b: stalled(trail, b, search.stop, S)),
         tick=tick,
     )

@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from ._tensor import probe_moves
+
 __all__ = ["TokenwiseMap", "check_tokenwise", "replace_rows", "softmax_attention"]
 
 Map = Callable[[torch.Tensor], torch.Tensor]
@@ -108,10 +110,7 @@ def check_tokenwise(phi: TokenwiseMap, X64: torch.Tensor, rtol: float) -> None:
         "TokenwiseMap declares that tokens acts on each word alone, the same way at every "
         "position; pass the whole map as a plain function (lambda Z: mix(tokens(Z))) instead."
     )
-    g = torch.Generator().manual_seed(0)
-    D = torch.randn(2, d, generator=g, dtype=torch.float64)
-    D *= d**0.5 / torch.linalg.vector_norm(D, dim=1, keepdim=True)
-    ends = torch.tensor([0, n - 1])
+    ends, D = probe_moves(n, d)
     with torch.no_grad():
         F = phi.tokens(X64[None])[0].to(torch.float64)
         moved = phi.tokens(replace_rows(X64, ends, X64[ends] + D)).to(torch.float64)
