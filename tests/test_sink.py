@@ -184,3 +184,45 @@ def test_upper_certificate_at_some_rows_is_the_full_ones(b):
     np.testing.assert_allclose(some, full[[1, 5, 7]], rtol=4 * math.sqrt(gamma(d + 2)))
     with pytest.raises(ValueError, match="out of range"):
         softmax_certified_upper(X, W, rows=[n])
+
+
+@pytest.mark.parametrize("value, b", [("real", 24.0), ("zero", 20.0)])
+def test_sink_point_searched_lower_is_the_estimators(value, b):
+    """With a search, the grid's lower bound is the estimator's for the sink map (the
+    constructions among its starts), so it is never below the constructions' bound beyond
+    the rounding of two float64 evaluations, and never above the upper certificate."""
+    from wsutils.experiments.sink import sink_point, sink_text
+
+    n, d = 12, 32
+    search = {"starts": 2, "steps": 30}
+    got = sink_point(d, n, b, value, 5, rows=(1,), search=search)
+    X, W = sink_text(n, d, value, 5), ws.sample_W(d, seed=6)
+    norm = Normalisation("softmax", sink=b)
+    ref = attention_word_sensitivity(
+        X, W, normalisation=norm, rows=[1], takeovers=True, seed=0, **search
+    ).value
+    slack = 2 * gamma((n + 1) * d)
+    assert got["searched"] and got["lower"] == pytest.approx(ref, rel=slack)
+    assert got["lower"] >= got["lower_constructions"] * (1 - slack)
+    assert got["lower"] <= got["upper"] * (1 + slack)
+
+
+def test_past_the_own_margin_the_certificate_keeps_the_row():
+    """margin_own is log Σ_k e^{s̄_1k} (prop-sink-rows, part 2): past it the off-sink weight
+    bound e^{margin_own − b0} is below 1, and the estimator's best Δ keeps no more of word
+    1's row off the sink than that bound allows."""
+    from wsutils.experiments.sink import sink_point, sink_text
+    from wsutils.maps import normalise_scores
+
+    n, d = 12, 32
+    m = sink_point(d, n, 0.0, "zero", 5)["margin_own"]
+    X, W = sink_text(n, d, "zero", 5), ws.sample_W(d, seed=6)
+    b = m + 2.0
+    norm = Normalisation("softmax", sink=b)
+    res = attention_word_sensitivity(
+        X, W, normalisation=norm, rows=[1], takeovers=True, seed=0, starts=2, steps=30
+    )
+    Xp = X.clone()
+    Xp[1] += torch.as_tensor(res.Delta, dtype=X.dtype)
+    A = normalise_scores(attention_scores(Xp, W), norm)
+    assert 1 - float(A[1, 0]) <= math.exp(m - b) * (1 + 1e-9)

@@ -34,7 +34,7 @@ from ..maps import Normalisation, attention_scores
 from ..sensitivity import check_rows
 from .takeover import _top_eigvec
 
-__all__ = ["softmax_certified_upper"]
+__all__ = ["off_sink_exponents", "softmax_certified_upper"]
 
 
 def _log_others(z: torch.Tensor, A: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
@@ -75,24 +75,22 @@ def _distances_above(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(sq.clamp_min(0) + slack)
 
 
-def _sink_row_bound(Xt, Wt, c: float, b0: float, cols, to_sink) -> torch.Tensor:
-    """For each word ``i`` of ``cols``, a bound on ``‖φ'_i − φ_i‖`` from the sink
-    (:prf:ref:`prop-sink-rows`): ``φ'_i − x_0`` is a mixture of ``v − x_0`` over the keys
-    ``v ≠ x_0`` with total weight ``1 − a'_i0 ≤ Σ_{k≥1} exp(z'_ik − z'_i0)``, and each exponent
-    is at most its sup over the ball, ``c·[x_iᵀW(x_k − x_0) + √d‖W(x_k − x_0)‖]/√d − b_0`` for
-    ``k ≠ i`` and ``c·[x_iᵀW_s x_i + 2√d‖W_s x_i‖ + λ₊d − x_iᵀWx_0 + √d‖Wx_0‖]/√d − b_0`` for
-    the word itself (``W_s = (W + Wᵀ)/2``, ``λ₊`` its largest eigenvalue or 0). So
-    ``‖φ'_i − φ_i‖ ≤ (1 − a'_i0)·max_v ‖v − x_0‖ + ‖φ_i − x_0‖`` (``to_sink``: the last
-    term, for the words of ``cols``)."""
-    n, d = Xt.shape
+def off_sink_exponents(Xt: torch.Tensor, Wt: torch.Tensor, c: float, cols) -> torch.Tensor:
+    """The exponents of :prf:ref:`prop-sink-rows`, part 2, at margin ``b_0 = 0``: ``[c, k]``,
+    for the word ``i = cols[c]`` and every key ``k``, bounds ``z'_ik − z'_i0 + b_0`` over the
+    ball ``‖Δ‖ ≤ √d``: ``c·[x_iᵀW(x_k − x_0) + √d‖W(x_k − x_0)‖]/√d`` for ``k ≠ i`` and
+    ``c·[x_iᵀW_s x_i + 2√d‖W_s x_i‖ + λ₊d − x_iᵀWx_0 + √d‖Wx_0‖]/√d`` for the word itself
+    (``W_s = (W + Wᵀ)/2``, ``λ₊`` its largest eigenvalue or 0, raised by a bound on ``eigh``'s
+    error); ``−inf`` for the sink's own key ``k = 0``. So ``1 − a'_i0 ≤ exp(logsumexp_k(row) −
+    b_0)``, and the certificate controls row ``i`` once ``b_0`` passes that log-sum-exp
+    (float64 rows ``Xt``, the sink's token first)."""
+    d = Xt.shape[1]
     m = len(cols)
     sqd = math.sqrt(d)
     x0 = Xt[0]
-    Y = Xt - x0  # x_k − x_0
-    WY = Y @ Wt.T  # rows (W(x_k − x_0))ᵀ
+    WY = (Xt - x0) @ Wt.T  # rows (W(x_k − x_0))ᵀ
     Xc = Xt[cols]
-    cross = Xc @ WY.T  # [c, k] = x_iᵀW(x_k − x_0)
-    expo = c * (cross + sqd * torch.linalg.vector_norm(WY, dim=1)[None, :]) / sqd - b0
+    expo = c * (Xc @ WY.T + sqd * torch.linalg.vector_norm(WY, dim=1)[None, :]) / sqd
     Ws = (Wt + Wt.T) / 2
     # λ₊, raised by a bound on eigh's error (backward stable: O(u‖W_s‖_F)), cached per W
     lam = max(_top_eigvec(Wt)[0] + 4 * d * 2.0**-53 * float(torch.linalg.matrix_norm(Ws)), 0.0)
@@ -105,12 +103,22 @@ def _sink_row_bound(Xt, Wt, c: float, b0: float, cols, to_sink) -> torch.Tensor:
         - Xc @ Wx0
         + sqd * torch.linalg.vector_norm(Wx0)
     )
-    expo[torch.arange(m), cols] = c * self_sup / sqd - b0  # the word's own key
+    expo[torch.arange(m), cols] = c * self_sup / sqd  # the word's own key
     expo[:, 0] = -math.inf  # the sink's own key is not counted
+    return expo
+
+
+def _sink_row_bound(Xt, Wt, c: float, b0: float, cols, to_sink) -> torch.Tensor:
+    """For each word ``i`` of ``cols``, a bound on ``‖φ'_i − φ_i‖`` from the sink
+    (:prf:ref:`prop-sink-rows`): ``φ'_i − x_0`` is a mixture of ``v − x_0`` over the keys
+    ``v ≠ x_0`` with total weight ``1 − a'_i0 ≤ Σ_{k≥1} exp(z'_ik − z'_i0)``, each exponent
+    at most :func:`off_sink_exponents` ``− b_0``. So ``‖φ'_i − φ_i‖ ≤ (1 − a'_i0)·max_v
+    ‖v − x_0‖ + ‖φ_i − x_0‖`` (``to_sink``: the last term, for the words of ``cols``)."""
+    expo = off_sink_exponents(Xt, Wt, c, cols) - b0
     off_sink = torch.exp(torch.logsumexp(expo, dim=1)).clamp(max=1.0)  # ≥ 1 − a'_i0
-    Yn = torch.linalg.vector_norm(Y, dim=1)  # ‖x_k − x_0‖
+    Yn = torch.linalg.vector_norm(Xt - Xt[0], dim=1)  # ‖x_k − x_0‖
     far = _largest_other(Yn[1:], Yn[cols])  # max over words k ≠ i
-    reach = torch.maximum(far, Yn[cols] + sqd)  # and ‖x'_i − x_0‖ ≤ ‖x_i − x_0‖ + √d
+    reach = torch.maximum(far, Yn[cols] + math.sqrt(Xt.shape[1]))  # ‖x'_i − x_0‖ ≤ … + √d
     return off_sink * reach + to_sink
 
 

@@ -10,6 +10,7 @@ is added to every query's score on key 0 (eq. :eq:`eq-sink-attention`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -18,8 +19,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..estimators.softmax_upper import softmax_certified_upper
-from ..estimators.takeover import constructions, row_takeover
+from ..estimators.self_attention import attention_word_sensitivity
+from ..estimators.softmax_upper import off_sink_exponents, softmax_certified_upper
+from ..estimators.takeover import constructions
 from ..maps import Normalisation, attention_scores, normalise_scores
 from ..run import config
 from ..run.seeds import point_seed
@@ -28,8 +30,10 @@ from ..weights import sample_W, sample_X
 
 __all__ = [
     "SCALES",
+    "SEARCH",
     "SINK_VALUES",
     "Scale",
+    "grid_points",
     "head_sinks",
     "scale",
     "sink_point",
@@ -40,13 +44,22 @@ __all__ = [
 #: The sink's value ``x_0`` as a multiple of a row of norm ``√d``.
 SINK_VALUES = {"zero": 0.0, "small": 0.1, "real": 1.0}
 
+#: The estimator's search at a grid point: 2 random starts and the 7 constructions, 100 steps.
+#: On texts of the paper grid (d = 192, 768; n = 20, 100, 250; zero and real values; margins 8
+#: to 48) it found the default search's value (8 starts, 200 steps) to 3 digits, at 0.4 of its
+#: cost; a float32 search lost the smallest values (1e-8) to rounding.
+SEARCH = {"starts": 2, "steps": 100}
+
 
 @dataclass(frozen=True)
 class Scale:
     """The sizes of the attention-sink chapter at one scale: widths ``ds`` and lengths ``ns``
     (those of the attention chapters, :mod:`wsutils.experiments.attention`), the sink margins
     ``margins``, ``seeds`` texts per point, the ``rows`` (words) whose certified lower bound
-    is computed, and the ``workers`` of the grid's process pool."""
+    is computed, the ``workers`` of the grid's process pool, and ``search``: the settings of the
+    estimator for the sink map (:func:`~wsutils.estimators.self_attention.\
+attention_word_sensitivity` with the constructions as extra starts), run at every margin of
+    the first text of each ``(d, n)`` (:func:`grid_points`)."""
 
     ds: tuple[int, ...]
     ns: tuple[int, ...]
@@ -54,13 +67,14 @@ class Scale:
     seeds: int
     rows: tuple[int, ...]
     workers: int
+    search: dict = dataclasses.field(default_factory=lambda: dict(SEARCH))
 
 
 SCALES = {
     "quick": Scale(
-        ds=(384,),
+        ds=(192,),
         ns=(10, 20, 50, 100, 250),
-        margins=tuple(float(b) for b in range(0, 41, 2)),
+        margins=tuple(float(b) for b in range(0, 49, 4)),
         seeds=1,
         rows=(1,),
         workers=1,
@@ -115,20 +129,15 @@ def _text_parts(d: int, n: int, value: str, seed: int, rows: tuple[int, ...]):
 
 def _margins(X: torch.Tensor, W: torch.Tensor, s: torch.Tensor) -> dict:
     """The margins of :func:`sink_point` that do not depend on ``b_0``: ``margin_half``,
-    ``margin_limit`` and ``margin_rows`` (see there), from the scores ``s`` of the text."""
-    n, d = X.shape[0] - 1, X.shape[1]
+    ``margin_own`` and ``margin_rows`` (see there), from the scores ``s`` of the text."""
+    n = X.shape[0] - 1
     half = torch.logsumexp(s[:, 1:], dim=1) - s[:, 0]
-    xp = X[1] + row_takeover(X, W, 1)  # the row take-over's new word 1
-    t = xp @ W @ X.T / math.sqrt(d)
-    t[1] = xp @ W @ xp / math.sqrt(d)
-    rest = torch.cat([t[2:], t[1:2]])  # the other words, then word 1 itself
-    gap = torch.logsumexp(rest[:-1], 0) - rest[-1]  # log Σ_{k≥2} e^{t_k} − t_1 (< 0: it leads)
-    limit = float(t[1] + torch.log(-torch.expm1(gap)) - t[0]) if gap < 0 else -math.inf
+    own = off_sink_exponents(X, W, 1.0, torch.tensor([1]))[0]  # word 1, b_0 = 0
     reach = s + torch.linalg.vector_norm(X @ W, dim=1)[:, None] - s[:, :1]  # [j, i]
     reach.fill_diagonal_(-math.inf)
     return {
         "margin_half": float(half.median()),
-        "margin_limit": limit,
+        "margin_own": float(torch.logsumexp(own, 0)),
         "margin_rows": float(reach[:, 1:].max()) + 0.5 * math.log(n),
     }
 
@@ -148,30 +157,47 @@ def _constructions_lower(parts, norm: Normalisation) -> float:
     return best
 
 
-def sink_point(d: int, n: int, margin: float, value: str, seed: int, rows=(1,)) -> dict:
+def sink_point(
+    d: int, n: int, margin: float, value: str, seed: int, rows=(1,), search=None
+) -> dict:
     """One text with a sink (:func:`sink_text`, weights ``sample_W(d, seed + 1)``) at margin
-    ``b_0 = margin``: ``lower``, the certified lower bound of the constructions at the words
-    ``rows`` (the value of :func:`wsutils.estimators.takeover.certified_lower_bound`, from
-    scores kept per text across margins, ``_text_parts``);
-    ``upper``, the upper certificate (:prf:ref:`prop-softmax-upper`) at the same words, and
-    ``upper_all`` over every word (an upper bound on ``S``); the sink's smallest and mean
-    weight over the rows, ``mass_min`` and ``mass_mean`` (``a_{j0}``); ``phi_norm``,
-    ``‖φ(X)‖_F/√((n + 1)d)``; ``margin_half``, the median over rows ``j`` of the margin at
-    which the sink takes half of row ``j`` (``log Σ_{k≥1} e^{s_jk} − s_j0``); ``margin_limit``,
-    the margin at which the row take-over of word 1 (:prf:ref:`def-takeover`) no longer
-    holds half of its own row (``M_1(b_0) = 0``; ``−inf`` if it never holds half); and
+    ``b_0 = margin``.
+
+    ``lower`` is a certified lower bound on ``S`` at the words ``rows``: with ``search`` (a
+    dict of :class:`wsutils.search.Search` settings), the value the estimator for the sink map
+    finds (:func:`~wsutils.estimators.self_attention.attention_word_sensitivity` with
+    ``takeovers=True``: the constructions are among its starts, ``seed=0``); without it, the
+    constructions' certified lower bound alone (``lower_constructions``, the value of
+    :func:`wsutils.estimators.takeover.certified_lower_bound` from scores kept per text
+    across margins, ``_text_parts``), and ``searched`` says which. ``upper`` is the upper
+    certificate (:prf:ref:`prop-softmax-upper`) at the same words, ``upper_all`` over every
+    word (an upper bound on ``S``). Then the sink's smallest and mean weight over the rows,
+    ``mass_min`` and ``mass_mean`` (``a_{j0}``); ``phi_norm``, ``‖φ(X)‖_F/√((n + 1)d)``;
+    ``margin_half``, the median over rows ``j`` of the margin at which the sink takes half of
+    row ``j`` (``log Σ_{k≥1} e^{s_jk} − s_j0``); ``margin_own``, ``log Σ_{k≥1} e^{s̄_1k}``
+    (:func:`~wsutils.estimators.softmax_upper.off_sink_exponents`), so that
+    :prf:ref:`prop-sink-rows` (part 2) bounds word 1's weight off the sink by
+    ``1 − a'_10 ≤ e^{margin_own − b_0}`` for every ``Δ`` (below 1 past it); and
     ``margin_rows``, the margin past which :prf:ref:`prop-sink-real`'s condition holds
-    (``max_{j, i ≥ 1, i ≠ j} s_ji + ‖Wᵀx_j‖ − s_j0 + ½ log n``). The last three do not depend on
-    ``margin``."""
+    (``max_{j, i ≥ 1, i ≠ j} s_ji + ‖Wᵀx_j‖ − s_j0 + ½ log n``).
+    The last three do not depend on ``margin``."""
     torch.set_num_threads(1)
     parts = _text_parts(d, n, value, seed, tuple(rows))
     X, W, s, _, margins = parts
     norm = Normalisation("softmax", sink=margin)
-    lower = _constructions_lower(parts, norm)
+    cons = _constructions_lower(parts, norm)
+    lower = cons
+    if search is not None:
+        found = attention_word_sensitivity(
+            X, W, normalisation=norm, rows=list(rows), takeovers=True, seed=0, **search
+        )
+        lower = found.value
     U = softmax_certified_upper(X, W, normalisation=norm)
     A = normalise_scores(s, norm)
     return {
         "lower": lower,
+        "lower_constructions": cons,
+        "searched": search is not None,
         "upper": float(U[list(rows)].max()),
         "upper_all": float(U[1:].max()),
         "mass_min": float(A[:, 0].min()),
@@ -179,6 +205,31 @@ def sink_point(d: int, n: int, margin: float, value: str, seed: int, rows=(1,)) 
         "phi_norm": float(torch.linalg.vector_norm(A @ X)) / math.sqrt((n + 1) * d),
         **margins,
     }
+
+
+def grid_points(P: Scale) -> list[dict]:
+    """The chapter's grid: every width, length, text, value and margin of ``P``. The estimator
+    (``P.search``) runs at every margin of the first text of each ``(d, n)``, for the zero and
+    the real value at every width and for the small one at the first width (the figure's); the
+    other points keep the constructions' lower bound (:func:`sink_point`). At the paper scale
+    the search at every text and value would cost about 75 s more than the constructions, this
+    choice about 50 s."""
+    return [
+        dict(
+            d=d,
+            n=n,
+            margin=b,
+            value=v,
+            rows=P.rows,
+            seed=point_seed("attention-sink", d, n, s),
+            search=P.search if s == 0 and (v != "small" or d == P.ds[0]) else None,
+        )
+        for d in P.ds
+        for n in P.ns
+        for s in range(P.seeds)
+        for v in SINK_VALUES
+        for b in P.margins
+    ]
 
 
 def sink_positions(tokens: Sequence[str]) -> list[int]:
