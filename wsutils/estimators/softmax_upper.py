@@ -34,7 +34,7 @@ from ..maps import Normalisation, attention_scores
 from ..sensitivity import check_rows
 from .takeover import _top_eigvec
 
-__all__ = ["off_sink_exponents", "softmax_certified_upper"]
+__all__ = ["ball_quadratic_sup", "off_sink_exponents", "softmax_certified_upper"]
 
 
 def _log_others(z: torch.Tensor, A: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
@@ -75,13 +75,68 @@ def _distances_above(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(sq.clamp_min(0) + slack)
 
 
+_EIGH_CACHE: list = []  # [(W_s, (λ, Q))]: the last symmetric matrix decomposed
+
+
+def _eigh(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.linalg.eigh(A)`` of a float64 symmetric ``A``, cached for the last ``A`` (the
+    certificate asks for it at every margin of one text; ``O(d²)`` to compare, ``O(d³)`` to
+    decompose)."""
+    if _EIGH_CACHE and _EIGH_CACHE[0][0].shape == A.shape and torch.equal(_EIGH_CACHE[0][0], A):
+        return _EIGH_CACHE[0][1]
+    out = torch.linalg.eigh(A)
+    _EIGH_CACHE[:] = [(A.clone(), out)]
+    return out
+
+
+def ball_quadratic_sup(A: torch.Tensor, G: torch.Tensor, r: float) -> torch.Tensor:
+    """For a float64 symmetric ``A`` (``d × d``) and each row ``g`` of ``G`` (``m × d``), an
+    upper bound on ``max_{‖Δ‖ ≤ r} ΔᵀAΔ + gᵀΔ`` (:prf:ref:`lem-ball-quadratic`):
+    ``μr² + ¼ gᵀ(μI − A)⁻¹g`` at a ``μ > max(λ_max(A), 0)`` chosen per row near the minimiser
+    (bisection on the secular equation ``¼ Σ_k (q_kᵀg)²/(μ − λ_k)² = r²``; any such ``μ`` is
+    valid, and the best one gives the maximum itself). The quadratic form is evaluated through
+    an approximate solution ``y`` of ``(μI − A)y = g`` as
+    ``2gᵀy − yᵀMy + ‖g − My‖²/(μ − λ̄)``, which is at least ``gᵀM⁻¹g`` for every ``y``
+    (``λ̄ ≥ λ_max(A)``: ``eigh``'s top eigenvalue raised by a bound on its error), with the
+    float64 rounding of these sums added (Higham's ``γ``)."""
+    d = A.shape[0]
+    u = 2.0**-53
+    gam = (d + 3) * u / (1 - (d + 3) * u)
+    lam, Q = _eigh(A)
+    top = float(lam[-1]) + 4 * d * u * float(torch.linalg.matrix_norm(A))  # ≥ λ_max(A)
+    floor = max(top, 0.0)
+    GQ = G @ Q
+    C = GQ**2
+    gn = torch.linalg.vector_norm(G, dim=1)
+    lo = torch.full((G.shape[0],), floor, dtype=G.dtype) + 1e-9 * (1 + floor)
+    hi = floor + gn / (2 * r) + 1.0 + 1e-9 * (1 + floor)  # the slope r² − ¼Σ C/(μ−λ)² > 0
+    for _ in range(100):  # the slope of μr² + ¼ Σ C/(μ − λ) increases in μ
+        mid = (lo + hi) / 2
+        slope = r * r - 0.25 * (C / (mid[:, None] - lam[None, :]) ** 2).sum(1)
+        lo, hi = torch.where(slope < 0, mid, lo), torch.where(slope < 0, hi, mid)
+    mu = hi  # μ > floor ≥ max(λ_max, 0): a valid point, near the minimiser
+    Y = (GQ / (mu[:, None] - lam[None, :])) @ Q.T  # y ≈ (μI − A)⁻¹g
+    AY = Y @ A
+    MY = mu[:, None] * Y - AY
+    res = G - MY
+    E = gam * (G.abs() + mu[:, None] * Y.abs() + Y.abs() @ A.abs())  # ≥ |error| of MY, res
+    gy = (G * Y).sum(1) + gam * (G.abs() * Y.abs()).sum(1)
+    yMy = (Y * MY).sum(1) - (Y.abs() * E).sum(1) - gam * (Y.abs() * MY.abs()).sum(1)
+    rn = torch.linalg.vector_norm(res, dim=1) * (1 + gam) + torch.linalg.vector_norm(E, dim=1)
+    quad = 2 * gy - yMy + rn**2 / (mu - top)
+    return (mu * r * r + 0.25 * quad) * (1 + 8 * u)
+
+
 def off_sink_exponents(Xt: torch.Tensor, Wt: torch.Tensor, c: float, cols) -> torch.Tensor:
     """The exponents of :prf:ref:`prop-sink-rows`, part 2, at margin ``b_0 = 0``: ``[c, k]``,
     for the word ``i = cols[c]`` and every key ``k``, bounds ``z'_ik − z'_i0 + b_0`` over the
     ball ``‖Δ‖ ≤ √d``: ``c·[x_iᵀW(x_k − x_0) + √d‖W(x_k − x_0)‖]/√d`` for ``k ≠ i`` and
-    ``c·[x_iᵀW_s x_i + 2√d‖W_s x_i‖ + λ₊d − x_iᵀWx_0 + √d‖Wx_0‖]/√d`` for the word itself
-    (``W_s = (W + Wᵀ)/2``, ``λ₊`` its largest eigenvalue or 0, raised by a bound on ``eigh``'s
-    error); ``−inf`` for the sink's own key ``k = 0``. So ``1 − a'_i0 ≤ exp(logsumexp_k(row) −
+    for the word itself the smaller of
+    ``c·[x_iᵀW_s x_i + 2√d‖W_s x_i‖ + λ₊d − x_iᵀWx_0 + √d‖Wx_0‖]/√d`` (the three parts' sups
+    added: ``W_s = (W + Wᵀ)/2``, ``λ₊`` its largest eigenvalue or 0, raised by a bound on
+    ``eigh``'s error) and ``c·[x_iᵀWx_i − x_iᵀWx_0 + sup_{‖Δ‖≤√d} ΔᵀW_sΔ + gᵀΔ]/√d`` with
+    ``g = 2W_s x_i − Wx_0``, the sup bounded by :func:`ball_quadratic_sup`; ``−inf`` for the
+    sink's own key ``k = 0``. So ``1 − a'_i0 ≤ exp(logsumexp_k(row) −
     b_0)``, and the certificate controls row ``i`` once ``b_0`` passes that log-sum-exp
     (float64 rows ``Xt``, the sink's token first)."""
     d = Xt.shape[1]
@@ -103,7 +158,9 @@ def off_sink_exponents(Xt: torch.Tensor, Wt: torch.Tensor, c: float, cols) -> to
         - Xc @ Wx0
         + sqd * torch.linalg.vector_norm(Wx0)
     )
-    expo[torch.arange(m), cols] = c * self_sup / sqd  # the word's own key
+    # the same sup as one quadratic over the ball, the linear and quadratic parts together
+    joint = (Xc @ Wt * Xc).sum(1) - Xc @ Wx0 + ball_quadratic_sup(Ws, 2 * WsX - Wx0, sqd)
+    expo[torch.arange(m), cols] = c * torch.minimum(self_sup, joint) / sqd  # the word's own key
     expo[:, 0] = -math.inf  # the sink's own key is not counted
     return expo
 

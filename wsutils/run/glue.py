@@ -14,7 +14,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["glue_figure", "glue_values"]
+__all__ = ["counted", "glue_figure", "glue_values"]
+
+
+def counted(k: int, noun: str) -> str:
+    """``k`` of ``noun`` as the prose says it: ``"one review"``, ``"3 reviews"`` (``noun``
+    singular, its plural with an ``s``), so a page never shows "1 reviews" or "review(s)"."""
+    return f"one {noun}" if k == 1 else f"{k} {noun}s"
 
 
 def _plain(name: str, value: Any) -> Any:
