@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 
 import wsutils as ws
 from wsutils.run import config
@@ -441,3 +442,49 @@ def test_sparsemax_refuses_scores_that_are_not_finite(bad):
         sparsemax(z)
     with pytest.raises(ValueError, match="at least one score"):
         sparsemax(torch.zeros(2, 0))
+
+
+def _layer(train: bool, dtype=torch.float64):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True)
+    layer = layer.to(dtype)
+    return layer.train() if train else layer.eval()
+
+
+def test_a_module_in_training_mode_is_refused_naming_eval():
+    """Issue 61, item 1: dropout makes the map a different function at every call; the
+    estimator refuses it, batched or not, and names .eval()."""
+    X = ws.sample_X(6, 16, seed=1)
+    for batched in (True, False):
+        with pytest.raises(ValueError, match=r"training mode.*eval\(\)"):
+            ws.word_sensitivity(_layer(train=True), X, batched=batched, starts=1, steps=1)
+
+
+def test_a_random_map_is_refused_naming_the_randomness():
+    """Any map whose two evaluations of φ(X) differ is refused before the search."""
+    X = ws.sample_X(6, 16, seed=1)
+    gen = torch.Generator().manual_seed(0)
+
+    def noisy(Z):
+        return Z + 1e-3 * torch.randn(Z.shape, generator=gen, dtype=Z.dtype)
+
+    for batched in (True, False):
+        with pytest.raises(ValueError, match="not the same function at every call"):
+            ws.word_sensitivity(noisy, X, batched=batched, starts=1, steps=1)
+
+
+def test_a_float32_module_names_double_not_batched():
+    """Issue 61, item 2: a float32 module fails in float64; the error names .double(), with
+    or without batched (batched=False never helped)."""
+    X = ws.sample_X(6, 16, seed=1)
+    for batched in (True, False):
+        with pytest.raises(ValueError, match=r"module\.double\(\)"):
+            ws.word_sensitivity(
+                _layer(train=False, dtype=torch.float32), X, batched=batched, starts=1, steps=1
+            )
+
+
+def test_an_eval_float64_module_is_measured():
+    X = ws.sample_X(6, 16, seed=1)
+    res = ws.word_sensitivity(_layer(train=False), X, starts=1, steps=2)
+    assert res.value > 0

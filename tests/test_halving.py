@@ -90,8 +90,9 @@ def test_a_search_with_halving_is_certified_and_cheaper():
     ws.word_sensitivity(phi, X, search=search)
     full_texts, texts[:] = sum(texts), []
     halved = ws.word_sensitivity(phi, X, search=search, halving=(3, 0.25))
-    # the batch check (9 texts), φ(X), and the certification (X and each row's Δ) besides
-    overhead = 9 + 1 + (1 + n)
+    # the door's two evaluations of φ(X), the batch check (9 texts), φ(X), and the
+    # certification (X and each row's Δ) besides
+    overhead = 2 + 9 + 1 + (1 + n)
     assert full_texts == passes(n * 4, 24, None, 4) + overhead
     assert sum(texts) == passes(n * 4, 24, (3, 0.25), 4) + overhead < full_texts / 3
     assert sorted(halved.per_row) == list(range(n))  # every row keeps a value

@@ -506,6 +506,7 @@ def word_sensitivity(
         X, rows=rows, init=init, check_norms=check_norms, device=device
     )
     phi_b = _batched(phi, batched)
+    check_map_at_door(phi, phi_b, Xt, search.work_dtype(Xt.dtype))
     if batched:
         check_batch_map(phi_b, Xt.to(torch.float64))
     work = search.work_dtype(Xt.dtype)
@@ -527,6 +528,59 @@ def word_sensitivity(
         pair_elements=getattr(objective, "pair_elements", None),
         alone=True,
     )
+
+
+def _module_hint(phi) -> str:
+    return (
+        " For a torch module: module.double() gives the float64 copy the certificate needs "
+        "(a float32 module fails there)."
+        if isinstance(phi, torch.nn.Module)
+        else " Give the map float64 weights (or cast them to the input's dtype inside it)."
+    )
+
+
+def check_map_at_door(phi, phi_b: Map, Xt: torch.Tensor, work: torch.dtype) -> None:
+    """Refuse, before any search, a map that cannot be measured: a torch module in training
+    mode (dropout makes it another function at every call), a map whose two evaluations of
+    ``φ(X)`` differ (any randomness: a search and its certification would measure different
+    maps, and the value would be wrong silently), and a map that fails in the precisions the
+    estimator needs: ``work`` (the search's) and float64 (every reported value). Each is a
+    ValueError that names the fix that works (``.eval()``, a float64 copy)."""
+    if isinstance(phi, torch.nn.Module) and any(m.training for m in phi.modules()):
+        raise ValueError(
+            f"the map is a torch module in training mode ({type(phi).__name__}): "
+            "dropout and batch statistics make it a different function at every call. "
+            "Call module.eval() first (and module.train() afterwards if you need it)."
+        )
+    X64 = Xt.to(torch.float64)[None]
+    first = None
+    for dtype in dict.fromkeys((torch.float64, work)):
+        try:
+            with torch.no_grad():
+                out = phi_b(X64.to(dtype))
+        except (RuntimeError, TypeError) as err:
+            if not any(w in str(err).lower() for w in ("dtype", "double", "float", "half")):
+                return  # not a precision problem: the batch check or the search reports it
+            raise ValueError(
+                f"the map failed on one text in {str(dtype).removeprefix('torch.')} ({err}): "
+                f"the estimator evaluates it in the search's precision and certifies every "
+                f"value in float64.{_module_hint(phi)}"
+            ) from err
+        if first is None:
+            first = out.to(torch.float64)
+    with torch.no_grad():
+        second = phi_b(X64).to(torch.float64)
+    if not bool(torch.isfinite(first).all() & torch.isfinite(second).all()):
+        return  # a non-finite φ(X) is reported where the search evaluates it
+    scale = float(torch.linalg.vector_norm(first))
+    gap = float(torch.linalg.vector_norm(second - first))
+    if not gap <= BATCH_RTOL * scale:
+        raise ValueError(
+            f"the map is not the same function at every call: two evaluations of φ(X) differ "
+            f"by {gap:.3g} (relative {gap / scale if scale > 0 else math.inf:.3g}), so the "
+            "search and its certification would measure different maps. Remove the "
+            "randomness; for a torch module, call module.eval() (dropout)."
+        )
 
 
 #: How far apart ``φ`` of a text in a batch and ``φ`` of it alone may be, relative, for a map

@@ -94,7 +94,7 @@ def ball_quadratic_sup(A: torch.Tensor, G: torch.Tensor, r: float) -> torch.Tens
     upper bound on ``max_{‖Δ‖ ≤ r} ΔᵀAΔ + gᵀΔ`` (:prf:ref:`lem-ball-quadratic`):
     ``μr² + ¼ gᵀ(μI − A)⁻¹g`` at a ``μ > max(λ_max(A), 0)`` chosen per row near the minimiser
     (bisection on the secular equation ``¼ Σ_k (q_kᵀg)²/(μ − λ_k)² = r²``; any such ``μ`` is
-    valid, and the best one gives the maximum itself). The quadratic form is evaluated through
+    valid, and their infimum is the maximum itself). The quadratic form is evaluated through
     an approximate solution ``y`` of ``(μI − A)y = g`` as
     ``2gᵀy − yᵀMy + ‖g − My‖²/(μ − λ̄)``, which is at least ``gᵀM⁻¹g`` for every ``y``
     (``λ̄ ≥ λ_max(A)``: ``eigh``'s top eigenvalue raised by a bound on its error), with the
