@@ -49,10 +49,11 @@ class Screen:
     (``≥ 1``) and ``steps`` cosine-decayed steps (``≥ 0``) of the fast objective per word, in
     ``dtype`` (``"float32"``, ``"float64"`` or ``None``: the text's own search dtype), then the
     ``keep`` best words (``≥ 1``) are certified. The defaults (2 starts, 10 steps, float32, 8
-    words): on four random texts (softmax at d = 192, n = 250, 500, 1000; sparsemax at d = 32,
-    n = 1024) the screen of 2 starts × 30 steps that issue 63 measured led to the same
-    certified value and word, at a third of its cost; 1 start × 10 steps lost 4–6 % on three
-    of them (``python -m benchmarks.bench_screen``)."""
+    words) against the screen of 2 starts × 30 steps that issue 63 measured, on the eight
+    texts of ``python -m benchmarks.bench_screen`` (softmax at d = 192, n = 250, 500, 1000;
+    sparsemax at d = 32, n = 1024; two texts each): the same certified value on six, 1.6 % and
+    3.3 % lower on the two at n = 500, at 0.4–0.8 of the time. The screen only ranks the words:
+    it can miss the best one, and a larger screen can rank them differently."""
 
     starts: int = 2
     steps: int = 10
