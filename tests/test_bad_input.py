@@ -444,9 +444,9 @@ def test_sparsemax_refuses_scores_that_are_not_finite(bad):
         sparsemax(torch.zeros(2, 0))
 
 
-def _layer(train: bool, dtype=torch.float64):
+def _layer(train: bool, dtype=torch.float64, batch_first=True):
     torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=True)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, batch_first=batch_first)
     layer = layer.to(dtype)
     return layer.train() if train else layer.eval()
 
@@ -488,3 +488,20 @@ def test_an_eval_float64_module_is_measured():
     X = ws.sample_X(6, 16, seed=1)
     res = ws.word_sensitivity(_layer(train=False), X, starts=1, steps=2)
     assert res.value > 0
+
+
+def test_a_module_reading_the_words_as_the_batch_names_batch_first():
+    """Issue 61, item 2: torch's default batch_first=False reads (n, B, d); a batched search
+    is refused with an error that names batch_first=True (it used to say the map mixes a
+    batch's texts), and one text at a time (an unbatched (n, d) input) it is the same map as
+    the batch_first=True layer with the same weights (one float64 evaluation each, so within
+    rounding: 1e-9 relative is a million roundings of a few-thousand-flop layer)."""
+    X = ws.sample_X(6, 16, seed=1)
+    layer = _layer(train=False, batch_first=False)
+    with pytest.raises(ValueError, match="batch_first=True"):
+        ws.word_sensitivity(layer, X, starts=1, steps=1)
+    assert ws.word_sensitivity(layer, X, batched=False, starts=1, steps=2).value > 0
+    D = 3 * torch.ones(16, dtype=torch.float64)
+    alone = ws.relative_change(layer, X, 2, D, batched=False)
+    same = ws.relative_change(_layer(train=False), X, 2, D)
+    assert alone == pytest.approx(same, rel=1e-9)

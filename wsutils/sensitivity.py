@@ -506,7 +506,7 @@ def word_sensitivity(
         X, rows=rows, init=init, check_norms=check_norms, device=device
     )
     phi_b = _batched(phi, batched)
-    check_map_at_door(phi, phi_b, Xt, search.work_dtype(Xt.dtype))
+    check_map_at_door(phi, phi_b, Xt, search.work_dtype(Xt.dtype), batched=batched)
     if batched:
         check_batch_map(phi_b, Xt.to(torch.float64))
     work = search.work_dtype(Xt.dtype)
@@ -539,13 +539,27 @@ def _module_hint(phi) -> str:
     )
 
 
-def check_map_at_door(phi, phi_b: Map, Xt: torch.Tensor, work: torch.dtype) -> None:
-    """Refuse, before any search, a map that cannot be measured: a torch module in training
+def check_map_at_door(
+    phi, phi_b: Map, Xt: torch.Tensor, work: torch.dtype, *, batched: bool = True
+) -> None:
+    """Refuse, before any search, a map that cannot be measured: a torch module built with
+    ``batch_first=False`` searched batched (it would read the batch axis as the words; one
+    text at a time, ``batched=False``, it is read right), one in training
     mode (dropout makes it another function at every call), a map whose two evaluations of
     ``φ(X)`` differ (any randomness: a search and its certification would measure different
     maps, and the value would be wrong silently), and a map that fails in the precisions the
     estimator needs: ``work`` (the search's) and float64 (every reported value). Each is a
     ValueError that names the fix that works (``.eval()``, a float64 copy)."""
+    if (
+        batched
+        and isinstance(phi, torch.nn.Module)
+        and any(getattr(m, "batch_first", True) is False for m in phi.modules())
+    ):
+        raise ValueError(
+            f"the map is a torch module that reads (n, B, d), batch_first=False "
+            f"({type(phi).__name__}): the estimator passes (B, n, d). Build it with "
+            "batch_first=True, or wrap it: lambda Z: module(Z.transpose(0, 1)).transpose(0, 1)."
+        )
     if isinstance(phi, torch.nn.Module) and any(m.training for m in phi.modules()):
         raise ValueError(
             f"the map is a torch module in training mode ({type(phi).__name__}): "
