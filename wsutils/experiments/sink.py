@@ -46,7 +46,7 @@ __all__ = [
 #: The sink's value ``x_0`` as a multiple of a row of norm ``√d``.
 SINK_VALUES = {"zero": 0.0, "small": 0.1, "real": 1.0}
 
-#: The estimator's search at a grid point: 2 random starts and the 7 constructions, 100 steps.
+#: The estimator's search at a grid point, 2 random starts and the 7 constructions, 100 steps.
 #: On texts of the paper grid (d = 192, 768; n = 20, 100, 250; zero and real values; margins 8
 #: to 48) it found the default search's value (8 starts, 200 steps) to 3 digits at 0.4 of its
 #: cost; a referee's reruns at d = 192 found up to 3.2 % more with 8 starts and 300 steps. A
@@ -59,10 +59,11 @@ class Scale:
     """The sizes of the attention-sink chapter at one scale: widths ``ds`` and lengths ``ns``
     (those of the attention chapters, :mod:`wsutils.experiments.attention`), the sink margins
     ``margins``, ``seeds`` texts per point, the ``rows`` (words) whose certified lower bound
-    is computed, the ``workers`` of the grid's process pool, and ``search``: the settings of the
+    is computed, the ``workers`` of the grid's process pool, ``search``: the settings of the
     estimator for the sink map (:func:`~wsutils.estimators.self_attention.\
-attention_word_sensitivity` with the constructions as extra starts), run at every margin of
-    the first text of each ``(d, n)`` (:func:`grid_points`)."""
+attention_word_sensitivity` with the constructions as extra starts), and ``search_every``:
+    it runs at the margins that are multiples of it, on the first text of each ``(d, n)``
+    (:func:`grid_points`)."""
 
     ds: tuple[int, ...]
     ns: tuple[int, ...]
@@ -71,6 +72,7 @@ attention_word_sensitivity` with the constructions as extra starts), run at ever
     rows: tuple[int, ...]
     workers: int
     search: dict = dataclasses.field(default_factory=lambda: dict(SEARCH))
+    search_every: float = 8.0
 
 
 SCALES = {
@@ -217,7 +219,7 @@ def certified_slopes(frame, span: float):
     /span`` and ``hi = log(upper(b + span)/lower(b))/span`` (``S_1(b) ∈ [lower, upper]`` at
     both ends), and ``past``: whether ``b ≥ margin_own + log 2`` (past it
     :prf:ref:`prop-sink-rows` keeps word 1 from holding half of its row). A
-    :class:`pandas.DataFrame` with columns ``text, margin, lo, hi, past``."""
+    ``pandas.DataFrame`` with columns ``text, margin, lo, hi, past``."""
     parts = []
     for text, g in frame.groupby("text"):
         g = g.set_index("margin")
@@ -238,13 +240,20 @@ def certified_slopes(frame, span: float):
     return pd.concat(parts).reset_index(drop=True)
 
 
+def _searched(P: Scale, s: int, value: str, d: int, margin: float) -> bool:
+    first = s == 0 and (value != "small" or d == P.ds[0])
+    return first and math.isclose(math.remainder(margin, P.search_every), 0.0, abs_tol=1e-9)
+
+
 def grid_points(P: Scale) -> list[dict]:
     """The chapter's grid: every width, length, text, value and margin of ``P``. The estimator
-    (``P.search``) runs at every margin of the first text of each ``(d, n)``, for the zero and
-    the real value at every width and for the small one at the first width (the figure's); the
-    other points keep the constructions' lower bound (:func:`sink_point`). At the paper scale
-    the search at every text and value would cost about 75 s more than the constructions, this
-    choice about 50 s."""
+    (``P.search``) runs at the margins that are multiples of ``P.search_every`` (the certified
+    slopes span 8, so every window's two ends are searched) on the first text of each
+    ``(d, n)``, for the zero and the real value at every width and for the small one at the
+    first width (the figure's); the other points keep the constructions' lower bound
+    (:func:`sink_point`). At the paper scale the search at every margin of those texts cost
+    61 s more than the constructions alone (2 workers, nothing else running), and 130 s more
+    inside a whole-book build."""
     return [
         dict(
             d=d,
@@ -253,7 +262,7 @@ def grid_points(P: Scale) -> list[dict]:
             value=v,
             rows=P.rows,
             seed=point_seed("attention-sink", d, n, s),
-            search=P.search if s == 0 and (v != "small" or d == P.ds[0]) else None,
+            search=P.search if _searched(P, s, v, d, b) else None,
         )
         for d in P.ds
         for n in P.ns
