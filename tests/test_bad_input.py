@@ -505,3 +505,12 @@ def test_a_module_reading_the_words_as_the_batch_names_batch_first():
     alone = ws.relative_change(layer, X, 2, D, batched=False)
     same = ws.relative_change(_layer(train=False), X, 2, D)
     assert alone == pytest.approx(same, rel=1e-9)
+
+
+def test_a_map_returning_numpy_names_torch_tensors():
+    """Issue 61, item 9: a map that returns a numpy array gets a TypeError that says the
+    estimator needs torch tensors (it used to be an AttributeError deep in the search)."""
+    X = ws.sample_X(6, 16, seed=1)
+    for batched in (True, False):
+        with pytest.raises(TypeError, match="not a torch tensor"):
+            ws.word_sensitivity(lambda Z: Z.numpy() * 2, X, batched=batched, starts=1, steps=1)

@@ -571,8 +571,21 @@ def check_map_at_door(
     for dtype in dict.fromkeys((torch.float64, work)):
         try:
             with torch.no_grad():
-                out = phi_b(X64.to(dtype))
-        except (RuntimeError, TypeError) as err:
+                out = phi(X64.to(dtype)) if batched else phi(X64[0].to(dtype))
+            if not isinstance(out, torch.Tensor):
+                raise TypeError(
+                    f"the map returned a {type(out).__module__}.{type(out).__name__}, not a "
+                    "torch tensor: the estimator differentiates it with torch autograd, so "
+                    "write it with torch operations (torch.as_tensor would cut the gradient)."
+                )
+            out = out if batched else out[None]
+        except TypeError as err:
+            if "not a torch tensor" in str(err):
+                raise
+            return  # the batch check or the search reports it, as before this check
+        except IndexError:
+            return  # likewise (a map written for one text, searched batched)
+        except RuntimeError as err:
             if not any(w in str(err).lower() for w in ("dtype", "double", "float", "half")):
                 return  # not a precision problem: the batch check or the search reports it
             raise ValueError(

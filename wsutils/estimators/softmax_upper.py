@@ -127,6 +127,32 @@ def ball_quadratic_sup(A: torch.Tensor, G: torch.Tensor, r: float) -> torch.Tens
     return (mu * r * r + 0.25 * quad) * (1 + 8 * u)
 
 
+_JOINT_CACHE: list = []  # [(Xt, Wt, cols, joint)]: the last text's own-score sups
+
+
+def _own_joint(Xt, Wt, cols, Xc, Ws, WsX, Wx0) -> torch.Tensor:
+    """``x_iᵀWx_i − x_iᵀWx_0 + sup_{‖Δ‖≤√d} ΔᵀW_sΔ + ∇_iᵀΔ`` for the words ``cols``
+    (:func:`ball_quadratic_sup`), kept for the last text, weights and words: it does not
+    depend on the margin, and a grid asks for it at every margin of a text. The key is the
+    inputs themselves (compared exactly, ``O(nd + d²)``)."""
+    cols_t = torch.as_tensor(cols)
+    if _JOINT_CACHE:
+        X0, W0, c0, joint = _JOINT_CACHE[0]
+        if (
+            X0.shape == Xt.shape
+            and W0.shape == Wt.shape
+            and c0.shape == cols_t.shape
+            and torch.equal(c0, cols_t)
+            and torch.equal(X0, Xt)
+            and torch.equal(W0, Wt)
+        ):
+            return joint
+    sqd = math.sqrt(Xt.shape[1])
+    joint = (Xc @ Wt * Xc).sum(1) - Xc @ Wx0 + ball_quadratic_sup(Ws, 2 * WsX - Wx0, sqd)
+    _JOINT_CACHE[:] = [(Xt.clone(), Wt.clone(), cols_t.clone(), joint)]
+    return joint
+
+
 def off_sink_exponents(Xt: torch.Tensor, Wt: torch.Tensor, c: float, cols) -> torch.Tensor:
     """The exponents of :prf:ref:`prop-sink-rows`, part 2, at margin ``b_0 = 0``: ``[c, k]``,
     for the word ``i = cols[c]`` and every key ``k``, bounds ``z'_ik − z'_i0 + b_0`` over the
@@ -159,7 +185,7 @@ def off_sink_exponents(Xt: torch.Tensor, Wt: torch.Tensor, c: float, cols) -> to
         + sqd * torch.linalg.vector_norm(Wx0)
     )
     # the same sup as one quadratic over the ball, the linear and quadratic parts together
-    joint = (Xc @ Wt * Xc).sum(1) - Xc @ Wx0 + ball_quadratic_sup(Ws, 2 * WsX - Wx0, sqd)
+    joint = _own_joint(Xt, Wt, cols, Xc, Ws, WsX, Wx0)
     expo[torch.arange(m), cols] = c * torch.minimum(self_sup, joint) / sqd  # the word's own key
     expo[:, 0] = -math.inf  # the sink's own key is not counted
     return expo
