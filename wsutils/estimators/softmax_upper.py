@@ -32,7 +32,7 @@ from .._tensor import Array
 from ..checks import as_tensor, as_text, check_shape
 from ..maps import Normalisation, attention_scores
 from ..sensitivity import check_rows
-from .takeover import _top_eigvec
+from .takeover import sym_eigh
 
 __all__ = ["ball_quadratic_sup", "off_sink_exponents", "softmax_certified_upper"]
 
@@ -75,21 +75,7 @@ def _distances_above(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(sq.clamp_min(0) + slack)
 
 
-_EIGH_CACHE: list = []  # [(W_s, (λ, Q))]: the last symmetric matrix decomposed
-
-
-def _eigh(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.linalg.eigh(A)`` of a float64 symmetric ``A``, cached for the last ``A`` (the
-    certificate asks for it at every margin of one text; ``O(d²)`` to compare, ``O(d³)`` to
-    decompose)."""
-    if _EIGH_CACHE and _EIGH_CACHE[0][0].shape == A.shape and torch.equal(_EIGH_CACHE[0][0], A):
-        return _EIGH_CACHE[0][1]
-    out = torch.linalg.eigh(A)
-    _EIGH_CACHE[:] = [(A.clone(), out)]
-    return out
-
-
-def ball_quadratic_sup(A: torch.Tensor, G: torch.Tensor, r: float) -> torch.Tensor:
+def ball_quadratic_sup(A: torch.Tensor, G: torch.Tensor, r: float, eig=None) -> torch.Tensor:
     """For a float64 symmetric ``A`` (``d × d``) and each row ``g`` of ``G`` (``m × d``), an
     upper bound on ``max_{‖Δ‖ ≤ r} ΔᵀAΔ + gᵀΔ`` (:prf:ref:`lem-ball-quadratic`):
     ``μr² + ¼ gᵀ(μI − A)⁻¹g`` at a ``μ > max(λ_max(A), 0)`` chosen per row near the minimiser
@@ -98,11 +84,12 @@ def ball_quadratic_sup(A: torch.Tensor, G: torch.Tensor, r: float) -> torch.Tens
     an approximate solution ``y`` of ``(μI − A)y = g`` as
     ``2gᵀy − yᵀMy + ‖g − My‖²/(μ − λ̄)``, which is at least ``gᵀM⁻¹g`` for every ``y``
     (``λ̄ ≥ λ_max(A)``: ``eigh``'s top eigenvalue raised by a bound on its error), with the
-    float64 rounding of these sums added (Higham's ``γ``)."""
+    float64 rounding of these sums added (Higham's ``γ``). ``eig``: ``torch.linalg.eigh(A)``
+    when the caller has it (:func:`~wsutils.estimators.takeover.sym_eigh`)."""
     d = A.shape[0]
     u = 2.0**-53
     gam = (d + 3) * u / (1 - (d + 3) * u)
-    lam, Q = _eigh(A)
+    lam, Q = torch.linalg.eigh(A) if eig is None else eig
     top = float(lam[-1]) + 4 * d * u * float(torch.linalg.matrix_norm(A))  # ≥ λ_max(A)
     floor = max(top, 0.0)
     GQ = G @ Q
@@ -148,7 +135,8 @@ def _own_joint(Xt, Wt, cols, Xc, Ws, WsX, Wx0) -> torch.Tensor:
         ):
             return joint
     sqd = math.sqrt(Xt.shape[1])
-    joint = (Xc @ Wt * Xc).sum(1) - Xc @ Wx0 + ball_quadratic_sup(Ws, 2 * WsX - Wx0, sqd)
+    joint = (Xc @ Wt * Xc).sum(1) - Xc @ Wx0
+    joint = joint + ball_quadratic_sup(Ws, 2 * WsX - Wx0, sqd, eig=sym_eigh(Wt))
     _JOINT_CACHE[:] = [(Xt.clone(), Wt.clone(), cols_t.clone(), joint)]
     return joint
 
@@ -174,7 +162,8 @@ def off_sink_exponents(Xt: torch.Tensor, Wt: torch.Tensor, c: float, cols) -> to
     expo = c * (Xc @ WY.T + sqd * torch.linalg.vector_norm(WY, dim=1)[None, :]) / sqd
     Ws = (Wt + Wt.T) / 2
     # λ₊, raised by a bound on eigh's error (backward stable: O(u‖W_s‖_F)), cached per W
-    lam = max(_top_eigvec(Wt)[0] + 4 * d * 2.0**-53 * float(torch.linalg.matrix_norm(Ws)), 0.0)
+    top = float(sym_eigh(Wt)[0][-1])
+    lam = max(top + 4 * d * 2.0**-53 * float(torch.linalg.matrix_norm(Ws)), 0.0)
     WsX = Xc @ Ws
     Wx0 = Wt @ x0
     self_sup = (

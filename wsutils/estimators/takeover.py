@@ -86,13 +86,14 @@ def kernel(norm: Normalisation):
     return lambda X, W: general_attention(X, W, norm)
 
 
-_EIG_CACHE: list = []  # [(a float64 copy of the last W, (λ, u))]
+_EIG_CACHE: list = []  # [(a float64 copy of the last W, (eigenvalues, eigenvectors))]
 
 
-def _top_eigvec(W: torch.Tensor) -> tuple[float, torch.Tensor]:
-    """Top eigenpair of ``(W + Wᵀ)/2``, in float64. The last result is cached and reused when
-    ``W`` equals the last matrix exactly (an ``O(d²)`` comparison against the ``O(d³)``
-    eigendecomposition, which the take-over constructions ask for several times per text)."""
+def sym_eigh(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.linalg.eigh`` of ``(W + Wᵀ)/2`` in float64 (eigenvalues ascending, read-only
+    for callers). The last result is cached and reused when ``W`` equals the last matrix
+    exactly (an ``O(d²)`` comparison against the ``O(d³)`` eigendecomposition, which the
+    take-over constructions and the softmax certificate ask for several times per text)."""
     W64 = W.to(torch.float64)
     cached = _EIG_CACHE[0] if _EIG_CACHE else None  # read the entry once
     if (
@@ -101,12 +102,16 @@ def _top_eigvec(W: torch.Tensor) -> tuple[float, torch.Tensor]:
         and cached[0].device == W64.device
         and torch.equal(cached[0], W64)
     ):
-        lam, u = cached[1]
-        return lam, u.clone()
-    evals, evecs = torch.linalg.eigh((W64 + W64.T) / 2)
-    out = (float(evals[-1]), evecs[:, -1])
-    _EIG_CACHE[:] = [(W64.clone(), (out[0], out[1].clone()))]
+        return cached[1]
+    out = torch.linalg.eigh((W64 + W64.T) / 2)
+    _EIG_CACHE[:] = [(W64.clone(), out)]
     return out
+
+
+def _top_eigvec(W: torch.Tensor) -> tuple[float, torch.Tensor]:
+    """Top eigenpair of ``(W + Wᵀ)/2``, in float64 (:func:`sym_eigh`)."""
+    evals, evecs = sym_eigh(W)
+    return float(evals[-1]), evecs[:, -1].clone()
 
 
 def _row_takeover(Xt: torch.Tensor, Wt: torch.Tensor, i: int) -> torch.Tensor:
