@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import wsutils as ws
+from tests.rounding import gamma
 from wsutils.estimators.screen import Screen, screen_words, screened_word_sensitivity
 from wsutils.estimators.self_attention import attention_word_sensitivity
 
@@ -30,15 +31,19 @@ def test_screened_never_below_the_fixed_words_on_long_texts(normalisation, seed)
 
 
 def test_a_kept_word_gets_at_least_its_fixed_word_search():
-    """Searches never interact: a word the screen keeps is certified from the starts the
-    fixed-word search gives it, plus the screened ones, so its value is at least that one's
-    (up to the rounding of two float64 certifications of the same Δ)."""
+    """A word the screen keeps is certified from the starts the fixed-word search gives it
+    (its random starts seeded by the row, its constructions) plus the screened ones. With no
+    steps each start is its own best iterate, so the kept word's value is at least the
+    fixed-word search's, up to the rounding of two float64 certifications of the same Δ in
+    different batches (γ of the map's n·d-long sums, twice). With steps, the same paths in
+    other batch shapes may round apart, and no tolerance follows from the rounding."""
     n, d = 200, 16
     X, W = ws.sample_X(n, d, seed=4), ws.sample_W(d, seed=5)
-    res = screened_word_sensitivity(X, W, screen=dict(keep=3), **SEARCH)
+    search = dict(SEARCH, steps=0)
+    res = screened_word_sensitivity(X, W, screen=dict(keep=3), **search)
     for r, v in res.per_row.items():
-        alone = attention_word_sensitivity(X, W, rows=[r], takeovers=True, **SEARCH)
-        assert v >= alone.value * (1 - 1e-12)
+        alone = attention_word_sensitivity(X, W, rows=[r], takeovers=True, **search)
+        assert v >= alone.value * (1 - 2 * gamma(n * d))
 
 
 def test_screen_words_ranks_every_word():
