@@ -41,6 +41,7 @@ __all__ = [
     "TakeoverCertificate",
     "takeover_certificate",
     "row_competition",
+    "sym_eigh",
 ]
 
 
