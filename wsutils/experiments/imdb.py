@@ -32,7 +32,7 @@ from ..sensitivity import check_rows
 from ..text.data import load_imdb, select_reviews
 from ..text.embeddings import embed, load_model, sample_matrix, word_rows
 from ..weights import sample_W, sample_X
-from .attention import SEARCH_DTYPE
+from .attention import EVERY_ROW_HALVING, SEARCH_DTYPE
 
 __all__ = [
     "Scale",
@@ -153,7 +153,8 @@ def sweep_point(
     features: ``P.rf_*`` over ``P.rf_rows`` rows spread evenly, :func:`searched_rows`;
     attention: ``P.steps`` and ``P.starts`` over
     every row, in the precision of the attention chapters' grids,
-    :data:`wsutils.experiments.attention.SEARCH_DTYPE`)."""
+    :data:`wsutils.experiments.attention.SEARCH_DTYPE`, with the successive halving
+    :data:`wsutils.experiments.attention.EVERY_ROW_HALVING`)."""
     if map not in MAPS:
         raise ValueError(f"map must be one of {MAPS}, got {map!r}.")
     if map == "rf":
@@ -161,7 +162,7 @@ def sweep_point(
         search = dict(rows=searched_rows(int(n), P.rf_rows), search=search)
     else:
         search = dict(starts=P.starts, steps=P.steps, dtype=SEARCH_DTYPE[map])
-        search = dict(rows=None, search=search)
+        search = dict(rows=None, search=search | dict(halving=EVERY_ROW_HALVING))
     return dict(
         map=map,
         n=int(n),
