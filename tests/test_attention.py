@@ -217,7 +217,7 @@ def test_grid_points_without_certificates_give_the_same_values():
             normalisation=kind, d=16, n=40, seed=3, rows=[0, 1], search=dict(starts=2, steps=10)
         )
         full, light = sensitivity_point(**p), sensitivity_point(**p, certificates=False)
-        assert set(light) == {"S", "phi_norm", "kappa", "seconds"}
+        assert set(light) == {"S", "phi_norm", "kappa", "seconds", "certified_rows"}
         assert {k: light[k] for k in ("S", "phi_norm", "kappa")} == {
             k: full[k] for k in ("S", "phi_norm", "kappa")
         }

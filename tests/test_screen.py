@@ -67,3 +67,18 @@ def test_screen_words_ranks_every_word():
 def test_bad_screens_are_refused(screen, err):
     with pytest.raises(err):
         Screen.parse(screen)
+
+
+def test_grid_point_searches_every_word():
+    """A grid point with rows='every' (the far grid): the screened words are certified, the
+    value is bracketed by the certificate at them, which is at most the one over every word;
+    and a screen without rows='every' is refused rather than ignored."""
+    from wsutils.experiments.attention import sensitivity_point
+
+    point = dict(normalisation="raf", d=16, n=60, seed=3, search=dict(starts=1, steps=5))
+    r = sensitivity_point(**point, rows="every", screen=dict(keep=2))
+    assert len(r["certified_rows"]) == 2
+    assert r["certified"] <= r["S"] * (1 + 1e-9)  # the constructions are starts
+    assert r["S"] <= r["upper"] <= r["upper_all"]
+    with pytest.raises(ValueError, match="rows='every'"):
+        sensitivity_point(**point, rows=[0], screen=dict(keep=2))
