@@ -162,8 +162,10 @@ def grid_points(normalisation: str) -> list[dict]:
     """The points of the grid of :func:`scale` for ``normalisation`` (``"raf"`` or
     ``"relu"``), as
     :func:`sensitivity_point` takes them: every ``(d, n)`` and seed index ``s``, with the text
-    and weights of ``point_seed("attention", d, n, s)``, searched in the precision
-    :data:`SEARCH_DTYPE` gives ``normalisation``. The softmax chapter and the ReLU
+    and weights of ``point_seed("attention", d, n, s)``, every word searched (``rows="every"``:
+    each word screened, the best ``first_rows`` certified by the search of
+    :meth:`Scale.search`, in the precision :data:`SEARCH_DTYPE` gives ``normalisation``).
+    The softmax chapter and the ReLU
     chapter both take their softmax grid from here: the same list of points, hence the same
     keys in a sweep store (:func:`wsutils.run.sweep.point_key`), so a store shared by the two
     computes it once."""
@@ -178,7 +180,9 @@ def grid_points(normalisation: str) -> list[dict]:
             d=d,
             n=n,
             seed=point_seed("attention", d, n, s),
-            **g.search(normalisation),
+            rows="every",
+            search=g.search(normalisation)["search"],
+            screen=dict(keep=g.first_rows),
         )
         for d in g.ds
         for n in g.ns
