@@ -245,3 +245,28 @@ def test_run_grid_uses_the_build_store_only_when_the_build_sets_one(tmp_path, mo
     assert run_grid(rf_sensitivity, [dict(point, seed=1)], progress=False) == first
     run_grid(rf_sensitivity, [dict(point, seed=2)], progress=False, store=False)  # opted out
     assert len(list((tmp_path / "store").glob("*.json"))) == 1
+
+
+def test_a_pythonpath_folder_is_keyed_on_its_modules(tmp_path):
+    """Issue 61 item 10: the kernels inherit PYTHONPATH, so an edited copy of a dependency
+    placed first on it must change the key; bytecode and other files do not."""
+    root = _tree(tmp_path)
+    dep = tmp_path / "shadow" / "transformers"
+    dep.mkdir(parents=True)
+    (dep / "__init__.py").write_text("x = 1\n")
+    env = {"WSBOOK_SCALE": "paper", "PYTHONPATH": str(dep.parent)}
+    key = ex.environment_key(env, root)
+    assert ex.environment_key({"WSBOOK_SCALE": "paper"}, root) != key  # the path itself
+    (dep / "__init__.py").write_text("x = 2\n")  # the edited copy
+    assert ex.environment_key(env, root) != key
+    key = ex.environment_key(env, root)
+    (dep / "notes.txt").write_text("not imported\n")
+    (dep / "__pycache__").mkdir()
+    (dep / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    assert ex.environment_key(env, root) == key
+    (root / "book" / "rel").mkdir()  # a relative entry: read from book/, as the kernels do
+    (root / "book" / "rel" / "m.py").write_text("y = 1\n")
+    rel = {"WSBOOK_SCALE": "paper", "PYTHONPATH": "rel"}
+    key = ex.environment_key(rel, root)
+    (root / "book" / "rel" / "m.py").write_text("y = 2\n")
+    assert ex.environment_key(rel, root) != key

@@ -132,14 +132,43 @@ def resolve_path_knobs(env, root: Path = ROOT, cwd: Path | None = None) -> dict[
     return out
 
 
+#: The files of a ``PYTHONPATH`` folder that the key reads: what Python imports from it.
+IMPORTABLE = (".py", ".pyi", ".so", ".pyd", ".pth")
+
+
+def pythonpath_digest(env, root: Path = ROOT) -> str:
+    """The ``PYTHONPATH`` of ``env`` as the kernels import from it: each entry, and a
+    SHA-256 of its importable files (:data:`IMPORTABLE`, ``__pycache__`` left out), in order.
+    The kernels inherit the build's environment and run in ``book/``, so a relative entry is
+    read from there. An edited copy of a dependency placed first on ``PYTHONPATH`` changes
+    the key (issue 61, item 10)."""
+    h = hashlib.sha256()
+    for entry in (env.get("PYTHONPATH") or "").split(os.pathsep):
+        if not entry:
+            continue
+        path = Path(entry).expanduser()
+        path = path if path.is_absolute() else root / "book" / path
+        h.update(f"{entry}\0".encode())
+        files = [path] if path.is_file() else sorted(
+            p
+            for p in (path.rglob("*") if path.is_dir() else ())
+            if p.is_file() and p.suffix in IMPORTABLE and "__pycache__" not in p.parts
+        )
+        for f in files:
+            h.update(str(f.relative_to(path) if f != path else f.name).encode() + b"\0")
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def environment_key(
     env: dict[str, str] | None = None, root: Path = ROOT, cwd: Path | None = None
 ) -> str:
     """SHA-256 (hex, 16 characters) of everything outside a chapter that its outputs depend on:
     the knobs (:func:`resolve_path_knobs`; a local path by its files), the Python version,
-    the pins, every file of ``wsutils/`` and ``data/``, and the installed distributions
+    the pins, every file of ``wsutils/`` and ``data/``, the installed distributions
     (``wsutils._digest.installed_digest``: every version, and the files of a folder
-    install), which is what the kernels import."""
+    install) and the folders on ``PYTHONPATH`` (:func:`pythonpath_digest`), which is what the
+    kernels import."""
     from wsutils import _digest
 
     env = resolve_path_knobs(os.environ if env is None else env, root, cwd)
@@ -157,6 +186,7 @@ def environment_key(
         if (root / folder).is_dir():
             h.update(f"{folder}:{_digest.tree_digest(root / folder)}\0".encode())
     h.update(f"installed={_digest.installed_digest()}\0".encode())
+    h.update(f"pythonpath={pythonpath_digest(env, root)}\0".encode())
     return h.hexdigest()[:16]
 
 

@@ -29,7 +29,10 @@ def layer_inputs(
     ``n − 2`` word pieces (a ValueError names the short ones). Cached on disk per layer
     (:func:`wsutils.text.embeddings.embed`, keyed by the model's
     :func:`~wsutils.text.embeddings.model_key`, its live parameters included, computed once
-    for all the layers; the layer, ``n``, texts and ``ids``)."""
+    for all the layers; the layer, ``n``, texts and ``ids``) in ``cache_dir``: by default
+    :func:`wsutils.text.embeddings.default_cache_dir`, ``.wsbook-cache/`` at the root of an
+    editable install (else in the working directory); a folder of one's own, or ``False``
+    for no cache."""
     enc = _encoder(enc)
     n = check_int("n", n, minimum=3)
     key = None if cache_dir is False else model_key(enc)  # once, not once per layer
