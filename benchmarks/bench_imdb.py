@@ -23,6 +23,15 @@ the relative differences of ``S``, ``S_first`` and the smallest per-row value.
 
 ``python -m benchmarks.bench_imdb --attention --maps RAF --points 100x96,200x192,200x384``
 
+``--attention --halving`` instead compares the full search (every (row, start) search runs
+every step) with the chapter's successive halving
+(:data:`wsutils.experiments.attention.EVERY_ROW_HALVING`), both in the chapter's precision
+(:data:`wsutils.experiments.attention.SEARCH_DTYPE`): CPU seconds and the relative
+differences, as above.
+
+``python -m benchmarks.bench_imdb --attention --halving --maps relu,raf --texts 3
+--points 200x96,200x384``
+
 ``--upper`` instead: the RF point (``mode="rows"``) with and without the upper certificate
 (``upper=False``), which the chapter never reads: CPU seconds, and whether ``S``, every
 per-row value and the lower bound agree exactly.
@@ -115,8 +124,23 @@ def grid_estimate(measured: dict, h: int = 384, texts: int = 3) -> dict:
     } | {"a": a, "b": b}
 
 
-def attention(points: list[tuple[int, int]], maps: list[str], repeats: int, texts: int) -> None:
-    """float64 against float32 search on the sweep's attention points (real reviews)."""
+def _variants(m: str, halving: bool) -> dict[str, dict]:
+    """The two searches compared, A then B: float64 against float32, or (``halving``) the
+    full search against the chapter's halving, in the chapter's precision for ``m``."""
+    from wsutils.experiments.attention import EVERY_ROW_HALVING, SEARCH_DTYPE
+
+    base = dict(steps=ATT_STEPS, starts=ATT_STARTS)
+    if halving:
+        full = base | dict(dtype=SEARCH_DTYPE[m])
+        return {"full": full, "halving": full | dict(halving=EVERY_ROW_HALVING)}
+    return {"float64": base | dict(dtype=None), "float32": base | dict(dtype="float32")}
+
+
+def attention(
+    points: list[tuple[int, int]], maps: list[str], repeats: int, texts: int, halving=False
+) -> None:
+    """Two searches side by side on the sweep's attention points (real reviews): float64
+    against float32, or the full search against successive halving (``halving``)."""
     from wsutils.experiments.imdb import sensitivity_point
     from wsutils.run import config
     from wsutils.run.seeds import point_seed
@@ -127,15 +151,16 @@ def attention(points: list[tuple[int, int]], maps: list[str], repeats: int, text
     imdb = None if config.imdb() is None else str(config.imdb())
     enc = em.load_model(model)
     sel = data.select_reviews(data.load_imdb(imdb), 100, tokenizer=enc.tokenizer, seed=0)
+    A, B = _variants("raf", halving)
     print(
         f"torch {torch.__version__}, 1 thread; attention sweep point ({model}), every row, "
-        f"{ATT_STARTS} starts, {ATT_STEPS} steps; float64 vs float32 search"
+        f"{ATT_STARTS} starts, {ATT_STEPS} steps; {A} vs {B} search"
     )
     print(
-        f"{'map':>15}{'n':>5}{'d':>5}{'rev':>6}  {'f64 CPU s':>10}{'f32 CPU s':>10}"
-        f"{'ratio':>7}  {'S f64':>9}{'|ΔS|/S':>9}{'|ΔS_first|':>11}{'|Δmin|':>9}"
+        f"{'map':>15}{'n':>5}{'d':>5}{'rev':>6}  {A[:7] + ' CPU s':>14}{B[:7] + ' CPU s':>14}"
+        f"{'ratio':>7}  {'S ' + A[:7]:>10}{'|ΔS|/S':>9}{'|ΔS_first|':>11}{'|Δmin|':>9}"
     )
-    total = {None: 0.0, "float32": 0.0}
+    total = {A: 0.0, B: 0.0}
     worst = 0.0
     for m in maps:
         for n, d in points:
@@ -145,27 +170,26 @@ def attention(points: list[tuple[int, int]], maps: list[str], repeats: int, text
                 p |= dict(rows=None)
                 best = {}
                 for _ in range(repeats):
-                    for dt in (None, "float32"):
+                    for name, search in _variants(m, halving).items():
                         c0 = time.process_time()
-                        search = dict(steps=ATT_STEPS, starts=ATT_STARTS, dtype=dt)
                         out = sensitivity_point(**p, search=search)
                         cpu = time.process_time() - c0
-                        if dt not in best or cpu < best[dt][0]:
-                            best[dt] = (cpu, out)
-                (c64, a), (c32, b) = best[None], best["float32"]
-                total[None] += c64
-                total["float32"] += c32
+                        if name not in best or cpu < best[name][0]:
+                            best[name] = (cpu, out)
+                (ca, a), (cb, b) = best[A], best[B]
+                total[A] += ca
+                total[B] += cb
                 rel = {k: abs(b[k] - a[k]) / a[k] for k in ("S", "S_first", "S_row_min")}
                 worst = max(worst, *rel.values())
                 print(
-                    f"{m:>15}{n:>5}{d:>5}{int(r):>6}  {c64:>10.1f}{c32:>10.1f}"
-                    f"{c64 / c32:>6.2f}×  {a['S']:>9.4f}{rel['S']:>9.1e}"
+                    f"{m:>15}{n:>5}{d:>5}{int(r):>6}  {ca:>14.1f}{cb:>14.1f}"
+                    f"{ca / cb:>6.2f}×  {a['S']:>10.4f}{rel['S']:>9.1e}"
                     f"{rel['S_first']:>11.1e}{rel['S_row_min']:>9.1e}",
                     flush=True,
                 )
     print(
-        f"total: float64 {total[None]:.1f} CPU s, float32 {total['float32']:.1f} CPU s "
-        f"({total[None] / total['float32']:.2f}×); largest relative difference {worst:.1e}"
+        f"total: {A} {total[A]:.1f} CPU s, {B} {total[B]:.1f} CPU s "
+        f"({total[A] / total[B]:.2f}×); largest relative difference {worst:.1e}"
     )
 
 
@@ -177,6 +201,7 @@ def main(argv=None) -> None:
     ap.add_argument("--maps", default="raf", help="attention maps (raf, relu), comma separated")
     ap.add_argument("--texts", type=int, default=1, help="reviews per attention point")
     ap.add_argument("--upper", action="store_true", help="RF: with vs without upper bound")
+    ap.add_argument("--halving", action="store_true", help="attention: full vs halving")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     if args.upper:
@@ -185,7 +210,7 @@ def main(argv=None) -> None:
         return
     if args.attention:
         pts = [tuple(int(v) for v in spec.split("x")) for spec in args.points.split(",")]
-        attention(pts, args.maps.split(","), args.repeats, args.texts)
+        attention(pts, args.maps.split(","), args.repeats, args.texts, args.halving)
         return
     print(
         f"torch {torch.__version__}, 1 thread; RF sweep point, {RF_ROWS} rows, "

@@ -70,15 +70,26 @@ def test_bad_screens_are_refused(screen, err):
 
 
 def test_grid_point_searches_every_word():
-    """A grid point with rows='every' (the far grid): the screened words are certified, the
-    value is bracketed by the certificate at them, which is at most the one over every word;
+    """A grid point with rows='every' (the grids): the screened words and word 0 (where the
+    take-over bound is computed) are certified, the value is bracketed by the certificate at them, which is at most the one over every word;
     and a screen without rows='every' is refused rather than ignored."""
     from wsutils.experiments.attention import sensitivity_point
 
     point = dict(normalisation="raf", d=16, n=60, seed=3, search=dict(starts=1, steps=5))
     r = sensitivity_point(**point, rows="every", screen=dict(keep=2))
-    assert len(r["certified_rows"]) == 2
+    assert 0 in r["certified_rows"] and len(r["certified_rows"]) in (2, 3)  # keep, and word 0
     assert r["certified"] <= r["S"] * (1 + 1e-9)  # the constructions are starts
     assert r["S"] <= r["upper"] <= r["upper_all"]
     with pytest.raises(ValueError, match="rows='every'"):
         sensitivity_point(**point, rows=[0], screen=dict(keep=2))
+
+
+def test_words_certified_whatever_the_screen_says():
+    """`also`: word 0 certified beside the screen's best, never below the fixed-word search
+    at word 0 with the same settings (its starts are a superset)."""
+    n, d = 120, 16
+    X, W = ws.sample_X(n, d, seed=8), ws.sample_W(d, seed=9)
+    res = screened_word_sensitivity(X, W, screen=dict(keep=1), also=[0], **SEARCH)
+    assert 0 in res.per_row and len(res.per_row) in (1, 2)
+    fixed = attention_word_sensitivity(X, W, rows=[0], takeovers=True, **SEARCH)
+    assert res.per_row[0] >= fixed.value * (1 - 2 * gamma(n * d))

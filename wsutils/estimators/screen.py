@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -128,6 +129,7 @@ def screened_word_sensitivity(
     normalisation: str | Normalisation = "raf",
     screen: Screen | dict | None = None,
     search: Search | dict | None = None,
+    also: Sequence[int] = (),
     device=None,
     **settings,
 ) -> SensitivityResult:
@@ -146,6 +148,10 @@ def screened_word_sensitivity(
     search, **settings
         The certifying search (:class:`wsutils.search.Search`, default ``Search()``); its
         seed (``None``: 0) also seeds the screen.
+    also
+        Words certified whatever the screen says (e.g. a word a bound is computed at), each
+        from the search's own starts and the constructions; the value is then at least the
+        fixed-word search's over ``also`` with the same settings (without ``halving``).
 
     Returns
     -------
@@ -161,11 +167,13 @@ def screened_word_sensitivity(
         X, W, normalisation=normalisation, screen=screen, seed=seed, device=device
     )
     order = np.argsort(-np.nan_to_num(values, nan=-np.inf), kind="stable")[: screen.keep]
+    kept = [rows[j] for j in order]
+    extra = [int(r) for r in dict.fromkeys(also) if int(r) not in kept]
     return attention_word_sensitivity(
         X,
         W,
         normalisation=normalisation,
-        rows=[rows[j] for j in order],
+        rows=kept + extra,
         init=Delta[order],
         takeovers=True,
         search=search,

@@ -66,8 +66,9 @@ class Scale:
 
     The grid of both chapters (at the paper's scale the grid of the authors' scripts):
     widths ``ds``, lengths ``ns``, ``seeds`` texts per point and the search of
-    :func:`sensitivity_point` (its ``first_rows`` words, ``starts``, ``steps``;
-    :meth:`Scale.search`). Beyond it:
+    :func:`sensitivity_point` (``starts``, ``steps``, :meth:`Scale.search`; the grids screen
+    every word and certify the ``first_rows`` best, with word 0; a fixed-word search, the
+    ReLU far grid's, takes the first ``first_rows`` words). Beyond it:
     the far lengths ``n_far`` (at ``d = ds[0]``; the softmax far grid searches every word
     up to ``far_every_max``, :meth:`Scale.far_every`), the phase diagram's ``phase_ds`` ×
     ``phase_ns``, the authors' search at ``auth_points`` (``(d, n)``) with ``auth_seeds``
@@ -213,11 +214,13 @@ def sensitivity_point(
     ``kappa = ‖X‖_op/√d``, the search's wall ``seconds`` and ``certified_rows``, the words
     whose values were certified.
 
-    ``rows="every"`` searches every word instead: each is screened and the best few certified
+    ``rows="every"`` searches every word instead: each is screened and the best ``keep``
+    certified, with word 0 (where the take-over bound is computed) certified too
     (:func:`wsutils.estimators.screen.screened_word_sensitivity`, ``screen`` a dict of
-    :class:`~wsutils.estimators.screen.Screen`'s fields, the same ``search`` certifying), so
-    ``S`` is a lower bound on the sup over every word, not over fixed words; ``upper`` is then
-    the certificate at the certified words.
+    :class:`~wsutils.estimators.screen.Screen`'s fields, the same ``search`` certifying, its
+    random starts seeded by ``point_seed("search", seed)``, independent of the text), so
+    ``S`` is a lower bound on the sup over every word, at least the search's value at word
+    0; ``upper`` and ``certified`` are then taken at the certified words.
 
     ``certificates=True`` (default) adds ``certified``, the best construction alone
     (:func:`wsutils.estimators.takeover.certified_lower_bound`, six full float64 maps per
@@ -235,16 +238,26 @@ def sensitivity_point(
     torch.set_num_threads(1)
     X = sample_X(n, d, seed=seed)
     W = sample_W(d, seed=seed + 1)
-    search = Search.parse(POINT_SEARCH, **point_search(search), seed=seed)
     t0 = time.perf_counter()
     if rows == "every":
+        # the search's starts from a stream of their own: seeded like X itself, a word's
+        # random starts would be the text's own words
+        search = Search.parse(
+            POINT_SEARCH, **point_search(search), seed=point_seed("search", seed)
+        )
         res = screened_word_sensitivity(
-            X, W, normalisation=normalisation, screen=Screen.parse(screen), search=search
+            X,
+            W,
+            normalisation=normalisation,
+            screen=Screen.parse(screen),
+            search=search,
+            also=[0],
         )
         searched = sorted(res.per_row)
     else:
         if screen is not None:
             raise ValueError("screen is read only with rows='every'; leave it None.")
+        search = Search.parse(POINT_SEARCH, **point_search(search), seed=seed)
         searched = _point_rows(rows, n)
         res = attention_word_sensitivity(
             X, W, normalisation=normalisation, rows=searched, search=search, takeovers=True
