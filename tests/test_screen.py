@@ -71,8 +71,9 @@ def test_bad_screens_are_refused(screen, err):
 
 def test_grid_point_searches_every_word():
     """A grid point with rows='every' (the grids): the screened words and word 0 (where the
-    take-over bound is computed) are certified, the value is bracketed by the certificate at them, which is at most the one over every word;
-    and a screen without rows='every' is refused rather than ignored."""
+    take-over bound is computed) are certified, the value is bracketed by the certificate at
+    them, which is at most the one over every word; and a screen without rows='every' is
+    refused rather than ignored."""
     from wsutils.experiments.attention import sensitivity_point
 
     point = dict(normalisation="raf", d=16, n=60, seed=3, search=dict(starts=1, steps=5))

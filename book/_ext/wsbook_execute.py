@@ -149,10 +149,14 @@ def pythonpath_digest(env, root: Path = ROOT) -> str:
         path = Path(entry).expanduser()
         path = path if path.is_absolute() else root / "book" / path
         h.update(f"{entry}\0".encode())
-        files = [path] if path.is_file() else sorted(
-            p
-            for p in (path.rglob("*") if path.is_dir() else ())
-            if p.is_file() and p.suffix in IMPORTABLE and "__pycache__" not in p.parts
+        files = (
+            [path]
+            if path.is_file()
+            else sorted(
+                p
+                for p in (path.rglob("*") if path.is_dir() else ())
+                if p.is_file() and p.suffix in IMPORTABLE and "__pycache__" not in p.parts
+            )
         )
         for f in files:
             h.update(str(f.relative_to(path) if f != path else f.name).encode() + b"\0")
