@@ -199,9 +199,10 @@ def normalisation_point(
     (``X = sample_X(n, d, seed)``, ``W = sample_W(d, seed + 1)``, as in the attention
     chapters): the estimate ``S`` (fast estimator over the words ``rows``, random starts
     plus the take-over constructions; ``search``: a dict of :class:`~wsutils.search.Search`'s
-    fields over :data:`POINT_SEARCH`, seeded by ``seed``), the certified lower bound
-    ``certified`` (the best of the row and the key take-over of :prf:ref:`def-takeover` and
-    the doubling ``Δ = x_0`` of :prf:ref:`prop-norm-double`, through the full map in float64;
+    fields over :data:`POINT_SEARCH`, seeded by ``point_seed("search", seed)``, a stream
+    independent of the text), the certified lower bound ``certified`` (the best of the row
+    and the key take-over of :prf:ref:`def-takeover` and the doubling ``Δ = x_0`` of
+    :prf:ref:`prop-norm-double`, through the full map in float64;
     all three are also starts of the search),
     ``phi_rel = ‖φ(X)‖_F/√(n·d)``, the doubling ``Δ = x_0``'s relative change ``double`` (and,
     for :data:`DOUBLING`, its bound ``double_bound`` and ``double_frac``,
@@ -216,7 +217,9 @@ def normalisation_point(
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
     searched = _point_rows(rows, n)
     double = project_ball(X[:1].clone(), math.sqrt(d))[0]  # Δ = x_0, in the ball exactly
-    search = Search.parse(POINT_SEARCH, **point_search(search), seed=seed)
+    # the search's random starts from a stream of their own: seeded like X, a word's random
+    # starts would be the text's own words
+    search = Search.parse(POINT_SEARCH, **point_search(search), seed=point_seed("search", seed))
     t0 = time.perf_counter()
     res = attention_word_sensitivity(
         X, W, normalisation=norm, rows=searched, search=search, takeovers=True, init=double
