@@ -49,12 +49,21 @@ def module_digest(*modules: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def tree_digest(path: str | os.PathLike) -> str:
+def tree_digest(path: str | os.PathLike, suffixes: tuple[str, ...] | None = None) -> str:
     """SHA-256 over every file under ``path`` (a folder, or one file): its path relative to
     ``path`` and its bytes, in sorted order; ``__pycache__`` folders and ``.pyc`` files are
-    left out (they follow the sources)."""
+    left out (they follow the sources). ``suffixes``: only the files of a folder whose name
+    ends in one of them (``None``: every file)."""
     root = Path(path)
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    files = (
+        [root]
+        if root.is_file()
+        else sorted(
+            p
+            for p in root.rglob("*")
+            if p.is_file() and (suffixes is None or p.suffix in suffixes)
+        )
+    )
     h = hashlib.sha256()
     for p in files:
         if "__pycache__" in p.parts or p.suffix == ".pyc":

@@ -142,25 +142,16 @@ def pythonpath_digest(env, root: Path = ROOT) -> str:
     The kernels inherit the build's environment and run in ``book/``, so a relative entry is
     read from there. An edited copy of a dependency placed first on ``PYTHONPATH`` changes
     the key (issue 61, item 10)."""
+    from wsutils._digest import tree_digest
+
     h = hashlib.sha256()
     for entry in (env.get("PYTHONPATH") or "").split(os.pathsep):
         if not entry:
             continue
         path = Path(entry).expanduser()
         path = path if path.is_absolute() else root / "book" / path
-        h.update(f"{entry}\0".encode())
-        files = (
-            [path]
-            if path.is_file()
-            else sorted(
-                p
-                for p in (path.rglob("*") if path.is_dir() else ())
-                if p.is_file() and p.suffix in IMPORTABLE and "__pycache__" not in p.parts
-            )
-        )
-        for f in files:
-            h.update(str(f.relative_to(path) if f != path else f.name).encode() + b"\0")
-            h.update(f.read_bytes())
+        files = tree_digest(path, suffixes=IMPORTABLE) if path.exists() else "<missing>"
+        h.update(f"{entry}:{files}\0".encode())
     return h.hexdigest()
 
 

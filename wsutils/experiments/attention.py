@@ -21,7 +21,7 @@ from ..estimators.self_attention import attention_word_sensitivity
 from ..estimators.softmax_upper import softmax_certified_upper
 from ..estimators.takeover import certified_lower_bound, row_competition, takeover_certificate
 from ..run import config
-from ..run.seeds import point_seed
+from ..run.seeds import point_seed, search_seed
 from ..search import Search, point_search
 from ..sensitivity import check_rows
 from ..weights import sample_W, sample_X
@@ -218,9 +218,9 @@ def sensitivity_point(
     certified, with word 0 (where the take-over bound is computed) certified too
     (:func:`wsutils.estimators.screen.screened_word_sensitivity`, ``screen`` a dict of
     :class:`~wsutils.estimators.screen.Screen`'s fields, the same ``search`` certifying, its
-    random starts seeded by ``point_seed("search", seed)``, independent of the text), so
-    ``S`` is a lower bound on the sup over every word, at least the search's value at word
-    0; ``upper`` and ``certified`` are then taken at the certified words.
+    random starts seeded by :func:`~wsutils.run.seeds.search_seed`, independent of the
+    text), so ``S`` is a lower bound on the sup over every word, at least the search's value
+    at word 0; ``upper`` and ``certified`` are then taken at the certified words.
 
     ``certificates=True`` (default) adds ``certified``, the best construction alone
     (:func:`wsutils.estimators.takeover.certified_lower_bound`, six full float64 maps per
@@ -240,11 +240,7 @@ def sensitivity_point(
     W = sample_W(d, seed=seed + 1)
     t0 = time.perf_counter()
     if rows == "every":
-        # the search's starts from a stream of their own: seeded like X itself, a word's
-        # random starts would be the text's own words
-        search = Search.parse(
-            POINT_SEARCH, **point_search(search), seed=point_seed("search", seed)
-        )
+        search = Search.parse(POINT_SEARCH, **point_search(search), seed=search_seed(seed))
         res = screened_word_sensitivity(
             X,
             W,

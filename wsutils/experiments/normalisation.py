@@ -38,7 +38,7 @@ from ..checks import check_int
 from ..estimators.self_attention import attention_word_sensitivity
 from ..estimators.takeover import key_takeover, row_takeover
 from ..maps import Normalisation, attention_scores, general_attention, normalise_scores
-from ..run.seeds import point_seed
+from ..run.seeds import point_seed, search_seed
 from ..search import Search, point_search
 from ..sensitivity import perturb, project_ball
 from ..weights import sample_W, sample_X
@@ -199,8 +199,8 @@ def normalisation_point(
     (``X = sample_X(n, d, seed)``, ``W = sample_W(d, seed + 1)``, as in the attention
     chapters): the estimate ``S`` (fast estimator over the words ``rows``, random starts
     plus the take-over constructions; ``search``: a dict of :class:`~wsutils.search.Search`'s
-    fields over :data:`POINT_SEARCH`, seeded by ``point_seed("search", seed)``, a stream
-    independent of the text), the certified lower bound ``certified`` (the best of the row
+    fields over :data:`POINT_SEARCH`, seeded by :func:`~wsutils.run.seeds.search_seed`, a
+    stream independent of the text), the certified lower bound ``certified`` (the best of the row
     and the key take-over of :prf:ref:`def-takeover` and the doubling ``Δ = x_0`` of
     :prf:ref:`prop-norm-double`, through the full map in float64;
     all three are also starts of the search),
@@ -217,9 +217,7 @@ def normalisation_point(
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
     searched = _point_rows(rows, n)
     double = project_ball(X[:1].clone(), math.sqrt(d))[0]  # Δ = x_0, in the ball exactly
-    # the search's random starts from a stream of their own: seeded like X, a word's random
-    # starts would be the text's own words
-    search = Search.parse(POINT_SEARCH, **point_search(search), seed=point_seed("search", seed))
+    search = Search.parse(POINT_SEARCH, **point_search(search), seed=search_seed(seed))
     t0 = time.perf_counter()
     res = attention_word_sensitivity(
         X, W, normalisation=norm, rows=searched, search=search, takeovers=True, init=double

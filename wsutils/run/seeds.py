@@ -15,7 +15,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["point_seed"]
+__all__ = ["point_seed", "search_seed"]
 
 
 def _entropy(key) -> int:
@@ -42,3 +42,11 @@ def point_seed(*keys: int | str) -> int:
         raise ValueError("point_seed needs at least one key, e.g. point_seed(d, n, s).")
     state = np.random.SeedSequence([_entropy(k) for k in keys]).generate_state(2, np.uint32)
     return int((int(state[0]) << 31) ^ int(state[1])) & ((1 << 63) - 1)
+
+
+def search_seed(seed: int) -> int:
+    """The seed of a search's random starts on the text drawn from ``seed``:
+    ``point_seed("search", seed)``, a stream of its own. The starts and the text are both
+    ``torch.randn`` draws, so seeding the search with the text's own seed would make a word's
+    random starts the text's own words (and the weights' rows, with ``seed + 1``)."""
+    return point_seed("search", seed)
