@@ -22,6 +22,10 @@ before against what they run now, side by side in one process, one thread, on th
   (``upper=False``, the stopping rule), the weights drawn in float64 (before) against
   ``precision="float32"`` (after): a different draw of the same law, so ``S`` differs by
   the spread between draws, not by rounding; both values are float64 relative changes.
+- ``relu32``: a point of the ReLU chapter's every-word grid (seed 0 of each ``(d, n)``,
+  :func:`~wsutils.experiments.attention.grid_points`), the search in float64 (before, until
+  2026-12-07) against float32 (after, ``SEARCH_DTYPE["relu"]``); ``S`` is certified in
+  float64 on the float64 text either way, so the two differ only where the searches' paths do.
 
 CPU seconds (``time.process_time``) per point; the order of the two runs alternates between
 repeats. ``python -m benchmarks bench_attention_grids`` (all parts, one repeat) or
@@ -43,7 +47,13 @@ import torch
 
 from wsutils.estimators.self_attention import attention_word_sensitivity
 from wsutils.estimators.takeover import certified_lower_bound, takeover_certificate
-from wsutils.experiments.attention import SEARCH_DTYPE, rf_point, sensitivity_point, takeover_point
+from wsutils.experiments.attention import (
+    SCALES,
+    SEARCH_DTYPE,
+    rf_point,
+    sensitivity_point,
+    takeover_point,
+)
 from wsutils.maps import raf, relu_attention
 from wsutils.run.device import describe_device
 from wsutils.run.seeds import point_seed
@@ -110,6 +120,10 @@ PARTS = {
     ),
     "rf": dict(points=[(768, 250), (384, 250), (192, 250)], read=("S",)),
     "rf32": dict(points=[(768, 250), (384, 150)], read=("S",)),
+    "relu32": dict(
+        points=[(d, n) for d in (192, 384, 768) for n in (10, 20, 50, 100, 150, 200, 250)],
+        read=("S",),
+    ),
 }
 
 
@@ -124,6 +138,22 @@ def _calls(part: str, point):
             f"{kind} {d}x{n}",
             lambda: baseline_point(**p, **SEARCH),
             lambda: sensitivity_point(**p, rows=rows, **new),
+        )
+    if part == "relu32":
+        d, n = point
+        search = SCALES["paper"].search("relu")["search"]
+        p = dict(
+            normalisation="relu",
+            d=d,
+            n=n,
+            seed=point_seed("attention", d, n, 0),
+            rows="every",
+            screen=dict(keep=SCALES["paper"].first_rows),
+        )
+        return (
+            f"relu {d}x{n}",
+            lambda: sensitivity_point(**p, search=search | dict(dtype=None)),
+            lambda: sensitivity_point(**p, search=search | dict(dtype="float32")),
         )
     if part == "norm":
         from wsutils.experiments import normalisation as N

@@ -310,7 +310,7 @@ def test_imdb_scale_sweep_points_and_search_precision():
     assert (p.rf_steps, p.rf_starts, p.rf_rows, p.workers, p.reviews) == (20, 2, 8, 2, 100)
     where = dict(model="m", imdb=None)
     raf, relu, rf = (sweep_point(p, m, 50, 96, "imdb", 7, **where) for m in ("raf", "relu", "rf"))
-    assert raf["search"]["dtype"] == "float32" and relu["search"]["dtype"] is None
+    assert raf["search"]["dtype"] == relu["search"]["dtype"] == "float32"
     assert "dtype" not in rf["search"] and raf["rows"] is None
     assert rf["rows"] == searched_rows(50, 8) and len(rf["rows"]) == 8
     from wsutils.run.seeds import point_seed  # the label names the draw, as in every build

@@ -7,6 +7,8 @@ iterate).
   ``y·t_1^Δ`` against ``N`` on ``gen.py``'s data; ``SCALES`` gives one per scale and
   :func:`scale` picks the current one.
 - :data:`SEED` is the first seed of the chapters' draws.
+- :data:`FLIP_STOP` is the stopping rule of our search in every flip experiment of the
+  chapters (and of ``book/imdb-generalization.md``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,28 @@ from dataclasses import dataclass
 
 from ..run import config
 
-__all__ = ["Scale", "SCALES", "scale", "SEED", "COLLAPSE_D", "COLLAPSE_NS", "COLLAPSE_DRAWS"]
+__all__ = [
+    "Scale",
+    "SCALES",
+    "scale",
+    "SEED",
+    "FLIP_STOP",
+    "COLLAPSE_D",
+    "COLLAPSE_NS",
+    "COLLAPSE_DRAWS",
+]
 
 #: The first seed of the chapters' draws.
 SEED = 0
+
+#: The stopping rule (:class:`wsutils.search.Search`'s ``stop``) of our flip search
+#: (:func:`wsutils.generalization.search_flips`) in the chapters: a batch of searches ends
+#: once every search's best loss has gained at most ``1e-4``, relative, over the last 10
+#: steps (at most ``steps`` steps either way). ``python -m benchmarks.bench_flip_stop`` on
+#: the first draw of the paper's flip grid (``d = 768``, ``N`` 1100-1300; 72 runs): random
+#: features 28.5 s against 13.8 s, attention 42.0 s against 36.2 s, every run flipped or not
+#: as with every step (figures in ``benchmarks/README.md``).
+FLIP_STOP = (10, 1e-4)
 
 
 @dataclass(frozen=True)
