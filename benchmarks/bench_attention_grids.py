@@ -26,6 +26,10 @@ before against what they run now, side by side in one process, one thread, on th
   :func:`~wsutils.experiments.attention.grid_points`), the search in float64 (before, until
   2026-12-07) against float32 (after, ``SEARCH_DTYPE["relu"]``); ``S`` is certified in
   float64 on the float64 text either way, so the two differ only where the searches' paths do.
+- ``halving``: a point of the softmax chapter's every-word grid (seed 0 of each ``(d, n)``),
+  the certifying search run to the end (before, until 2026-12-07) against its successive
+  halving ``SEARCH_HALVING["raf"]`` (after); a cut search keeps its best iterate, so ``S``
+  can only be lower where the full search's best (word, start) was cut.
 
 CPU seconds (``time.process_time``) per point; the order of the two runs alternates between
 repeats. ``python -m benchmarks bench_attention_grids`` (all parts, one repeat) or
@@ -124,6 +128,10 @@ PARTS = {
         points=[(d, n) for d in (192, 384, 768) for n in (10, 20, 50, 100, 150, 200, 250)],
         read=("S",),
     ),
+    "halving": dict(
+        points=[(d, n) for d in (192, 384, 768) for n in (10, 20, 50, 100, 150, 200, 250)],
+        read=("S",),
+    ),
 }
 
 
@@ -138,6 +146,23 @@ def _calls(part: str, point):
             f"{kind} {d}x{n}",
             lambda: baseline_point(**p, **SEARCH),
             lambda: sensitivity_point(**p, rows=rows, **new),
+        )
+    if part == "halving":
+        d, n = point
+        search = SCALES["paper"].search("raf")["search"]
+        p = dict(
+            normalisation="raf",
+            d=d,
+            n=n,
+            seed=point_seed("attention", d, n, 0),
+            rows="every",
+            screen=dict(keep=SCALES["paper"].first_rows),
+        )
+        full = {k: v for k, v in search.items() if k != "halving"}
+        return (
+            f"raf {d}x{n}",
+            lambda: sensitivity_point(**p, search=full),
+            lambda: sensitivity_point(**p, search=search),
         )
     if part == "relu32":
         d, n = point

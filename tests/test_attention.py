@@ -282,6 +282,7 @@ def test_both_chapters_softmax_grid_is_one_list_of_store_keys(monkeypatch, scale
     call (a store shared by the two chapters computes the softmax grid once)."""
     from wsutils.experiments.attention import (
         SEARCH_DTYPE,
+        SEARCH_HALVING,
         grid_points,
         sensitivity_point,
     )
@@ -300,6 +301,7 @@ def test_both_chapters_softmax_grid_is_one_list_of_store_keys(monkeypatch, scale
     search = dict(starts=g.starts, steps=g.steps, dtype=SEARCH_DTYPE["relu"])
     assert [dict(p, normalisation="relu", search=search) for p in raf] == relu
     assert all(p["search"]["dtype"] == SEARCH_DTYPE["raf"] == "float32" for p in raf)
+    assert all(p["search"]["halving"] == SEARCH_HALVING["raf"] for p in raf)
     keys = [point_key(sensitivity_point, p) for p in raf]
     assert len(set(keys)) == len(keys)
     assert keys == [point_key(sensitivity_point, p) for p in grid_points("raf")]

@@ -484,6 +484,31 @@ def test_a_float32_module_names_double_not_batched():
             )
 
 
+def test_own_norm_refuses_a_float32_or_training_module_before_the_search(monkeypatch):
+    """Issue 61, item 4: the own-norm estimator checks the map in the search's precision and
+    in float64 (the certificate's) before it searches: a float32 module (a float32 search
+    ran to the end, then the float64 certificate raised a bare RuntimeError) and a module in
+    training mode are refused at once, naming the fix; no step of the search is taken."""
+    from wsutils import sensitivity as S
+    from wsutils.trained import own_norm_word_sensitivity
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("the search ran before the map was checked")
+
+    monkeypatch.setattr("wsutils.trained.own_norm.ascend_and_certify", no_search)
+    X = 2.5 * ws.sample_X(6, 16, seed=1)  # rows of norm 10, a hidden state's own norms
+    with pytest.raises(ValueError, match=r"float64.*module\.double\(\)"):
+        own_norm_word_sensitivity(_layer(train=False, dtype=torch.float32), X)
+    with pytest.raises(ValueError, match=r"training mode.*eval\(\)"):
+        own_norm_word_sensitivity(_layer(train=True), X)
+    # a float64 module under the default float32 search: the hint is the search's dtype
+    with pytest.raises(ValueError, match=r"in float32.*dtype=None"):
+        own_norm_word_sensitivity(_layer(train=False), X)
+    monkeypatch.setattr("wsutils.trained.own_norm.ascend_and_certify", S.ascend_and_certify)
+    res = own_norm_word_sensitivity(_layer(train=False), X, starts=1, steps=2, dtype=None)
+    assert res.value > 0
+
+
 def test_an_eval_float64_module_is_measured():
     X = ws.sample_X(6, 16, seed=1)
     res = ws.word_sensitivity(_layer(train=False), X, starts=1, steps=2)

@@ -171,8 +171,23 @@ def test_results_print_a_short_summary():
     r = ws.word_sensitivity(lambda Z: ws.raf(Z, W), X, seed=0, starts=2, steps=3)
     text = repr(r)
     assert text.startswith("SensitivityResult(value=") and "\n" not in text and len(text) < 200
+    assert text.endswith("ball ‖Δ‖ ≤ √d, lower bound)")  # issue 61, item 5
     rf = ws.rf_word_sensitivity(X, 24, steps=3)
     assert repr(rf).startswith("RFSensitivityResult(value=") and len(repr(rf)) < 200
+
+
+def test_hidden_states_are_pointed_to_the_own_norm_ball():
+    """Issue 61, item 5: rows of their own norms are refused with a hint that names the
+    own-norm estimator (rescaling measures the map elsewhere), and its result says which ball
+    it searched."""
+    from wsutils.trained import own_norm_word_sensitivity
+
+    X, W = ws.sample_X(6, 4, seed=0), ws.sample_W(4, seed=1)
+    H = X * torch.linspace(1.5, 3.0, 6, dtype=X.dtype)[:, None]  # norms of their own
+    with pytest.raises(ValueError, match="own_norm_word_sensitivity"):
+        ws.word_sensitivity(lambda Z: ws.raf(Z, W), H, starts=1, steps=1)
+    r = own_norm_word_sensitivity(lambda Z: ws.raf(Z, W), H, starts=1, steps=2, dtype=None)
+    assert repr(r).endswith("ball ‖Δ‖ ≤ ‖x_i‖, lower bound)")
 
 
 def test_progress_counts_steps(capsys):

@@ -113,7 +113,10 @@ def check_unit_rows(X: torch.Tensor, *, rtol: float | None = None) -> None:
     if err > rtol:
         raise ValueError(
             f"rows of X must have norm √d = {math.sqrt(d):.6g}; the worst row is off by a "
-            f"relative {err:.3g}. Rescale with wsutils.normalise_rows(X)."
+            f"relative {err:.3g}. Rescale with wsutils.normalise_rows(X). For a trained "
+            "model's hidden states, whose rows have norms of their own, rescaling measures the "
+            "map at inputs the model never sees: measure in the ball of each word's own norm "
+            "instead, wsutils.trained.own_norm_word_sensitivity(phi, X)."
         )
 
 

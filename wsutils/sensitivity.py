@@ -68,7 +68,11 @@ class SensitivityResult:
     and ``per_row_Delta`` to the perturbation attaining it; every value is the float64
     relative change at its ``Δ`` (:func:`relative_change`). ``phi_norm`` is ``‖φ(X)‖`` in
     float64, the denominator of those values, as the certification computed it (NaN where an
-    estimator does not record it).
+    estimator does not record it). ``ball`` is the radius of the ball searched: ``"√d"`` (the
+    book's definition, :prf:ref:`def-word-sensitivity`) or ``"‖x_i‖"``, the changed word's
+    own norm (:prf:ref:`def-own-norm-ws`, :func:`wsutils.trained.own_norm_word_sensitivity`);
+    ``bound`` says what ``value`` is: ``"lower"``, a certified lower bound on the sup over
+    that ball. The one-line summary prints both.
     """
 
     value: float
@@ -80,6 +84,8 @@ class SensitivityResult:
     seed: int = 0
     per_row_Delta: dict[int, np.ndarray] = field(default_factory=dict)
     phi_norm: float = math.nan
+    ball: str = "√d"
+    bound: str = "lower"
 
     def __float__(self) -> float:
         return float(self.value)
@@ -91,7 +97,8 @@ class SensitivityResult:
         return (
             f"{type(self).__name__}(value={self.value:.6g}, row={self.row}, "
             f"‖Delta‖={norm:.4g}, rows searched={len(self.per_row)}, starts={self.starts}, "
-            f"steps={self.steps}, seed={self.seed})"
+            f"steps={self.steps}, seed={self.seed}, ball ‖Δ‖ ≤ {self.ball}, "
+            f"{self.bound} bound)"
         )
 
 
@@ -540,7 +547,13 @@ def _module_hint(phi) -> str:
 
 
 def check_map_at_door(
-    phi, phi_b: Map, Xt: torch.Tensor, work: torch.dtype, *, batched: bool = True
+    phi,
+    phi_b: Map,
+    Xt: torch.Tensor,
+    work: torch.dtype,
+    *,
+    batched: bool = True,
+    module=None,
 ) -> None:
     """Refuse, before any search, a map that cannot be measured: a torch module built with
     ``batch_first=False`` searched batched (it would read the batch axis as the words; one
@@ -549,20 +562,23 @@ def check_map_at_door(
     ``φ(X)`` differ (any randomness: a search and its certification would measure different
     maps, and the value would be wrong silently), and a map that fails in the precisions the
     estimator needs: ``work`` (the search's) and float64 (every reported value). Each is a
-    ValueError that names the fix that works (``.eval()``, a float64 copy)."""
+    ValueError that names the fix that works (``.eval()``, a float64 copy). ``module``: the
+    user's own map when ``phi`` wraps it (the own-norm rescaling), read for the module checks
+    and the hint; ``None``: ``phi`` itself."""
+    module = phi if module is None else module
     if (
         batched
-        and isinstance(phi, torch.nn.Module)
-        and any(getattr(m, "batch_first", True) is False for m in phi.modules())
+        and isinstance(module, torch.nn.Module)
+        and any(getattr(m, "batch_first", True) is False for m in module.modules())
     ):
         raise ValueError(
             f"the map is a torch module that reads (n, B, d), batch_first=False "
-            f"({type(phi).__name__}): the estimator passes (B, n, d). Build it with "
+            f"({type(module).__name__}): the estimator passes (B, n, d). Build it with "
             "batch_first=True, or wrap it: lambda Z: module(Z.transpose(0, 1)).transpose(0, 1)."
         )
-    if isinstance(phi, torch.nn.Module) and any(m.training for m in phi.modules()):
+    if isinstance(module, torch.nn.Module) and any(m.training for m in module.modules()):
         raise ValueError(
-            f"the map is a torch module in training mode ({type(phi).__name__}): "
+            f"the map is a torch module in training mode ({type(module).__name__}): "
             "dropout and batch statistics make it a different function at every call. "
             "Call module.eval() first (and module.train() afterwards if you need it)."
         )
@@ -588,10 +604,17 @@ def check_map_at_door(
         except RuntimeError as err:
             if not any(w in str(err).lower() for w in ("dtype", "double", "float", "half")):
                 return  # not a precision problem: the batch check or the search reports it
+            hint = (
+                _module_hint(module)
+                if dtype == torch.float64
+                else " It works in float64: pass dtype=None to search in float64 too, or cast "
+                "inside the map (lambda Z: phi(Z.double()).to(Z.dtype))."
+            )
             raise ValueError(
                 f"the map failed on one text in {str(dtype).removeprefix('torch.')} ({err}): "
-                f"the estimator evaluates it in the search's precision and certifies every "
-                f"value in float64.{_module_hint(phi)}"
+                f"the estimator evaluates it in the search's precision "
+                f"({str(work).removeprefix('torch.')}) and certifies every value in "
+                f"float64.{hint}"
             ) from err
         if first is None:
             first = out.to(torch.float64)

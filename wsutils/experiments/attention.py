@@ -29,6 +29,7 @@ from ..weights import sample_W, sample_X
 __all__ = [
     "POINT_SEARCH",
     "SEARCH_DTYPE",
+    "SEARCH_HALVING",
     "EVERY_ROW_HALVING",
     "SCALES",
     "Scale",
@@ -39,7 +40,7 @@ __all__ = [
     "rf_point",
 ]
 
-#: The precision of each map's search in the chapters' grids: float32 for both maps. Every
+#: The precision of each map's search in the chapters' grids, float32 for both maps. Every
 #: value is certified in float64 on the float64 text either way, so the search's precision
 #: only decides which ``Δ`` it proposes. Softmax attention: equal to 3e-7 or better on every
 #: point of ``benchmarks/bench_attention_grids.py``. ReLU attention (float64 until
@@ -56,6 +57,14 @@ SEARCH_DTYPE = {"raf": "float32", "relu": "float32"}
 #: :data:`wsutils.halving.SCHEDULE` (cuts after 10 steps) was 2.6-8.3 % lower on four of them.
 #: Softmax attention at n = 200 (d = 96 and 384, three reviews): equal on all six.
 EVERY_ROW_HALVING = (20, 1 / 3)
+
+#: The successive halving of each map's certifying search in the chapters' grids (the words
+#: the screen ranks first, each from ``starts`` starts and the constructions), by map.
+#: Softmax attention takes :data:`EVERY_ROW_HALVING`: on the 21 every-word grid points of seed
+#: 0 it ended at the full search's value (to 2e-7, relative) on all 21, at 0.77 of its CPU time
+#: (``benchmarks/bench_attention_grids.py --parts halving``). ReLU attention takes none: there
+#: it lost half the value at d = 192, n = 200 (the full search's best start was cut early).
+SEARCH_HALVING = {"raf": EVERY_ROW_HALVING, "relu": None}
 
 #: The search of :func:`sensitivity_point` where its ``search`` sets nothing: 4 starts (plus
 #: the take-over constructions), 100 steps, in the text's precision (float64).
@@ -107,9 +116,11 @@ class Scale:
     def search(self, normalisation: str) -> dict:
         """The search of :func:`sensitivity_point` for ``normalisation`` (``"raf"`` or
         ``"relu"``) as a point takes it: ``rows`` (the first ``first_rows`` words) and
-        ``search`` (``starts``, ``steps`` and the precision :data:`SEARCH_DTYPE` gives the
-        map)."""
+        ``search`` (``starts``, ``steps``, the precision :data:`SEARCH_DTYPE` gives the map
+        and its :data:`SEARCH_HALVING`, if any)."""
         search = dict(starts=self.starts, steps=self.steps, dtype=SEARCH_DTYPE[normalisation])
+        if SEARCH_HALVING[normalisation] is not None:
+            search["halving"] = SEARCH_HALVING[normalisation]
         return dict(rows=list(range(self.first_rows)), search=search)
 
 

@@ -11,7 +11,13 @@ import torch
 from .._tensor import Array
 from ..checks import as_tensor
 from ..search import Search
-from ..sensitivity import SensitivityResult, ascend_and_certify, map_objective, search_setup
+from ..sensitivity import (
+    SensitivityResult,
+    ascend_and_certify,
+    check_map_at_door,
+    map_objective,
+    search_setup,
+)
 from ._common import Map
 
 #: The default search of :func:`own_norm_word_sensitivity` and of one trained head
@@ -48,6 +54,7 @@ def _to_x(res: SensitivityResult, r: torch.Tensor) -> SensitivityResult:
     scale = r[:, 0].cpu().numpy()
     res.per_row_Delta = {i: D * scale[i] for i, D in res.per_row_Delta.items()}
     res.Delta = res.per_row_Delta[res.row]
+    res.ball = "‖x_i‖"  # the word's own norm (def-own-norm-ws)
     return res
 
 
@@ -72,6 +79,9 @@ def own_norm_word_sensitivity(
     multiplication)."""
     search = Search.parse(search, default=OWN_NORM_SEARCH, **settings)
     Z, phi_Z, r = own_norm_problem(phi, X, device=device)
+    # before any search: a module in training mode, or one that fails in float64 (the
+    # certificate's precision) or in the search's, is refused with the fix that works
+    check_map_at_door(phi_Z, phi_Z, Z, search.work_dtype(Z.dtype), module=phi)
     Zs, row_list, _ = search_setup(
         Z.to(search.work_dtype(Z.dtype)), rows=rows, check_norms=False, device=device
     )
