@@ -539,8 +539,9 @@ def word_sensitivity(
 
 def _module_hint(phi) -> str:
     return (
-        " For a torch module: module.double() gives the float64 copy the certificate needs "
-        "(a float32 module fails there)."
+        " For a torch module: wsutils.module_map(module) evaluates it in the precision asked "
+        "for (a float64 copy for the certificate, the module untouched), or module.double() "
+        "gives that copy by hand (a float32 module fails there)."
         if isinstance(phi, torch.nn.Module)
         else " Give the map float64 weights (or cast them to the input's dtype inside it)."
     )
@@ -574,13 +575,14 @@ def check_map_at_door(
         raise ValueError(
             f"the map is a torch module that reads (n, B, d), batch_first=False "
             f"({type(module).__name__}): the estimator passes (B, n, d). Build it with "
-            "batch_first=True, or wrap it: lambda Z: module(Z.transpose(0, 1)).transpose(0, 1)."
+            "batch_first=True, or wrap it: wsutils.module_map(module) reads it words first."
         )
     if isinstance(module, torch.nn.Module) and any(m.training for m in module.modules()):
         raise ValueError(
             f"the map is a torch module in training mode ({type(module).__name__}): "
             "dropout and batch statistics make it a different function at every call. "
-            "Call module.eval() first (and module.train() afterwards if you need it)."
+            "Call module.eval() first (and module.train() afterwards if you need it), or "
+            "measure wsutils.module_map(module), an eval-mode copy (the module untouched)."
         )
     X64 = Xt.to(torch.float64)[None]
     first = None

@@ -4,14 +4,12 @@ and the layers ``1..ℓ`` composed (:mod:`wsutils.trained`).
 
 from __future__ import annotations
 
-import copy
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
-import torch
 
-from .._digest import module_digest
 from ..checks import check_int
+from ..modules import ModuleMap
 from ..text.embeddings import embed, model_key
 from ._common import Map, _encoder, _layer_index
 
@@ -60,48 +58,13 @@ def layer_inputs(
     return np.stack(out)
 
 
-class _ModuleMap:
-    """A model's module as a map of its hidden states, in the input's dtype: the live modules
-    in their own dtype; in another (float64, for the certified values of the estimators) a
-    copy, made again whenever the live modules' parameters have changed since it was made
-    (:func:`wsutils._digest.module_digest` of the live modules at every call in that dtype:
-    ``O(parameters)``, against the ``O(batch·n·parameters)`` of the call itself)."""
-
-    def __init__(self, modules, pick: Callable):
-        self.live = list(modules)
-        self.dtype = next(self.live[0].parameters()).dtype
-        self.copies: dict = {}  # dtype → (digest of the live modules, copy)
-        self.pick = pick
-
-    def _for(self, dtype):
-        if dtype == self.dtype:
-            return self.live
-        digest = module_digest(*self.live)
-        held = self.copies.get(dtype)
-        if held is None or held[0] != digest:
-            self.copies[dtype] = held = (digest, [copy.deepcopy(m).to(dtype) for m in self.live])
-        return held[1]
-
-    def __call__(self, X: torch.Tensor) -> torch.Tensor:
-        mods = self._for(X.dtype)
-        single = X.ndim == 2  # one text: the modules want a batch
-        X = X[None] if single else X
-        for m in mods:
-            X = self.pick(m(X))
-        return X[0] if single else X
-
-
-def _first(out):
-    return out[0] if isinstance(out, tuple) else out
-
-
 def block_map(enc, layer: int) -> Map:
     """The whole attention block of layer ``layer`` (from 1): the model's own
     ``encoder.layer[layer − 1].attention`` (all heads, ``W_O``, the residual and the
     LayerNorm), ``(B, n, d) → (B, n, d)``, no attention mask (texts without padding)."""
     enc = _encoder(enc)
     layer = _layer_index(enc, layer)
-    return _ModuleMap([enc.model.encoder.layer[layer - 1].attention], _first)
+    return ModuleMap([enc.model.encoder.layer[layer - 1].attention], batch_first=True)
 
 
 def layer_map(enc, layer: int) -> Map:
@@ -110,7 +73,7 @@ def layer_map(enc, layer: int) -> Map:
     hidden states ``ℓ − 1 → ℓ``."""
     enc = _encoder(enc)
     layer = _layer_index(enc, layer)
-    return _ModuleMap([enc.model.encoder.layer[layer - 1]], _first)
+    return ModuleMap([enc.model.encoder.layer[layer - 1]], batch_first=True)
 
 
 def stack_map(enc, layer: int) -> Map:
@@ -119,4 +82,4 @@ def stack_map(enc, layer: int) -> Map:
     (:func:`vocabulary_changes`), so it is the map to compare substitutions with at ``layer``."""
     enc = _encoder(enc)
     layer = _layer_index(enc, layer)
-    return _ModuleMap(list(enc.model.encoder.layer[:layer]), _first)
+    return ModuleMap(list(enc.model.encoder.layer[:layer]), batch_first=True)
