@@ -147,38 +147,22 @@ def _calls(part: str, point):
             lambda: baseline_point(**p, **SEARCH),
             lambda: sensitivity_point(**p, rows=rows, **new),
         )
-    if part == "halving":
+    if part in ("halving", "relu32"):  # the every-word grid as the chapters run it
+        kind = "raf" if part == "halving" else "relu"
         d, n = point
-        search = SCALES["paper"].search("raf")["search"]
-        p = dict(
-            normalisation="raf",
-            d=d,
-            n=n,
-            seed=point_seed("attention", d, n, 0),
-            rows="every",
-            screen=dict(keep=SCALES["paper"].first_rows),
+        g = SCALES["paper"]
+        search = g.search(kind)["search"]
+        p = dict(normalisation=kind, d=d, n=n, seed=point_seed("attention", d, n, 0))
+        p |= dict(rows="every", screen=dict(keep=g.first_rows))
+        before = (  # halving: the search to the end; relu32: in float64
+            {k: v for k, v in search.items() if k != "halving"}
+            if part == "halving"
+            else search | dict(dtype=None)
         )
-        full = {k: v for k, v in search.items() if k != "halving"}
         return (
-            f"raf {d}x{n}",
-            lambda: sensitivity_point(**p, search=full),
+            f"{kind} {d}x{n}",
+            lambda: sensitivity_point(**p, search=before),
             lambda: sensitivity_point(**p, search=search),
-        )
-    if part == "relu32":
-        d, n = point
-        search = SCALES["paper"].search("relu")["search"]
-        p = dict(
-            normalisation="relu",
-            d=d,
-            n=n,
-            seed=point_seed("attention", d, n, 0),
-            rows="every",
-            screen=dict(keep=SCALES["paper"].first_rows),
-        )
-        return (
-            f"relu {d}x{n}",
-            lambda: sensitivity_point(**p, search=search | dict(dtype=None)),
-            lambda: sensitivity_point(**p, search=search | dict(dtype="float32")),
         )
     if part == "norm":
         from wsutils.experiments import normalisation as N
