@@ -137,3 +137,27 @@ def test_bad_arguments_name_the_fix():
         ws.module_map(torch.nn.Linear(16, 16), words=words)
     with pytest.raises(ValueError, match="words marks 8"):
         ws.module_map(layer, words=words)(X[:6])
+
+
+def test_the_layout_is_read_from_the_module_passed_not_its_submodules():
+    """A module of one's own that takes (B, n, d) and transposes around a sequence-first layer
+    inside it is not transposed again (the referee's case: it was, and the words stopped
+    interacting); torch's TransformerEncoder is read through its first layer."""
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = _layer(train=False, dtype=torch.float64, batch_first=False)
+
+        def forward(self, x):  # (B, n, d)
+            return self.inner(x.transpose(0, 1)).transpose(0, 1)
+
+    X = ws.sample_X(5, 16, seed=6)
+    w = Wrapped()
+    with torch.no_grad():
+        torch.testing.assert_close(ws.module_map(w)(X), w(X[None])[0], rtol=1e-12, atol=1e-12)
+    layer = _layer(train=False, dtype=torch.float64)
+    enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    with torch.no_grad():
+        want = enc(X[:, None])[:, 0]
+    torch.testing.assert_close(ws.module_map(enc)(X), want, rtol=1e-12, atol=1e-12)

@@ -41,11 +41,18 @@ def _output(out) -> torch.Tensor:
 
 
 def _reads_batch_first(modules) -> bool:
-    """``False`` when a submodule declares ``batch_first=False`` (torch's transformer layers
-    and ``nn.MultiheadAttention`` by default), else ``True``."""
-    return not any(
-        getattr(m, "batch_first", True) is False for mod in modules for m in mod.modules()
-    )
+    """``False`` when one of the modules itself declares ``batch_first=False`` (torch's
+    transformer layers and ``nn.MultiheadAttention`` by default; ``nn.TransformerEncoder``
+    through its first layer), else ``True``. Only the modules passed are read, never their
+    submodules: a module of one's own that transposes around a sequence-first layer inside it
+    reads ``(B, n, d)`` itself (pass ``batch_first`` to say otherwise)."""
+    for mod in modules:
+        first = mod.layers[0] if isinstance(mod, torch.nn.TransformerEncoder) else mod
+        attention = getattr(first, "self_attn", None)  # torch's encoder and decoder layers
+        declared = getattr(first, "batch_first", getattr(attention, "batch_first", True))
+        if declared is False:
+            return False
+    return True
 
 
 def _mask_argument(module: torch.nn.Module) -> str:
@@ -168,9 +175,9 @@ def module_map(modules, *, words=None, batch_first: bool | None = None) -> Modul
     - **The input's precision.** The module runs in the dtype of the text it is given, through
       a copy in that dtype when it is in another (the search's float32, the certificate's
       float64); copies are made again when the module's parameters change.
-    - **Words first.** ``batch_first=None`` reads it from the module (torch's transformer
-      layers are ``batch_first=False`` by default: the map then swaps the first two axes);
-      ``True``/``False`` says it.
+    - **Words first.** ``batch_first=None`` reads it from the module passed (torch's
+      transformer layers are ``batch_first=False`` by default: the map then swaps the first two
+      axes), not from its submodules; ``True``/``False`` says it.
     - **Outputs.** A tensor, the first entry of a tuple (a Hugging Face layer), or
       ``last_hidden_state``.
     - **A padded text.** ``words``: the boolean mask ``(n,)`` of the real words (a Hugging
@@ -178,7 +185,10 @@ def module_map(modules, *, words=None, batch_first: bool | None = None) -> Modul
       ``src_key_padding_mask`` (torch) or the additive ``attention_mask`` (Hugging Face: 0 on
       the words, the dtype's most negative number on the padding), and returns the real words'
       rows only; search the real words with ``rows=m.rows``. The relative change is then the
-      real words' own, as on the unpadded text.
+      real words' own, as on the unpadded text. This is for encoder layers (bidirectional
+      attention: torch's ``TransformerEncoderLayer``/``TransformerEncoder``, BERT's layers),
+      checked on both in ``tests/test_modules.py``. A decoder (causal) layer combines its own
+      mask with the key mask in ways this adapter does not check: measure its unpadded text.
 
     Example: ``m = ws.module_map(layer, words=mask)`` then
     ``ws.word_sensitivity(m, X, rows=m.rows)``.

@@ -655,7 +655,9 @@ def check_batch_map(phi_b: Map, X64: torch.Tensor) -> None:
     texts = torch.cat([X64[None], perturb(X64, ends, D)])
     hint = (
         "the estimator evaluates many texts in one batch (B, n, d); for a map written for "
-        "one (n, d) text, pass batched=False."
+        "one (n, d) text, pass batched=False. A map that reads (n, B, d) (a torch layer built "
+        "with batch_first=False, or wsutils.module_map reading its layout wrong) mixes them "
+        "too: build it with batch_first=True, or pass batch_first= to wsutils.module_map."
     )
     try:
         with torch.no_grad():

@@ -46,7 +46,8 @@ __all__ = [
 #: point of ``benchmarks/bench_attention_grids.py``. ReLU attention (float64 until
 #: 2026-12-07): its float32 search takes other paths on some points, so the two lower bounds
 #: can differ (``--parts relu32``, the 21 every-word grid points of seed 0: equal to 1e-4 on
-#: 16, lower by 0.02-0.7 % on five), at 0.58 of the CPU time (3.1x less at d = 768, n = 10).
+#: 16, 0.02-0.7 % apart on five, lower on four), at 0.58 of the CPU time (3.1x less at
+#: d = 768, n = 10).
 SEARCH_DTYPE = {"raf": "float32", "relu": "float32"}
 
 #: The successive halving (:func:`wsutils.halving.halving_ascent`) of the searches that take

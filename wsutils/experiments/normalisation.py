@@ -52,6 +52,8 @@ __all__ = [
     "row_margin",
     "doubling_bound",
     "normalisation_point",
+    "every_word_point",
+    "every_word_pairs",
     "phase_point",
     "takeover_margin_model",
     "margin_interval",
@@ -247,6 +249,43 @@ def normalisation_point(
     out.update(row_margin(X, W, 0, norm))
     out["cpu_seconds"] = time.process_time() - cpu0
     return out
+
+
+def every_word_point(
+    normalisation: str, d: int, n: int, seed: int, search: dict, keep: int = 2
+) -> float:
+    """The text and weights of :func:`normalisation_point` (``seed``) searched over **every**
+    word (:func:`wsutils.estimators.screen.screened_word_sensitivity`: each word screened, the
+    ``keep`` best and word 1 certified by ``search``, seeded by
+    :func:`~wsutils.run.seeds.search_seed`): a certified lower bound on ``S`` over every word,
+    to set beside the grid's value at word 1."""
+    from ..estimators.screen import screened_word_sensitivity
+
+    X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
+    search = dict(search, seed=search_seed(seed))
+    norm = CHAPTER.get(normalisation, normalisation)
+    res = screened_word_sensitivity(
+        X, W, normalisation=norm, search=search, screen=dict(keep=keep), also=[0]
+    )
+    return res.value
+
+
+def every_word_pairs(
+    recs: Sequence[dict], P: Scale, d: int, n: int, names: Sequence[str]
+) -> dict[str, list[tuple[float, float]]]:
+    """For each normalisation of ``names``: ``(every word, word 1)`` on each of the grid's texts
+    at ``(d, n)`` (seed index ``0, …, P.seeds(d, n) − 1``): :func:`every_word_point` with the
+    grid's search, beside the grid's record ``S`` (``recs``: :func:`normalisation_point`'s
+    records, word 1)."""
+    word1 = {(r["normalisation"], r["seed"]): r["S"] for r in recs if (r["d"], r["n"]) == (d, n)}
+    seeds = [point_seed("normalisation", d, n, s) for s in range(P.seeds(d, n))]
+    return {
+        name: [
+            (every_word_point(name, d, n, seed, P.search(name)["search"]), word1[name, seed])
+            for seed in seeds
+        ]
+        for name in names
+    }
 
 
 def phase_point(d: int, n: int, seed: int) -> dict:

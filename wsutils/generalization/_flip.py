@@ -303,8 +303,9 @@ def flip_runs(
     every recorded number stays float64, computed at the returned ``Δ``), the authors' by
     :func:`authors_searches` (float64, as theirs); ``batch_searches=False`` runs them one after
     another in float64 (:func:`search_flip`, :func:`authors_search`), as before. Batched or
-    not, each search follows the same path in exact arithmetic; float32 iterations follow it to
-    single-precision rounding.
+    not, each search follows the same path in exact arithmetic (with a stopping rule, a batch
+    stops once all its searches have stalled, so a search may go further along it batched);
+    float32 iterations follow it to single-precision rounding.
     """
     kw = dict(locals())  # every parameter above, by name; the map parsed once, here
     norm = map_normalisation(map, kw.pop("normalisation"))

@@ -309,6 +309,8 @@ def search_flips(
     (:func:`wsutils.sensitivity.cosine_ascent`). The rows of the batch do not interact (the
     loss is a sum over rows), so each search follows, in exact arithmetic, the path it follows
     alone; one step of the ``S·starts`` rows reads the weights once instead of ``S`` times.
+    With ``search.stop`` the batch stops together, once every search has stalled: a search
+    may go further along its path than alone, never less far.
 
     ``search`` (default ``FLIP_SEARCH``; ``settings``: its fields as keywords) gives the
     starts, steps, ``lr`` and seed; its ``dtype`` is the precision of the iterations
