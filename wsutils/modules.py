@@ -1,12 +1,13 @@
 """A torch module as a map the estimators measure (:func:`module_map`): evaluated in eval mode,
 in the precision of its input, words first, on the real words of a padded text.
 
-A researcher's layer is rarely the map :func:`wsutils.word_sensitivity` wants as it stands: it
-may be in training mode (dropout: another function at every call), in float32 (every value is
-certified in float64), built with ``batch_first=False`` (torch's default: it reads the batch
-axis as the words), return a tuple or a Hugging Face output object, or take a padded batch with
-an attention mask. :func:`module_map` wraps it so that none of that is the user's job, and never
-changes the module itself (its mode, dtype and parameters stay as they are).
+A researcher's layer is rarely the map :func:`wsutils.sensitivity.word_sensitivity` wants as
+it stands: it may be in training mode (dropout: another function at every call), in float32
+(every value is certified in float64), built with ``batch_first=False`` (torch's default: it
+reads the batch axis as the words), return a tuple or a Hugging Face output object, or take a
+padded batch with an attention mask. :func:`module_map` wraps it so that none of that is the
+user's job, and never changes the module itself (its mode, dtype and parameters stay as they
+are).
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class ModuleMap:
     def _for(self, dtype: torch.dtype) -> list[torch.nn.Module]:
         """The modules to evaluate in ``dtype``: the user's own where they already are in that
         dtype and in eval mode, else copies in ``dtype`` and eval mode, made again whenever the
-        user's parameters have changed since (:func:`wsutils._digest.module_digest`,
+        user's parameters have changed since (``wsutils._digest.module_digest``,
         ``O(parameters)`` a call)."""
         if self._dtypes == {dtype} and not any(
             m.training for mod in self.modules for m in mod.modules()
@@ -168,7 +169,8 @@ class ModuleMap:
 
 def module_map(modules, *, words=None, batch_first: bool | None = None) -> ModuleMap:
     """A torch module (or modules applied in turn) as a map for the estimators
-    (:func:`wsutils.word_sensitivity`, :func:`wsutils.trained.own_norm_word_sensitivity`).
+    (:func:`wsutils.sensitivity.word_sensitivity`,
+    :func:`wsutils.trained.own_norm_word_sensitivity`).
 
     - **Eval mode, the module untouched.** A module in training mode (dropout) is evaluated
       through a copy in eval mode; the user's module keeps its mode, dtype and parameters.
