@@ -79,10 +79,9 @@ class ModuleMap:
     modules
         The user's modules, applied in turn (never changed).
     words
-        ``None``, or the boolean mask ``(n,)`` of the real words of a padded text.
-    rows
-        The indices of the real words (every row without ``words``): pass ``rows=m.rows`` to
-        the estimator so that only real words are changed.
+        ``None``, or the boolean mask ``(n,)`` of the real words of a padded text
+        (:attr:`rows`: their indices, to pass as ``rows=m.rows`` so that only real words are
+        changed).
     """
 
     def __init__(self, modules, *, words=None, batch_first: bool | None = None):

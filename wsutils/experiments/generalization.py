@@ -81,7 +81,7 @@ COLLAPSE_NS = {40: (10, 40, 160), 160: (160, 640, 2560)}
 #: The collapse check's number of draws, enough that the ratio of two settings' mean base
 #: terms has a standard error well under the check's factor (one draw's base term is spread
 #: by about a third of its mean).
-COLLAPSE_DRAWS = 12
+COLLAPSE_DRAWS = 8
 
 
 SCALES = {
