@@ -109,7 +109,6 @@ class ModuleMap:
                 )
             self.words = torch.as_tensor(w)
             self._mask_names = [_mask_argument(m) for m in mods]
-        self._dtypes = {p.dtype for m in mods for p in m.parameters()} or {torch.float32}
         self._copies: dict = {}  # dtype → (digest of the user's modules, eval-mode copies)
 
     @property
@@ -122,9 +121,8 @@ class ModuleMap:
         dtype and in eval mode, else copies in ``dtype`` and eval mode, made again whenever the
         user's parameters have changed since (``wsutils._digest.module_digest``,
         ``O(parameters)`` a call)."""
-        if self._dtypes == {dtype} and not any(
-            m.training for mod in self.modules for m in mod.modules()
-        ):
+        own = {p.dtype for mod in self.modules for p in mod.parameters()}  # as they are now
+        if own == {dtype} and not any(m.training for mod in self.modules for m in mod.modules()):
             return self.modules
         digest = module_digest(*self.modules)
         held = self._copies.get(dtype)
