@@ -9,12 +9,22 @@ certifying its 8 best words with the default search and successive halving
 so the ratios are fair on a loaded machine. Times are wall seconds; every value is a certified
 lower bound (float64 at the returned ``Δ``).
 
-``python -m benchmarks bench_screen``, or ``python -m benchmarks.bench_screen --texts 2``.
+``--constructions``: the normalisation chapter's grid texts instead (``d = 32``, ``n = 256`` and
+``1024``, the first texts of ``point_seed("normalisation", d, n, s)``, every normalisation of
+its grid at the lengths it searches every word), each screened by the default screen (2 × 10)
+and by the seven constructions alone (``Screen(starts=0, steps=0, constructions=True)``), then
+the 2 best words and word 1 certified by the chapter's search (``Scale.search``); the screens'
+CPU seconds and the certified values side by side, after word 1's value alone (the same
+search over word 1: the grid's point before every word was searched).
+
+``python -m benchmarks bench_screen``, or ``python -m benchmarks.bench_screen --texts 2``, or
+``python -m benchmarks.bench_screen --constructions --texts 2``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import torch
@@ -60,12 +70,53 @@ def compare(texts: int) -> None:
             print(line, flush=True)
 
 
+def constructions(texts: int) -> None:
+    """The ``--constructions`` comparison (the module docstring)."""
+    from wsutils.estimators.screen import screen_words
+    from wsutils.experiments import normalisation as N
+    from wsutils.run.seeds import point_seed, search_seed
+
+    P, d = N.scale("paper"), 32
+    only = Screen(starts=0, steps=0, constructions=True)
+    head = f"{'map':>9} {'n':>5} {'text':>4} | {'word 1':>7} | {'2x10 cpu':>8} {'S':>7} |"
+    print(head + f" {'constr cpu':>10} {'S':>7} |")
+    print("-" * (len(head) + 21))
+    for n in (256, 1024):
+        for name in N.CHAPTER:
+            if n not in P.lengths(d, name):
+                continue
+            for t in range(texts):
+                seed = point_seed("normalisation", d, n, t)
+                X, W = ws.sample_X(n, d, seed=seed), ws.sample_W(d, seed=seed + 1)
+                norm, search = N.CHAPTER[name], P.search(name)["search"]
+                search = dict(search, seed=search_seed(seed))
+                word1 = attention_word_sensitivity(
+                    X, W, normalisation=norm, rows=[0], takeovers=True, search=search
+                ).value
+                line = f"{name:>9} {n:>5} {t:>4} | {word1:7.4f} |"
+                for screen in (Screen(), only):
+                    t0 = time.process_time()
+                    screen_words(X, W, normalisation=norm, screen=screen, seed=search_seed(seed))
+                    cpu = time.process_time() - t0
+                    res = screened_word_sensitivity(
+                        X,
+                        W,
+                        normalisation=norm,
+                        screen=dataclasses.replace(screen, keep=2),
+                        search=search,
+                        also=[0],
+                    )
+                    line += f" {cpu:{8 if screen is not only else 10}.2f} {res.value:7.4f} |"
+                print(line, flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=2)
+    parser.add_argument("--constructions", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    compare(args.texts)
+    (constructions if args.constructions else compare)(args.texts)
 
 
 if __name__ == "__main__":

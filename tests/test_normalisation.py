@@ -529,24 +529,25 @@ def test_scale_is_the_chapters_sizes(monkeypatch):
     assert paper is nm.SCALES["paper"] and nm.scale("quick") is nm.SCALES["quick"]
     with pytest.raises(ValueError, match="scale"):
         nm.scale("huge")
-    assert dict(paper.grid) == {
-        32: (16, 64, 256, 1024),
-        128: (16, 128, 1024),
-        768: (16, 128),
-    }
+    assert dict(paper.grid) == {32: (16, 64, 256, 1024), 128: (16, 128), 768: (16, 128)}
     assert paper.d_fit == 32
     assert paper.search("softmax") == dict(
-        rows=[0], search=dict(starts=2, steps=30, dtype="float32")
+        rows="every",
+        search=dict(starts=2, steps=30, dtype="float32"),
+        screen=dict(starts=0, steps=0, constructions=True, keep=2),
     )
     assert paper.search("relu")["search"]["dtype"] is None
+    assert paper.search("relu")["screen"] == dict(constructions=True, keep=2)
     assert [paper.seeds(32, n) for n in (16, 1024)] == [3, 3]
     assert paper.seeds(128, 16) == 2 and paper.seeds(32, 1024, "entmax") == 3
+    assert paper.lengths(32, "entmax") == (16, 64, 256)
+    assert paper.lengths(32, "sparsemax") == (16, 64, 256, 1024)
     assert paper.grid_text() == (
         "d = 32: n = 16, 64, 256, 1024 (3 seeds); "
-        "d = 128: n = 16, 128, 1024 (2 seeds); d = 768: n = 16, 128 (2 seeds)"
+        "d = 128: n = 16, 128 (2 seeds); d = 768: n = 16, 128 (2 seeds)"
     )
     quick = nm.scale("quick")
-    assert quick.grid_text() == "d = 16: n = 16, 64, 256 (2 seeds)" and quick.workers == 1
+    assert quick.grid_text() == "d = 16: n = 16, 64, 256 (4 seeds)" and quick.workers == 1
     for P in (quick, paper):  # the flip experiment lies beyond softmax's boundary
         assert math.log(P.flip_n) > math.sqrt(2 * P.flip_d) + 1
 
@@ -577,3 +578,28 @@ def test_parse_is_the_one_way_in():
     X, W = ws.sample_X(5, 4, seed=0), ws.sample_W(4, seed=1)
     with pytest.raises(ValueError, match="normalisation must be one of"):
         certified_lower_bound(X, W, 0, normalisation="softermax")
+
+
+@pytest.mark.parametrize("name", ["softmax", "sparsemax", "relu", "hardmax"])
+def test_grid_point_searches_every_word(name):
+    """The chapter's grid point (rows="every", its screen): word 1 and the screen's best are
+    certified by one search, S is the best of them (so never below word 1's value in that
+    search) and the constructions at every certified word are below S. With no steps (each
+    start its own best iterate: a float32 path in another batch shape may round apart),
+    word 1's value is at least the fixed-word search's (its starts are a superset: the same
+    random starts, seeded alike, and the screened Δ), up to the rounding of two float64
+    certifications."""
+    from tests.rounding import gamma
+    from wsutils.experiments import normalisation as nm
+
+    p = dict(normalisation=name, d=8, n=40, seed=5)
+    P = nm.scale("quick")
+    r = nm.normalisation_point(**p, **P.search(name))
+    assert 0 in r["certified_rows"] and len(r["certified_rows"]) in (P.keep, P.keep + 1)
+    assert r["S"] >= r["S_word1"] and r["certified"] <= r["S"] * (1 + 1e-9)
+    still = dict(starts=2, steps=0)
+    r = nm.normalisation_point(**p, rows="every", search=still, screen=P.search(name)["screen"])
+    fixed = nm.normalisation_point(**p, rows=[0], search=still)
+    assert r["S_word1"] >= fixed["S"] * (1 - 2 * gamma(40 * 8))
+    with pytest.raises(ValueError, match="rows='every'"):
+        nm.normalisation_point(**p, rows=[0], screen=dict(keep=2))

@@ -59,6 +59,9 @@ def test_screen_words_ranks_every_word():
     "screen, err",
     [
         (dict(keep=0), ValueError),
+        (dict(starts=0), ValueError),  # nothing to rank by
+        (dict(starts=0, steps=5, constructions=True), ValueError),  # steps need starts
+        (dict(constructions=1), TypeError),
         (dict(starts=1.5), TypeError),
         (dict(top=3), TypeError),
         ("fast", TypeError),
@@ -94,3 +97,46 @@ def test_words_certified_whatever_the_screen_says():
     assert 0 in res.per_row and len(res.per_row) in (1, 2)
     fixed = attention_word_sensitivity(X, W, rows=[0], takeovers=True, **SEARCH)
     assert res.per_row[0] >= fixed.value * (1 - 2 * gamma(n * d))
+
+
+@pytest.mark.parametrize("normalisation", ["raf", "sparsemax", "relu", "hardmax"])
+def test_word_constructions_are_each_words_own(normalisation):
+    """word_constructions builds every word's seven constructions at once: row i is the
+    first seven rows of constructions(X, W, i) bit for bit (the take-over candidates depend on
+    the word only through the sign of uᵀx_i; the doubling is x_i)."""
+    from wsutils.estimators.takeover import constructions, word_constructions
+    from wsutils.maps import Normalisation
+
+    n, d = 40, 8
+    X, W = ws.sample_X(n, d, seed=10), ws.sample_W(d, seed=11)
+    C = word_constructions(X, W)
+    assert C.shape == (n, 7, d)
+    norm = Normalisation.parse(normalisation)
+    for i in range(n):
+        assert torch.equal(C[i], constructions(X, W, i, norm)[:7])
+
+
+@pytest.mark.parametrize("normalisation", ["raf", "sparsemax", "sigmoid", "relu"])
+def test_construction_screen_values_are_the_objectives(normalisation):
+    """A screen by the constructions alone ranks each word by the best of its seven
+    constructions under the fast objective (each value recomputed here with the full map,
+    in the screen's float32 against float64: a loose match), and adding the constructions to
+    a search's screen never lowers a word's screened value (the larger of the two)."""
+    from wsutils.estimators.takeover import word_constructions
+    from wsutils.sensitivity import relative_changes
+
+    n, d = 30, 8
+    X, W = ws.sample_X(n, d, seed=12), ws.sample_W(d, seed=13)
+    only = Screen(starts=0, steps=0, constructions=True)
+    rows, v, Delta = screen_words(X, W, normalisation=normalisation, screen=only)
+    C = word_constructions(X, W)
+    norm = ws.maps.Normalisation.parse(normalisation)
+    phi = lambda Y: ws.maps.general_attention(Y, W, norm)  # noqa: E731
+    for i in (0, 7, 29):
+        full = relative_changes(phi, X, [i] * 7, C[i]).max()
+        assert abs(v[i] / float(full) - 1) < 1e-4
+    _, searched, _ = screen_words(X, W, normalisation=normalisation, screen=Screen(steps=5))
+    _, both, _ = screen_words(
+        X, W, normalisation=normalisation, screen=Screen(steps=5, constructions=True)
+    )
+    assert np.all(both >= np.maximum(v, searched))

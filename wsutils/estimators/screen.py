@@ -39,7 +39,7 @@ from ..search import Search, precision
 from ..sensitivity import SensitivityResult, ascend_rows, project_ball, search_setup
 from .objectives import fast_objective
 from .self_attention import attention_word_sensitivity
-from .takeover import caller_weights
+from .takeover import caller_weights, word_constructions
 
 __all__ = ["Screen", "screen_words", "screened_word_sensitivity"]
 
@@ -47,25 +47,51 @@ __all__ = ["Screen", "screen_words", "screened_word_sensitivity"]
 @dataclass(frozen=True)
 class Screen:
     """How every word is screened before the best are certified: ``starts`` random starts
-    (``≥ 1``) and ``steps`` cosine-decayed steps (``≥ 0``) of the fast objective per word, in
+    (``≥ 0``) and ``steps`` cosine-decayed steps (``≥ 0``) of the fast objective per word, in
     ``dtype`` (``"float32"``, ``"float64"`` or ``None``: the text's own search dtype), then the
-    ``keep`` best words (``≥ 1``) are certified. The defaults (2 starts, 10 steps, float32, 8
-    words) against the screen of 2 starts × 30 steps that issue 63 measured, on the eight
-    texts of ``python -m benchmarks.bench_screen`` (softmax at d = 192, n = 250, 500, 1000;
-    sparsemax at d = 32, n = 1024; two texts each): the same certified value on six, 1.6 % and
-    3.3 % lower on the two at n = 500, at 0.4–0.8 of the time. The screen only ranks the words:
+    ``keep`` best words (``≥ 1``) are certified.
+
+    ``constructions=True`` also evaluates, for every word, the seven constructions of
+    :func:`~wsutils.estimators.takeover.word_constructions` (the take-over candidates of
+    :prf:ref:`def-takeover` and the doubling ``Δ = x_i``) with the fast objective, no
+    gradient; a word's screened value is the larger of the two. ``starts=0`` (then
+    ``steps=0``) screens by the constructions alone: seven evaluations a word instead of a
+    search. On 30 of the normalisation chapter's texts (``python -m benchmarks.bench_screen
+    --constructions``, recorded in ``benchmarks/README.md``) it cost 0.1–0.5 of the default
+    screen's CPU time and certified within 0.1 % of it on 19, more on 5 (up to 6 %), less on 6
+    (0.1–8 %), three of them ReLU attention's (of its 4: its best ``Δ`` is rarely a
+    construction).
+
+    The defaults (2 starts, 10 steps, float32, 8 words) against the screen of 2 starts × 30
+    steps that issue 63 measured, on the eight texts of ``python -m benchmarks.bench_screen``
+    (softmax at d = 192, n = 250, 500, 1000; sparsemax at d = 32, n = 1024; two texts each):
+    the same certified value on six, 1.6 % and 3.3 % lower on the two at n = 500, at 0.4–0.8
+    of the time. The screen only ranks the words:
     it can miss the best one, and a larger screen can rank them differently."""
 
     starts: int = 2
     steps: int = 10
     keep: int = 8
     dtype: str | None = "float32"
+    constructions: bool = False
 
     def __post_init__(self):
-        object.__setattr__(self, "starts", check_int("starts", self.starts, minimum=1))
+        object.__setattr__(self, "starts", check_int("starts", self.starts, minimum=0))
         object.__setattr__(self, "steps", check_int("steps", self.steps, minimum=0))
         object.__setattr__(self, "keep", check_int("keep", self.keep, minimum=1))
         object.__setattr__(self, "dtype", precision(self.dtype))
+        if not isinstance(self.constructions, bool):
+            raise TypeError(f"constructions must be True or False, got {self.constructions!r}.")
+        if self.starts == 0 and not self.constructions:
+            raise ValueError(
+                "a screen with starts=0 has nothing to rank the words by: give it random "
+                "starts (starts >= 1) or constructions=True."
+            )
+        if self.starts == 0 and self.steps:
+            raise ValueError(
+                f"steps={self.steps} with starts=0: the steps ascend from the random starts "
+                "only; set steps=0 for a screen by the constructions alone."
+            )
 
     @classmethod
     def parse(cls, screen: Screen | dict | None = None) -> Screen:
@@ -108,18 +134,48 @@ def screen_words(
     norm = Normalisation.parse(normalisation)
     Xt, rows, _ = search_setup(X, rows=None, sink=norm.sink is not None, device=device)
     W64 = caller_weights(W, Xt)
-    search = Search(starts=screen.starts, steps=screen.steps, dtype=screen.dtype, seed=seed)
+    search = Search(
+        starts=max(screen.starts, 1), steps=screen.steps, dtype=screen.dtype, seed=seed
+    )
     work = search.work_dtype(Xt.dtype)
     Xs, Ws = Xt.to(work), W64.to(Xt.dtype).to(work)
     obj = fast_objective(Xs, Ws, norm)
-    found = ascend_rows(lambda chunk: obj, Xs, rows, search, pair_elements=obj.pair_elements)
     d = Xt.shape[1]
-    Delta = torch.stack([found[r] for r in rows]).to(Xs.device)
-    Delta = project_ball(Delta, math.sqrt(d), exact=False)
-    with torch.no_grad():
-        values = obj(torch.tensor(rows, device=Xs.device), Delta)
+    index = torch.tensor(rows, device=Xs.device)
+    values = torch.full((len(rows),), -math.inf, dtype=torch.float64)
+    Delta = torch.zeros(len(rows), d, dtype=work, device=Xs.device)
+    if screen.constructions:
+        C = word_constructions(Xt, W64.to(Xt.dtype))[index.cpu()].to(Xs.device, work)
+        values, Delta = _best_construction(obj, index, C, search.max_batch_elements)
+    if screen.starts:
+        found = ascend_rows(lambda chunk: obj, Xs, rows, search, pair_elements=obj.pair_elements)
+        D = torch.stack([found[r] for r in rows]).to(Xs.device)
+        D = project_ball(D, math.sqrt(d), exact=False)
+        with torch.no_grad():
+            v = obj(index, D).to(torch.float64).cpu()
+        better = v > values
+        values = torch.where(better, v, values)
+        Delta = torch.where(better.to(Xs.device)[:, None], D, Delta)
     Delta64 = project_ball(Delta.to(torch.float64).cpu(), math.sqrt(d))
-    return rows, values.detach().to(torch.float64).cpu().numpy(), Delta64
+    return rows, values.detach().numpy(), Delta64
+
+
+def _best_construction(obj, index: torch.Tensor, C: torch.Tensor, max_elements: int):
+    """Each word's best of its constructions ``C`` (``B × m × d``, word ``index[b]``) under the
+    fast objective ``obj``, a chunk of words at a time (``max_elements`` entries a chunk,
+    ``obj.pair_elements`` a pair): the values (float64, CPU) and the ``Δ`` (``B × d``)."""
+    B, m, d = C.shape
+    chunk = max(1, max_elements // (m * obj.pair_elements))
+    values = torch.empty(B, dtype=torch.float64)
+    best = torch.empty(B, d, dtype=C.dtype, device=C.device)
+    with torch.no_grad():
+        for s in range(0, B, chunk):
+            idx, Cs = index[s : s + chunk], C[s : s + chunk]
+            v = obj(idx.repeat_interleave(m), Cs.reshape(-1, d)).reshape(-1, m)
+            top = v.argmax(dim=1)
+            values[s : s + chunk] = v.gather(1, top[:, None])[:, 0].to(torch.float64).cpu()
+            best[s : s + chunk] = Cs[torch.arange(Cs.shape[0], device=C.device), top]
+    return values, best
 
 
 def screened_word_sensitivity(

@@ -37,6 +37,7 @@ __all__ = [
     "row_takeover",
     "key_takeover",
     "takeover_candidates",
+    "word_constructions",
     "certified_lower_bound",
     "TakeoverCertificate",
     "takeover_certificate",
@@ -172,6 +173,26 @@ def takeover_candidates(
     if not all(isinstance(t, numbers.Real) and math.isfinite(t) for t in blends):
         raise ValueError(f"blends must be finite real numbers, got {blends}.")
     return like(_takeover_candidates(Xt, caller_weights(W, Xt), one_row(row, n), blends), X)
+
+
+def word_constructions(Xt: torch.Tensor, Wt: torch.Tensor) -> torch.Tensor:
+    """The first seven rows of :func:`constructions` for **every** word at once, an
+    ``n × 7 × d`` array in ``Xt``'s dtype: the take-over candidates of :prf:ref:`def-takeover`
+    (:func:`takeover_candidates`; they depend on the word only through the sign of
+    ``uᵀx_i``, so they are built twice, once per sign) and the doubling ``Δ = x_i`` of
+    :prf:ref:`prop-norm-double`. Row ``i`` equals ``constructions(Xt, Wt, i, norm)[:7]``
+    (ReLU attention's orthogonal take-over points, a decomposition per word, are left out)."""
+    n, d = Xt.shape
+    _, u = _top_eigvec(Wt)
+    plus = Xt.to(torch.float64) @ u >= 0  # the sign _row_takeover gives each word
+    by_sign = {}
+    for sign in (True, False):
+        hits = torch.nonzero(plus == sign)
+        if hits.numel():
+            by_sign[sign] = _takeover_candidates(Xt, Wt, int(hits[0, 0]))
+    shared = torch.stack([by_sign[bool(p)] for p in plus.tolist()]) if n else Xt[:0, None]
+    double = project_ball(Xt.clone(), math.sqrt(d))[:, None]
+    return torch.cat([shared, double], dim=1)
 
 
 def constructions(Xt: torch.Tensor, Wt: torch.Tensor, i: int, norm: Normalisation) -> torch.Tensor:

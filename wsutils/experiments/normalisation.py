@@ -35,6 +35,7 @@ import torch
 from scipy import special
 
 from ..checks import check_int
+from ..estimators.screen import Screen, screened_word_sensitivity
 from ..estimators.self_attention import attention_word_sensitivity
 from ..estimators.takeover import key_takeover, row_takeover
 from ..maps import Normalisation, attention_scores, general_attention, normalise_scores
@@ -52,14 +53,14 @@ __all__ = [
     "row_margin",
     "doubling_bound",
     "normalisation_point",
-    "every_word_point",
-    "every_word_pairs",
     "phase_point",
     "takeover_margin_model",
     "margin_interval",
     "MODEL_DRAWS",
     "POINT_SEARCH",
     "SEARCH_DTYPE",
+    "SCREEN",
+    "EVERY_MAX_N",
     "Scale",
     "SCALES",
     "scale",
@@ -152,6 +153,20 @@ SEARCH_DTYPE = {name: "float32" for name in CHAPTER} | {"relu": None, "hardmax":
 #: (plus the take-over constructions and the doubling), 40 steps, in float64.
 POINT_SEARCH = Search(starts=2, steps=40)
 
+#: The screen of every word in the chapter's grid (:class:`~wsutils.estimators.screen.Screen`
+#: without ``keep``): the seven constructions of each word alone (0.1–0.5 of the default
+#: screen's time, within 0.1 % of its certified value or above on 24 of the 30 texts of
+#: ``benchmarks/bench_screen --constructions``), and for ReLU attention, whose best ``Δ`` is
+#: rarely a construction (3 of its 4 texts lower), the default short search as well.
+SCREEN = {name: dict(starts=0, steps=0, constructions=True) for name in CHAPTER} | {
+    "relu": dict(constructions=True)
+}
+
+#: The longest text whose every word the grid screens, where it is shorter than the grid's:
+#: 1.5-entmax's screen took 33 s a text at ``n = 1024`` (``d = 32``), some ten times the other
+#: normalisations' together, so its grid stops at ``n = 256``.
+EVERY_MAX_N = {"entmax": 256}
+
 
 #: The normalisations that :prf:ref:`prop-norm-double` covers.
 DOUBLING = ("softmax", "tempered", "scalable", "sparsemax", "entmax", "hardmax")
@@ -194,8 +209,9 @@ def normalisation_point(
     d: int,
     n: int,
     seed: int,
-    rows: Sequence[int] = (0,),
+    rows: Sequence[int] | str = (0,),
     search: dict | None = None,
+    screen: dict | None = None,
 ) -> dict:
     """``S`` of attention with ``normalisation`` (a label of :data:`CHAPTER`) at one synthetic text
     (``X = sample_X(n, d, seed)``, ``W = sample_W(d, seed + 1)``, as in the attention
@@ -203,46 +219,72 @@ def normalisation_point(
     plus the take-over constructions; ``search``: a dict of :class:`~wsutils.search.Search`'s
     fields over :data:`POINT_SEARCH`, seeded by :func:`~wsutils.run.seeds.search_seed`, a
     stream independent of the text), the certified lower bound ``certified`` (the best of the row
-    and the key take-over of :prf:ref:`def-takeover` and the doubling ``Δ = x_0`` of
-    :prf:ref:`prop-norm-double`, through the full map in float64;
-    all three are also starts of the search),
+    and the key take-over of :prf:ref:`def-takeover` and the doubling ``Δ = x_i`` of
+    :prf:ref:`prop-norm-double` at each searched word ``i``, through the full map in float64;
+    all are also starts of the search),
     ``phi_rel = ‖φ(X)‖_F/√(n·d)``, the doubling ``Δ = x_0``'s relative change ``double`` (and,
     for :data:`DOUBLING`, its bound ``double_bound`` and ``double_frac``,
     :func:`doubling_bound`), the row take-over's margin and
-    self-weight at word 0 (:func:`row_margin`), the seconds the estimator took (``seconds``, wall)
-    and the CPU seconds of the whole point (``cpu_seconds``). The search's ``dtype`` (``None``:
-    float64, or ``"float32"``) is the precision of the search only: ``S`` and every
-    certificate are computed in float64 on the float64 text either way."""
+    self-weight at word 0 (:func:`row_margin`), the searched words ``certified_rows``, the seconds
+    the estimator took (``seconds``, wall) and the CPU seconds of the whole point
+    (``cpu_seconds``). The search's ``dtype`` (``None``: float64, or ``"float32"``) is the
+    precision of the search only: ``S`` and every certificate are computed in float64 on the
+    float64 text either way.
+
+    ``rows="every"`` searches **every** word: each is screened (``screen``, a dict of
+    :class:`~wsutils.estimators.screen.Screen`'s fields) and the best ``keep`` are certified
+    with word 0 by the same search
+    (:func:`~wsutils.estimators.screen.screened_word_sensitivity`), so ``S`` is a certified
+    lower bound on the sup over every word; ``S_word1`` is then word 0's own value in that
+    search (the fixed-word search's value, with the same starts)."""
     torch.set_num_threads(1)
     cpu0 = time.process_time()
     norm = _norm(normalisation)
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
-    searched = _point_rows(rows, n)
-    double = project_ball(X[:1].clone(), math.sqrt(d))[0]  # Δ = x_0, in the ball exactly
     search = Search.parse(POINT_SEARCH, **point_search(search), seed=search_seed(seed))
     t0 = time.perf_counter()
-    res = attention_word_sensitivity(
-        X, W, normalisation=norm, rows=searched, search=search, takeovers=True, init=double
-    )
+    out = {}
+    if rows == "every":
+        res = screened_word_sensitivity(
+            X, W, normalisation=norm, screen=Screen.parse(screen), search=search, also=[0]
+        )
+        out["S_word1"] = res.per_row[0]
+    else:
+        if screen is not None:
+            raise ValueError("screen is read only with rows='every'; leave it None.")
+        double = project_ball(X[:1].clone(), math.sqrt(d))[0]  # Δ = x_0, in the ball exactly
+        res = attention_word_sensitivity(
+            X,
+            W,
+            normalisation=norm,
+            rows=_point_rows(rows, n),
+            search=search,
+            takeovers=True,
+            init=double,
+        )
     elapsed = time.perf_counter() - t0
-    # the certificate: the row and the key take-over of each searched word, and the doubling
-    # Δ = x_0 of prop-norm-double, through the full map in float64 (three of the estimator's
-    # starts; every other start only adds to S); one batched evaluation of X and the copies
+    searched = sorted(res.per_row)
+    # the certificate: the row and the key take-over and the doubling Δ = x_i of
+    # prop-norm-double at each searched word, through the full map in float64 (starts of
+    # the estimator; every other start only adds to S); the doubling of word 0 last;
+    # one batched evaluation of X and the copies
+    words = [r for r in searched if r != 0] + [0]
     cands = torch.stack(
-        [f(X, W, r) for r in searched for f in (row_takeover, key_takeover)] + [double]
+        [f(X, W, r) for r in words for f in (row_takeover, key_takeover, _doubling)]
     )
-    rows2 = torch.tensor([r for r in searched for _ in range(2)] + [0])
+    rows3 = torch.tensor([r for r in words for _ in range(3)])
     with torch.no_grad():
-        y = general_attention(torch.cat([X[None], perturb(X, rows2, cands)]), W, norm)
+        y = general_attention(torch.cat([X[None], perturb(X, rows3, cands)]), W, norm)
     base = float(torch.linalg.vector_norm(y[0]))
     changes = torch.linalg.vector_norm(y[1:] - y[0], dim=(-2, -1)) / base
-    out = {
-        "S": res.value,
-        "certified": float(changes.max()),
-        "seconds": elapsed,
-        "phi_rel": base / math.sqrt(n * d),
-        "double": float(changes[-1]),
-    }
+    out.update(
+        S=res.value,
+        certified=float(changes.max()),
+        certified_rows=searched,
+        seconds=elapsed,
+        phi_rel=base / math.sqrt(n * d),
+        double=float(changes[-1]),
+    )
     if norm.name in DOUBLING:
         b = doubling_bound(X, W, 0, norm)
         out.update(double_bound=b["bound"], double_frac=b["frac"])
@@ -251,41 +293,9 @@ def normalisation_point(
     return out
 
 
-def every_word_point(
-    normalisation: str, d: int, n: int, seed: int, search: dict, keep: int = 2
-) -> float:
-    """The text and weights of :func:`normalisation_point` (``seed``) searched over **every**
-    word (:func:`wsutils.estimators.screen.screened_word_sensitivity`: each word screened, the
-    ``keep`` best and word 1 certified by ``search``, seeded by
-    :func:`~wsutils.run.seeds.search_seed`): a certified lower bound on ``S`` over every word,
-    to set beside the grid's value at word 1."""
-    from ..estimators.screen import screened_word_sensitivity
-
-    X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
-    search = dict(search, seed=search_seed(seed))
-    norm = CHAPTER.get(normalisation, normalisation)
-    res = screened_word_sensitivity(
-        X, W, normalisation=norm, search=search, screen=dict(keep=keep), also=[0]
-    )
-    return res.value
-
-
-def every_word_pairs(
-    recs: Sequence[dict], P: Scale, d: int, n: int, names: Sequence[str]
-) -> dict[str, list[tuple[float, float]]]:
-    """For each normalisation of ``names``: ``(every word, word 1)`` on each of the grid's texts
-    at ``(d, n)`` (seed index ``0, …, P.seeds(d, n) − 1``): :func:`every_word_point` with the
-    grid's search, beside the grid's record ``S`` (``recs``: :func:`normalisation_point`'s
-    records, word 1)."""
-    word1 = {(r["normalisation"], r["seed"]): r["S"] for r in recs if (r["d"], r["n"]) == (d, n)}
-    seeds = [point_seed("normalisation", d, n, s) for s in range(P.seeds(d, n))]
-    return {
-        name: [
-            (every_word_point(name, d, n, seed, P.search(name)["search"]), word1[name, seed])
-            for seed in seeds
-        ]
-        for name in names
-    }
+def _doubling(X, W, row: int) -> torch.Tensor:
+    """The doubling ``Δ = x_row`` of :prf:ref:`prop-norm-double`, on the exact ball."""
+    return project_ball(X[row : row + 1].clone(), math.sqrt(X.shape[1]))[0]
 
 
 def phase_point(d: int, n: int, seed: int) -> dict:
@@ -407,9 +417,9 @@ class Scale:
         the first width is :attr:`d_fit`, where the slopes are fitted.
     ``seeds_fit``
         Seeds per point at ``d = d_fit``; at most 2 at the other widths (:meth:`seeds`).
-    ``first_rows``, ``search_starts``, ``search_steps``
-        The search of :func:`normalisation_point` (its first ``first_rows`` words,
-        ``starts``, ``steps``).
+    ``keep``, ``search_starts``, ``search_steps``
+        The search of :func:`normalisation_point`: every word screened (:data:`SCREEN`), the
+        ``keep`` best and word 1 certified by a search of ``starts`` and ``steps``.
     ``phase_d``, ``phase_n``, ``phase_seeds``
         The phase diagram's widths, lengths and seeds per cell (:func:`phase_point`).
     ``flip_d``, ``flip_n``, ``flip_Ns``, ``flip_seeds``, ``flip_starts``, ``flip_steps``
@@ -421,7 +431,7 @@ class Scale:
 
     grid: tuple[tuple[int, tuple[int, ...]], ...]
     seeds_fit: int
-    first_rows: int
+    keep: int
     search_starts: int
     search_steps: int
     phase_d: tuple[int, ...]
@@ -442,12 +452,20 @@ class Scale:
 
     def search(self, normalisation: str) -> dict:
         """The search of :func:`normalisation_point` for ``normalisation`` (a label of
-        :data:`CHAPTER`) as a point takes it: ``rows`` and ``search`` (``starts``, ``steps``
-        and the precision :data:`SEARCH_DTYPE` gives the map)."""
+        :data:`CHAPTER`) as a point takes it: ``rows="every"``, the ``screen``
+        (:data:`SCREEN`, keeping :attr:`keep` words) and the certifying ``search``
+        (``starts``, ``steps`` and the precision :data:`SEARCH_DTYPE` gives the map)."""
         search = dict(
             starts=self.search_starts, steps=self.search_steps, dtype=SEARCH_DTYPE[normalisation]
         )
-        return dict(rows=list(range(self.first_rows)), search=search)
+        screen = dict(SCREEN[normalisation], keep=self.keep)
+        return dict(rows="every", search=search, screen=screen)
+
+    def lengths(self, d: int, normalisation: str) -> tuple[int, ...]:
+        """The grid's lengths at width ``d`` for ``normalisation``: those of :attr:`grid`, up
+        to :data:`EVERY_MAX_N` where it sets one."""
+        top = EVERY_MAX_N.get(normalisation, math.inf)
+        return tuple(n for n in dict(self.grid)[d] if n <= top)
 
     def seeds(self, d: int, n: int, normalisation: str | None = None) -> int:
         """Seeds at grid point ``(d, n)`` for ``normalisation`` (a label of :data:`CHAPTER`;
@@ -473,8 +491,8 @@ class Scale:
 SCALES = {
     "quick": Scale(
         grid=((16, (16, 64, 256)),),
-        seeds_fit=2,
-        first_rows=1,
+        seeds_fit=4,  # every word searched: two texts a length left sigmoid's slope unsettled
+        keep=2,
         search_starts=2,
         search_steps=30,
         phase_d=(4, 16, 32, 64),
@@ -489,12 +507,11 @@ SCALES = {
         workers=1,
     ),
     "paper": Scale(
-        # n ≤ 1024: at n = 4096 (in the grid until 2026-12-07) one word's search fell 1.4-5x
-        # short of every word screened (issue 63), and a screen of every word there costs
-        # minutes a text (1.5-entmax: about 67 s at n = 1024, some 16x that at 4096)
-        grid=((32, (16, 64, 256, 1024)), (128, (16, 128, 1024)), (768, (16, 128))),
+        # every word screened: n ≤ 1024 (a screen costs O(n²) a text: 1.5-entmax's about
+        # 33 s at n = 1024, EVERY_MAX_N), and the wider panels up to n = 128
+        grid=((32, (16, 64, 256, 1024)), (128, (16, 128)), (768, (16, 128))),
         seeds_fit=3,
-        first_rows=1,
+        keep=2,
         search_starts=2,
         search_steps=30,
         phase_d=(2, 4, 8, 16, 32, 64, 128),
