@@ -21,17 +21,27 @@ the timed ones, and each schedule ``(t0, keep)`` of a small grid is replayed on 
 its cost (the fraction of the full search's passes) and on how many texts the full search's
 best (word, start) survives every cut.
 
+``--record PATH``: the realistic sizes the "Your own map" page quotes (issue 61, item 7): at
+each size of ``--sizes`` (default ``128x384,128x768``) and ``--texts`` texts (default 1), the
+three searches above and a torch layer through the adapter, ``ws.module_map`` of a
+``torch.nn.TransformerEncoderLayer(d, d // 64 heads, 4d feed-forward)`` (its own map: a time,
+not a value to compare) searched with halving; written as JSON with the date, the machine and
+the threads, which the page reads and shows (``benchmarks/records/bench_generic.json``).
+
 ``python -m benchmarks bench_generic``, or with options ``python -m benchmarks.bench_generic``
 (``--texts 5``, ``--sizes 100x256,128x768``, ``--full`` adds the generic search without
 halving on the first text of the first size, the baseline of the issue, minutes;
-``--schedules``).
+``--schedules``; ``--record benchmarks/records/bench_generic.json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
+import json
 import math
+import platform
 import time
 
 import numpy as np
@@ -87,6 +97,55 @@ def compare(sizes, texts: int, full: bool) -> None:
                 f"({tf / tb:.1f}×), S = {f.value:.5f} ({f.value / b.value - 1:+.1e})",
                 flush=True,
             )
+
+
+def realistic(sizes, texts: int, path: str) -> None:
+    """``--record``: the page's table, timed and written to ``path`` (the module docstring)."""
+    rows = []
+    for (n, d), t in itertools.product(sizes, range(texts)):
+        X, W = ws.sample_X(n, d, seed=TIMED[0] + t), ws.sample_W(d, seed=TIMED[1] + t)
+        torch.manual_seed(TIMED[1] + t)  # the layer's initial weights
+        layer = torch.nn.TransformerEncoderLayer(d, d // 64, 4 * d, batch_first=True)
+        runs = {
+            "built-in": lambda: attention_word_sensitivity(X, W, seed=0),
+            "plain function, halving": lambda: ws.word_sensitivity(
+                lambda Z: ws.raf(Z, W), X, **HALVED
+            ),
+            "TokenwiseMap, halving": lambda: ws.word_sensitivity(
+                softmax_attention(W), X, **HALVED
+            ),
+            "torch layer (module_map), halving": lambda: ws.word_sensitivity(
+                ws.module_map(layer), X, **HALVED
+            ),
+        }
+        for name, run in runs.items():
+            seconds, res = _timed(run)
+            rows.append(dict(n=n, d=d, text=t, search=name, seconds=seconds, S=res.value))
+            print(
+                f"{n:>4} {d:>4} {t:>3} {name:<36} {seconds:8.1f} s  S = {res.value:.5f}",
+                flush=True,
+            )
+    out = dict(
+        date=datetime.date.today().isoformat(),
+        machine=f"{_cpu_name()}, {describe_device('cpu')}",
+        command="python -m benchmarks.bench_generic --record " + path,
+        rows=rows,
+    )
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (Linux), else the platform's machine type."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def record(n: int, d: int, seeds: tuple[int, int]) -> np.ndarray:
@@ -150,10 +209,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sizes", default=",".join(f"{n}x{d}" for n, d in SIZES))
     p.add_argument("--full", action="store_true")
     p.add_argument("--schedules", action="store_true")
+    p.add_argument("--record", default=None, help="write the page's table here (JSON)")
     args = p.parse_args(argv or [])
+    if args.record and args.sizes == p.get_default("sizes"):
+        args.sizes = "128x384,128x768"
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     print(describe_device("cpu"), f"{torch.get_num_threads()} threads")
-    if args.schedules:
+    if args.record:
+        realistic(sizes, args.texts or 1, args.record)
+    elif args.schedules:
         schedules(sizes, args.texts or 20)
     else:
         compare(sizes, args.texts or 5, args.full)

@@ -17,8 +17,15 @@ the 2 best words and word 1 certified by the chapter's search (``Scale.search``)
 CPU seconds and the certified values side by side, after word 1's value alone (the same
 search over word 1: the grid's point before every word was searched).
 
+``--relu-far``: the ReLU chapter's far grid texts (``d = 192``, ``n = 250 … 2000``, the
+texts of ``point_seed("attention", 192, n, s)``): ``sensitivity_point(rows="every")`` with the
+grid's search and its 2 best words certified, under the default screen (2 × 10), one start of
+10 steps and one of 5, against the fixed words 0 and 1 (the grid before every word was
+searched); CPU s of each whole point.
+
 ``python -m benchmarks bench_screen``, or ``python -m benchmarks.bench_screen --texts 2``, or
-``python -m benchmarks.bench_screen --constructions --texts 2``.
+``python -m benchmarks.bench_screen --constructions --texts 2``, or
+``python -m benchmarks.bench_screen --relu-far --texts 3``.
 """
 
 from __future__ import annotations
@@ -110,13 +117,45 @@ def constructions(texts: int) -> None:
                 print(line, flush=True)
 
 
+def relu_far(texts: int) -> None:
+    """The ``--relu-far`` comparison (the module docstring)."""
+    from wsutils.experiments import attention as A
+    from wsutils.run.seeds import point_seed
+
+    P, d = A.scale("paper"), 192
+    screens = {"2x10": {}, "1x10": dict(starts=1), "1x5": dict(starts=1, steps=5)}
+    print(
+        f"{'n':>5} {'text':>4} |"
+        + "".join(f" {k + ' s':>7} {'S':>8} |" for k in screens)
+        + f" {'fixed s':>7} {'S':>8}"
+    )
+    for n in P.far_every():
+        for t in range(texts):
+            seed, line = point_seed("attention", d, n, t), f"{n:>5} {t:>4} |"
+            p = dict(normalisation="relu", d=d, n=n, seed=seed, certificates=False)
+            for screen in screens.values():
+                t0 = time.process_time()
+                r = A.sensitivity_point(
+                    **p,
+                    rows="every",
+                    search=P.search("relu")["search"],
+                    screen=dict(screen, keep=P.first_rows),
+                )
+                line += f" {time.process_time() - t0:7.1f} {r['S']:8.5f} |"
+            t0 = time.process_time()
+            r = A.sensitivity_point(**p, **P.search("relu"))
+            print(line + f" {time.process_time() - t0:7.1f} {r['S']:8.5f}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=2)
     parser.add_argument("--constructions", action="store_true")
+    parser.add_argument("--relu-far", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    (constructions if args.constructions else compare)(args.texts)
+    run = constructions if args.constructions else relu_far if args.relu_far else compare
+    run(args.texts)
 
 
 if __name__ == "__main__":

@@ -147,3 +147,18 @@ def test_cosine_step_is_the_step_of_a_halved_search():
     a = cosine_step(math.sqrt(d), 0.5, 10)(D, g, 3)
     b = cosine_step(math.sqrt(d), 0.5, 10)(D[1:], g[1:], 3)
     assert torch.equal(a[1:], b)
+
+
+def test_progress_with_halving_counts_the_work_left(capsys):
+    """Issue 61, item 7: with halving the bar counts evaluations, as many as the cuts leave
+    (``passes``), not every search to its last step, so its time left is the halved search's."""
+    from wsutils.halving import passes
+
+    n, starts, steps, halving = 6, 2, 12, (3, 0.5)
+    X, W = ws.sample_X(n, 4, seed=0), ws.sample_W(4, seed=1)
+    ws.word_sensitivity(
+        lambda Z: ws.raf(Z, W), X, steps=steps, starts=starts, halving=halving, progress=0.0
+    )
+    total = passes(n * starts, steps, halving, starts)
+    assert total < n * starts * (steps + 1)
+    assert f"{total}/{total}" in capsys.readouterr().err

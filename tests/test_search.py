@@ -176,3 +176,35 @@ def test_word_sensitivity_takes_the_stopping_rule():
     assert 0 < early.value <= full.value * (1 + 1e-9)  # a prefix of the same trajectory
     again = ws.relative_change(lambda Z: ws.maps.raf(Z, W), X, 0, early.Delta)
     assert early.value == pytest.approx(again, rel=1e-12)
+
+
+def test_more_starts_are_nested_and_never_worse():
+    """Issue 61, item 6: a search with more starts (same seed) begins with the smaller one's
+    random starts, bit for bit, so with the same steps and no halving it never finds less (up
+    to the rounding of the same paths in batches of another shape), on several texts; and a
+    longer search started also from the shorter one's answer never ends below it."""
+    import torch
+
+    import wsutils as ws
+    from wsutils.search import Search
+    from wsutils.sensitivity import BATCH_RTOL, _row_starts
+
+    n, d = 12, 16
+    X = ws.sample_X(n, d, seed=1)
+    rows = list(range(n))
+    small = _row_starts(X, rows, Search(starts=3, seed=5), None, None)
+    large = _row_starts(X, rows, Search(starts=6, seed=5), None, None)
+    assert all(torch.equal(large[r][:3], small[r]) for r in rows)
+    for seed in range(3):
+        X, W = ws.sample_X(n, d, seed=10 + seed), ws.sample_W(d, seed=20 + seed)
+        phi = lambda Z: ws.raf(Z, W)  # noqa: E731
+        values = [
+            ws.word_sensitivity(phi, X, starts=s, steps=25, seed=seed, progress=False).value
+            for s in (2, 4, 8)
+        ]
+        assert all(b >= a * (1 - BATCH_RTOL) for a, b in zip(values, values[1:])), values
+        short = ws.word_sensitivity(phi, X, starts=2, steps=10, seed=seed, progress=False)
+        longer = ws.word_sensitivity(
+            phi, X, starts=4, steps=20, seed=seed, init=short.Delta, progress=False
+        )
+        assert longer.value >= short.value * (1 - BATCH_RTOL)

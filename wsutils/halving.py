@@ -83,7 +83,7 @@ def halving_ascent(
     floor: int,
     chunk: int,
     stalled: Callable[[torch.Tensor], bool] | None = None,
-    tick: Callable[[], object] | None = None,
+    tick: Callable[[int], object] | None = None,
 ):
     """Projected ascent from each row of ``Delta`` (``B × d``, starts in the ball) with
     successive halving (module docstring).
@@ -97,7 +97,8 @@ def halving_ascent(
     (:func:`wsutils.search.check_halving`): after ``t0``, ``2·t0``, … steps keep
     :func:`cut`'s best ``keep`` of the running searches, never fewer than ``floor`` (one row's
     starts). ``stalled(best_val)``: the search's stopping rule, asked once a step (``None``:
-    every step is taken). ``tick`` is called once a step.
+    every step is taken). ``tick(m)`` is called once a step with ``m`` the searches evaluated
+    at it (the work :func:`passes` counts).
 
     Returns
     -------
@@ -114,6 +115,7 @@ def halving_ascent(
     next_cut = t0
     for t in range(steps + 1):
         last = t == steps
+        evaluated = len(alive)
         grads = []
         for j in range(0, len(alive), chunk):
             idx = alive[j : j + chunk]
@@ -134,5 +136,5 @@ def halving_ascent(
             alive = cut(best_val, alive, keep, floor)
             next_cut *= 2
         if tick is not None:
-            tick()
+            tick(evaluated)
     return best_val, best

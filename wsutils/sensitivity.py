@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from ._tensor import Array, probe_moves, row_norms
 from .checks import as_tensor, as_text, check_finite, check_int, check_real, check_unit_rows
-from .halving import EVAL_ELEMENTS, halving_ascent
+from .halving import EVAL_ELEMENTS, halving_ascent, passes
 from .search import Search
 from .tokenwise import TokenwiseMap, check_tokenwise, replace_rows
 
@@ -1028,6 +1028,10 @@ def ascend_rows(
     take-over constructions). The random starts of every row are drawn at once from one
     generator seeded ``search.start_seed(0)``; with ``row_starts``, each row's from its own,
     seeded ``(search.start_seed(0) + row) mod 2**63``. So the chunks do not change the starts.
+    They are drawn start by start (the first start of every row, then the second, …), so a
+    search with more starts begins with the smaller one's: the starts are nested, and with
+    the same steps (no halving) more starts never find less, up to the rounding of paths
+    computed in batches of another shape.
 
     The rows are searched together, as many a chunk as keep a step within
     ``search.max_batch_elements`` entries, each (row, start) pair taking ``pair_elements``
@@ -1064,14 +1068,15 @@ def ascend_rows(
             row_list[j : j + rows_per_chunk] for j in range(0, len(row_list), rows_per_chunk)
         ]
     found: dict[int, torch.Tensor] = {}
-    # progress counts steps (a chunk of many rows can take minutes): one tick a step
-    bar = tqdm(
-        total=len(chunks) * max(search.steps, 1),
-        desc="word sensitivity",
-        unit="step",
-        leave=False,
-        **search.bar(),
-    )
+    # progress counts steps (a chunk of many rows can take minutes): one tick a step; with
+    # halving it counts evaluations, the work the cuts leave (passes), so that the time left
+    # is not that of every search run to the end
+    if search.halving is None:
+        total, unit = len(chunks) * max(search.steps, 1), "step"
+    else:
+        total = passes(len(row_list) * S, search.steps, search.halving, S)
+        unit = "pass"
+    bar = tqdm(total=total, desc="word sensitivity", unit=unit, leave=False, **search.bar())
     tick = None if bar.disable else bar.update
     for c, chunk in enumerate(chunks):
         Delta = torch.cat([_padded(starts[r], S) for r in chunk])
@@ -1094,7 +1099,8 @@ def ascend_rows(
             )
         else:
             best_val, best_Delta = _halving(values, own, row_idx, Delta, search, S, per_pair, tick)
-        bar.update((c + 1) * max(search.steps, 1) - bar.n)  # a chunk stopped by ``stop``
+        done = total if search.halving is not None else (c + 1) * max(search.steps, 1)
+        bar.update(done - bar.n)  # a chunk stopped by ``stop``, or halving's last evaluation
         if not bar.disable and bar.format_dict["elapsed"] >= bar.delay:
             bar.refresh()  # the chunk's last count shown (update shows at most 10 a second)
         found.update(_best_of_rows(chunk, best_val, best_Delta, S))
@@ -1163,7 +1169,10 @@ def _row_starts(Xt, row_list, search, extra, row_starts) -> dict[int, torch.Tens
     seed = search.start_seed(0)
 
     def draw(g: torch.Generator, R: int) -> torch.Tensor:
-        xi = torch.randn(R, search.starts, d, generator=g, dtype=torch.float64)
+        # start-major: start j of every row comes before start j + 1 of any, so a search with
+        # more starts draws the smaller one's first (nested: more search is never worse)
+        xi = torch.randn(search.starts, R, d, generator=g, dtype=torch.float64)
+        xi = xi.transpose(0, 1).contiguous()  # (R, starts, d)
         return sphere_starts(xi, radius).to(device=Xt.device, dtype=Xt.dtype)
 
     if row_starts is None:

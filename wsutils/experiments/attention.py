@@ -79,10 +79,11 @@ class Scale:
     The grid of both chapters (at the paper's scale the grid of the authors' scripts):
     widths ``ds``, lengths ``ns``, ``seeds`` texts per point and the search of
     :func:`sensitivity_point` (``starts``, ``steps``, :meth:`Scale.search`; the grids screen
-    every word and certify the ``first_rows`` best, with word 0; a fixed-word search, the
-    ReLU far grid's, takes the first ``first_rows`` words). Beyond it:
-    the far lengths ``n_far`` (at ``d = ds[0]``; the softmax far grid searches every word
-    up to ``far_every_max``, :meth:`Scale.far_every`), the phase diagram's ``phase_ds`` ×
+    every word and certify the ``first_rows`` best, with word 0; a fixed-word search takes
+    the first ``first_rows`` words). Beyond it:
+    the far lengths ``n_far`` (at ``d = ds[0]``; the softmax and the ReLU far grids search
+    every word up to ``far_every_max``, :meth:`Scale.far_every`, the ReLU chapter's upper
+    certificate goes on to the last), the phase diagram's ``phase_ds`` ×
     ``phase_ns``, the authors' search at ``auth_points`` (``(d, n)``) with ``auth_seeds``
     texts each, the ReLU chapter's orthogonal take-over at ``takeover_points``, its RF
     grid (on the first ``rf_seeds`` of the ``seeds`` texts of each point of the grid) and
@@ -108,7 +109,7 @@ class Scale:
     workers: int
 
     def far_every(self) -> tuple[int, ...]:
-        """The far lengths where every word is screened (softmax far grid): ``n_far`` up to
+        """The far lengths where every word is screened (the far grids): ``n_far`` up to
         ``far_every_max``. The screen costs ``O(n²d)`` a step (every word's objective is
         ``O(nd)``): at ``d = 192``, one text took 3.3 s at ``n = 1000``, 11 s at 2000 and 52 s
         at 4000 on one core."""
