@@ -91,6 +91,19 @@ BROKEN = {
         + "</pre></div></div>",
         "code scrolls sideways",
     ),
+    # a column one word wide (issue 62: the ledger's cells wrapped to two to four words a line)
+    "narrow-table": (
+        "<table style='width: 260px'><tr><th style='width: 50px'>claim</th><th>number</th></tr>"
+        "<tr><td>the number that decides it runs down many lines</td><td>0.42</td></tr></table>",
+        "table: a cell wraps",
+    ),
+    # the front door's first screen (issue 62): the intro's figure below 900 px
+    "intro": (
+        "<h1>Intro</h1><div style='height: 1200px'>a long first paragraph</div>"
+        "<figure><img src='plot.png' width='300'><figcaption>the summary</figcaption></figure>",
+        "first screen: the summary figure ends at",
+    ),
+    "ledger": ("<h1>Ledger</h1><p>no table at all</p>", "first screen: the abstract's table is"),
 }
 
 
@@ -104,6 +117,8 @@ def site(tmp_path_factory):
             "<h1>Clean</h1><p>Prices in code: <code>\\alpha ?? $$</code>.</p>"
             "<figure><img src='plot.png' width='300'><figcaption>a real plot</figcaption></figure>"
             "<div class='cell_input'><div class='highlight'><pre>x = 1  # fits</pre></div></div>"
+            "<table><tr><th>n</th><th>a column wide enough to wrap in</th></tr><tr><td>16</td>"
+            "<td>" + "a cell of many words that wraps in a wide column " * 8 + "</td></tr></table>"
         )
     )
     for name, (body, _) in BROKEN.items():
@@ -111,13 +126,15 @@ def site(tmp_path_factory):
     return root
 
 
-def test_clean_page_passes_and_gets_a_screenshot(site, tmp_path):
+def test_clean_page_passes_and_gets_a_screenshot(site, tmp_path, monkeypatch):
+    monkeypatch.setattr(browser_check, "WRAP_PAGES", {"clean"})  # its table wraps, wide
     [report] = browser_check.check_site(site, ["clean"], tmp_path, CHROMIUM)
     assert report.problems == []
     assert report.screenshot.read_bytes().startswith(b"\x89PNG")
 
 
-def test_each_breakage_is_reported(site):
+def test_each_breakage_is_reported(site, monkeypatch):
+    monkeypatch.setattr(browser_check, "WRAP_PAGES", {"narrow-table"})
     reports = browser_check.check_site(site, list(BROKEN), None, CHROMIUM)
     for r in reports:
         expected = BROKEN[r.page][1]

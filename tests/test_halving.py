@@ -3,6 +3,7 @@ they take without the cuts, the cut keeps the best, a cut search keeps its best 
 work follows the schedule, and the settings are checked."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -161,4 +162,16 @@ def test_progress_with_halving_counts_the_work_left(capsys):
     )
     total = passes(n * starts, steps, halving, starts)
     assert total < n * starts * (steps + 1)
-    assert f"{total}/{total}" in capsys.readouterr().err
+    assert f"{total}/{total}" in capsys.readouterr().err  # every pass ticked, no catch-up
+    ws.word_sensitivity(  # a stopping rule that fires: the bar ends at the work done
+        lambda Z: ws.raf(Z, W),
+        X,
+        steps=steps,
+        starts=starts,
+        halving=halving,
+        stop=(1, 1.0),
+        progress=0.0,
+    )
+    shown = re.findall(r"\| *(\d+)/(\d+) \[", capsys.readouterr().err)
+    done, end = map(int, shown[-1])  # the bar's last state
+    assert done == end < total

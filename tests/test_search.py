@@ -180,21 +180,28 @@ def test_word_sensitivity_takes_the_stopping_rule():
 
 def test_more_starts_are_nested_and_never_worse():
     """Issue 61, item 6: a search with more starts (same seed) begins with the smaller one's
-    random starts, bit for bit, so with the same steps and no halving it never finds less (up
-    to the rounding of the same paths in batches of another shape), on several texts; and a
-    longer search started also from the shorter one's answer never ends below it."""
+    random starts, bit for bit, at any n·d (also where torch fills a draw that is not a
+    multiple of 16 differently), so with the same steps, no halving and no stopping rule it
+    never finds less (up to the rounding of the same paths in batches of another shape), on
+    several texts; and a longer search started also from the shorter one's answer never ends
+    below it."""
     import torch
 
     import wsutils as ws
     from wsutils.search import Search
     from wsutils.sensitivity import BATCH_RTOL, _row_starts
 
-    n, d = 12, 16
-    X = ws.sample_X(n, d, seed=1)
-    rows = list(range(n))
-    small = _row_starts(X, rows, Search(starts=3, seed=5), None, None)
-    large = _row_starts(X, rows, Search(starts=6, seed=5), None, None)
-    assert all(torch.equal(large[r][:3], small[r]) for r in rows)
+    for n, d in [(12, 16), (12, 12), (5, 12), (7, 50), (3, 4), (2, 4)]:  # any n·d
+        X = ws.sample_X(n, d, seed=1)
+        rows = list(range(n))
+        small = _row_starts(X, rows, Search(starts=3, seed=5), None, None)
+        large = _row_starts(X, rows, Search(starts=6, seed=5), None, None)
+        assert all(torch.equal(large[r][:3], small[r]) for r in rows), (n, d)
+        one = lambda r: X[:0] if r is None else X[:1]  # noqa: E731  (row_starts given)
+        small = _row_starts(X, rows, Search(starts=3, seed=5), None, one)
+        large = _row_starts(X, rows, Search(starts=6, seed=5), None, one)
+        assert all(torch.equal(large[r][:3], small[r][:3]) for r in rows), (n, d)
+    n, d = 12, 12
     for seed in range(3):
         X, W = ws.sample_X(n, d, seed=10 + seed), ws.sample_W(d, seed=20 + seed)
         phi = lambda Z: ws.raf(Z, W)  # noqa: E731

@@ -18,6 +18,10 @@ own DOM:
 - **cross-references**: ``??`` or ``[?]`` in the text, or an ``xref`` that is not a link;
 - **shows box**: more than 6 bullets in a chapter's "What this chapter shows" box, or
   a bullet that wraps to a second line at the 1280-pixel-wide window;
+- **tables** (the pages of :data:`WRAP_PAGES`): a cell whose text wraps in a column narrower
+  than about 12 characters of its font at the 1280-pixel window (a column one word wide);
+- **the front door** (:data:`FIRST_VIEWPORT`): the intro's summary figure and the ledger's
+  abstract table end within the first 1280 × 900 viewport;
 - **navigation**: a caption or link of the left navigation that starts or ends outside the
   sidebar, or a sidebar that scrolls sideways (a clipped caption, "he paper");
 - **console errors**: what the browser console shows as an error while the page loads and
@@ -65,6 +69,18 @@ CHROMIUM_FLAGS = [
     "--remote-debugging-pipe",
 ]
 WIDTH, HEIGHT, MAX_HEIGHT = 1280, 1000, 16000  # Chromium refuses a much taller capture
+#: The first screen a reader sees (issue 62): what must end within it, by page (a CSS selector
+#: of the page's article; the first element that matches).
+VIEWPORT = 900
+FIRST_VIEWPORT = {
+    "intro": ("the summary figure", "img"),
+    "ledger": ("the abstract's table", "table"),
+}
+#: The narrowest column a cell may wrap in, in characters of its font, and the pages held to
+#: it: the front door for now (the chapters' tables of many short columns, in the proof boxes
+#: of normalisation, trained-attention and others, still wrap; issue 62 lists them).
+MIN_WRAP_CHARS = 12
+WRAP_PAGES = {"intro", "ledger"}
 
 # Runs in the page once it has loaded and MathJax is done; returns a list of problems.
 CHECKS_JS = r"""
@@ -170,6 +186,62 @@ CHECKS_JS = r"""
   return problems;
 })()
 """
+
+# Tables whose cells wrap in a column narrower than MIN_WRAP_CHARS characters (issue 62)
+TABLES_JS = r"""
+(() => {
+  const MIN_WRAP_CHARS = %MIN_WRAP_CHARS%;
+  const problems = [];
+  const main = document.querySelector('article') || document.querySelector('main') || document.body;
+  const where = el => {
+    const s = el.closest('section[id]');
+    return s ? ` (in section #${s.id})` : '';
+  };
+  const short = t => t.replace(/\s+/g, ' ').trim().slice(0, 120);
+  // a cell's lines from its text's own boxes
+  const canvas = document.createElement('canvas').getContext('2d');
+  for (const cell of main.querySelectorAll('table td, table th')) {
+    const cs = getComputedStyle(cell);
+    canvas.font = cs.font;
+    const chars = canvas.measureText('abcdefghijklmnopqrstuvwxyz').width / 26;
+    const width = cell.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+    if (width >= MIN_WRAP_CHARS * chars) continue;
+    const range = document.createRange();
+    range.selectNodeContents(cell);
+    const lh = parseFloat(cs.lineHeight) || 1.3 * parseFloat(cs.fontSize);
+    const tops = [...range.getClientRects()].filter(r => r.width > 0).map(r => r.top);
+    const lines = tops.length ? (Math.max(...tops) - Math.min(...tops)) / lh + 1 : 0;
+    if (lines >= 1.5)
+      problems.push(`table: a cell wraps in a column ${Math.round(width / chars)} characters wide: ${short(cell.textContent)}${where(cell)}`);
+  }
+  return problems;
+})()
+""".replace("%MIN_WRAP_CHARS%", str(MIN_WRAP_CHARS))
+
+# The bottom of the first element of the page's article that matches a selector, in page
+# pixels (null where none matches).
+BOTTOM_JS = r"""
+(() => {
+  const main = document.querySelector('article') || document.querySelector('main') || document.body;
+  const el = main.querySelector(%s);
+  return el ? el.getBoundingClientRect().bottom + window.scrollY : null;
+})()
+"""
+
+
+def first_viewport(page: str, bottom: float | None) -> list[str]:
+    """The front-door rule (:data:`FIRST_VIEWPORT`) for ``page``, given the bottom of its
+    element (``None``: no such element)."""
+    if page not in FIRST_VIEWPORT:
+        return []
+    what = FIRST_VIEWPORT[page][0]
+    if bottom is None:
+        return [f"first screen: {what} is missing"]
+    if bottom > VIEWPORT:
+        return [
+            f"first screen: {what} ends at {round(bottom)} px, below the {WIDTH} × {VIEWPORT} viewport"
+        ]
+    return []
 
 
 @dataclass
@@ -314,7 +386,9 @@ class Browser:
                 return reply.get("result", {})
             self.events.append(reply)
 
-    def check_page(self, url: str, screenshot: Path | None) -> tuple[list[str], list[str]]:
+    def check_page(
+        self, url: str, screenshot: Path | None, page: str = ""
+    ) -> tuple[list[str], list[str]]:
         target = self.send("Target.createTarget", url="about:blank")["targetId"]
         session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         try:
@@ -343,6 +417,20 @@ class Browser:
             if "exceptionDetails" in res:
                 return [f"the checks failed in the page: {res['exceptionDetails']}"], []
             problems = list(res["result"]["value"])
+            if page in WRAP_PAGES:
+                tables = self.send(
+                    "Runtime.evaluate", session, expression=TABLES_JS, returnByValue=True
+                )
+                problems += list(tables["result"]["value"])
+            if page in FIRST_VIEWPORT:
+                selector = json.dumps(FIRST_VIEWPORT[page][1])
+                at = self.send(
+                    "Runtime.evaluate",
+                    session,
+                    expression=BOTTOM_JS % selector,
+                    returnByValue=True,
+                )
+                problems += first_viewport(page, at["result"].get("value"))
             if screenshot is not None:
                 metrics = self.send("Page.getLayoutMetrics", session)
                 size = metrics.get("cssContentSize") or metrics["contentSize"]
@@ -410,7 +498,7 @@ def check_site(html: Path, pages: list[str], out: Path | None, chromium: str) ->
                 if not file.is_file():
                     reports.append(PageReport(page, None, [f"{file} does not exist"]))
                     continue
-                problems, js_errors = browser.check_page(f"{server.url}/{page}.html", shot)
+                problems, js_errors = browser.check_page(f"{server.url}/{page}.html", shot, page)
                 reports.append(PageReport(page, shot, problems, js_errors))
         finally:
             browser.close()

@@ -97,8 +97,8 @@ def halving_ascent(
     (:func:`wsutils.search.check_halving`): after ``t0``, ``2·t0``, … steps keep
     :func:`cut`'s best ``keep`` of the running searches, never fewer than ``floor`` (one row's
     starts). ``stalled(best_val)``: the search's stopping rule, asked once a step (``None``:
-    every step is taken). ``tick(m)`` is called once a step with ``m`` the searches evaluated
-    at it (the work :func:`passes` counts).
+    every step is taken). ``tick(m)`` is called at every iterate with ``m`` the searches
+    evaluated at it, so that the counts add up to :func:`passes` when no stopping rule fires.
 
     Returns
     -------
@@ -127,6 +127,8 @@ def halving_ascent(
             if not last:
                 grads.append(gradient())
             gradient = None  # the chunk's work arrays go before the next chunk's
+        if tick is not None:
+            tick(evaluated)
         if last or (stalled is not None and stalled(best_val)):
             break
         with torch.no_grad():
@@ -135,6 +137,4 @@ def halving_ascent(
         if t + 1 == next_cut:
             alive = cut(best_val, alive, keep, floor)
             next_cut *= 2
-        if tick is not None:
-            tick(evaluated)
     return best_val, best

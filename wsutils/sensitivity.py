@@ -1029,9 +1029,10 @@ def ascend_rows(
     generator seeded ``search.start_seed(0)``; with ``row_starts``, each row's from its own,
     seeded ``(search.start_seed(0) + row) mod 2**63``. So the chunks do not change the starts.
     They are drawn start by start (the first start of every row, then the second, …), so a
-    search with more starts begins with the smaller one's: the starts are nested, and with
-    the same steps (no halving) more starts never find less, up to the rounding of paths
-    computed in batches of another shape.
+    search with more starts begins with the smaller one's: the starts are nested. With the
+    same steps, no halving and no stopping rule (both decide from the best values of all the
+    starts), more starts never find less, up to the rounding of the same paths computed in
+    batches of another shape (a float32 path can then drift).
 
     The rows are searched together, as many a chunk as keep a step within
     ``search.max_batch_elements`` entries, each (row, start) pair taking ``pair_elements``
@@ -1099,8 +1100,10 @@ def ascend_rows(
             )
         else:
             best_val, best_Delta = _halving(values, own, row_idx, Delta, search, S, per_pair, tick)
-        done = total if search.halving is not None else (c + 1) * max(search.steps, 1)
-        bar.update(done - bar.n)  # a chunk stopped by ``stop``, or halving's last evaluation
+        if search.halving is None:
+            bar.update((c + 1) * max(search.steps, 1) - bar.n)  # a chunk stopped by ``stop``
+        elif tick is not None and bar.n < total:  # stopped early: the bar ends at the work done
+            bar.total = bar.n
         if not bar.disable and bar.format_dict["elapsed"] >= bar.delay:
             bar.refresh()  # the chunk's last count shown (update shows at most 10 a second)
         found.update(_best_of_rows(chunk, best_val, best_Delta, S))
@@ -1169,10 +1172,13 @@ def _row_starts(Xt, row_list, search, extra, row_starts) -> dict[int, torch.Tens
     seed = search.start_seed(0)
 
     def draw(g: torch.Generator, R: int) -> torch.Tensor:
-        # start-major: start j of every row comes before start j + 1 of any, so a search with
-        # more starts draws the smaller one's first (nested: more search is never worse)
-        xi = torch.randn(search.starts, R, d, generator=g, dtype=torch.float64)
-        xi = xi.transpose(0, 1).contiguous()  # (R, starts, d)
+        # one draw a start (start j of every row before start j + 1 of any), so a search with
+        # more starts draws the smaller one's first, whatever R·d (one draw of all the starts
+        # would not do: torch fills a draw whose size is not a multiple of 16 differently)
+        xi = torch.stack(
+            [torch.randn(R, d, generator=g, dtype=torch.float64) for _ in range(search.starts)],
+            dim=1,
+        )  # (R, starts, d)
         return sphere_starts(xi, radius).to(device=Xt.device, dtype=Xt.dtype)
 
     if row_starts is None:

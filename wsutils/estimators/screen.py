@@ -57,10 +57,10 @@ class Screen:
     gradient; a word's screened value is the larger of the two. ``starts=0`` (then
     ``steps=0``) screens by the constructions alone: seven evaluations a word instead of a
     search. On 30 of the normalisation chapter's texts (``python -m benchmarks.bench_screen
-    --constructions``, recorded in ``benchmarks/README.md``) it cost 0.1–0.5 of the default
-    screen's CPU time and certified within 0.1 % of it on 19, more on 5 (up to 6 %), less on 6
-    (0.1–8 %), three of them ReLU attention's (of its 4: its best ``Δ`` is rarely a
-    construction).
+    --constructions``, recorded in ``benchmarks/README.md``) it cost 0.1–0.3 of the default
+    screen's CPU time and certified within 0.1 % of it on 14, more on 8 (up to 10 %), less on
+    8 (0.1–12 %), four of them ReLU attention's (all of its texts: its best ``Δ`` is rarely a
+    construction). Either screen can miss the best word.
 
     The defaults (2 starts, 10 steps, float32, 8 words) against the screen of 2 starts × 30
     steps that issue 63 measured, on the eight texts of ``python -m benchmarks.bench_screen``

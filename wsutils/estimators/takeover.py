@@ -176,7 +176,7 @@ def takeover_candidates(
 
 
 def word_constructions(Xt: torch.Tensor, Wt: torch.Tensor) -> torch.Tensor:
-    """The first seven rows of :func:`constructions` for **every** word at once, an
+    """The first seven rows of ``constructions`` for **every** word at once, an
     ``n × 7 × d`` array in ``Xt``'s dtype: the take-over candidates of :prf:ref:`def-takeover`
     (:func:`takeover_candidates`; they depend on the word only through the sign of
     ``uᵀx_i``, so they are built twice, once per sign) and the doubling ``Δ = x_i`` of

@@ -53,6 +53,7 @@ __all__ = [
     "row_margin",
     "doubling_bound",
     "normalisation_point",
+    "upper_certificate",
     "phase_point",
     "takeover_margin_model",
     "margin_interval",
@@ -154,10 +155,10 @@ SEARCH_DTYPE = {name: "float32" for name in CHAPTER} | {"relu": None, "hardmax":
 POINT_SEARCH = Search(starts=2, steps=40)
 
 #: The screen of every word in the chapter's grid (:class:`~wsutils.estimators.screen.Screen`
-#: without ``keep``): the seven constructions of each word alone (0.1–0.5 of the default
-#: screen's time, within 0.1 % of its certified value or above on 24 of the 30 texts of
+#: without ``keep``): the seven constructions of each word alone (0.1–0.3 of the default
+#: screen's time, within 0.1 % of its certified value or above on 22 of the 30 texts of
 #: ``benchmarks/bench_screen --constructions``), and for ReLU attention, whose best ``Δ`` is
-#: rarely a construction (3 of its 4 texts lower), the default short search as well.
+#: rarely a construction (all 4 of its texts lower), the default short search as well.
 SCREEN = {name: dict(starts=0, steps=0, constructions=True) for name in CHAPTER} | {
     "relu": dict(constructions=True)
 }
@@ -236,7 +237,9 @@ def normalisation_point(
     with word 0 by the same search
     (:func:`~wsutils.estimators.screen.screened_word_sensitivity`), so ``S`` is a certified
     lower bound on the sup over every word; ``S_word1`` is then word 0's own value in that
-    search (the fixed-word search's value, with the same starts)."""
+    search (at least the fixed-word search's: its starts and also the screened ``Δ``). ``S`` is
+    the best of the search and ``certified`` (a float32 search, recomputed in float64 at its
+    best iterate, can end a rounding short of a construction it started from)."""
     torch.set_num_threads(1)
     cpu0 = time.process_time()
     norm = _norm(normalisation)
@@ -277,9 +280,10 @@ def normalisation_point(
         y = general_attention(torch.cat([X[None], perturb(X, rows3, cands)]), W, norm)
     base = float(torch.linalg.vector_norm(y[0]))
     changes = torch.linalg.vector_norm(y[1:] - y[0], dim=(-2, -1)) / base
+    certified = float(changes.max())
     out.update(
-        S=res.value,
-        certified=float(changes.max()),
+        S=max(res.value, certified),  # a float32 search can end a rounding short of them
+        certified=certified,
         certified_rows=searched,
         seconds=elapsed,
         phi_rel=base / math.sqrt(n * d),
@@ -291,6 +295,25 @@ def normalisation_point(
     out.update(row_margin(X, W, 0, norm))
     out["cpu_seconds"] = time.process_time() - cpu0
     return out
+
+
+def upper_certificate(normalisation: str, d: int, n: int, seed: int) -> float | None:
+    """The upper certificate over every word of :func:`normalisation_point`'s text (``seed``)
+    for the normalisations that have one: softmax at any ``β`` and scalable softmax
+    (:prf:ref:`prop-softmax-upper`,
+    :func:`~wsutils.estimators.softmax_upper.softmax_certified_upper`) and ReLU attention
+    (:func:`~wsutils.estimators.relu.relu_certified_upper`), so ``S`` of that text is at most
+    the value; ``None`` for the others."""
+    from ..estimators.relu import relu_certified_upper
+    from ..estimators.softmax_upper import softmax_certified_upper
+
+    norm = _norm(normalisation)
+    if norm.name not in ("softmax", "scalable", "relu"):
+        return None
+    X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
+    if norm.name == "relu":
+        return float(relu_certified_upper(X, W).max())
+    return float(softmax_certified_upper(X, W, normalisation=norm).max())
 
 
 def _doubling(X, W, row: int) -> torch.Tensor:
@@ -453,7 +476,7 @@ class Scale:
     def search(self, normalisation: str) -> dict:
         """The search of :func:`normalisation_point` for ``normalisation`` (a label of
         :data:`CHAPTER`) as a point takes it: ``rows="every"``, the ``screen``
-        (:data:`SCREEN`, keeping :attr:`keep` words) and the certifying ``search``
+        (:data:`SCREEN`, keeping ``keep`` words) and the certifying ``search``
         (``starts``, ``steps`` and the precision :data:`SEARCH_DTYPE` gives the map)."""
         search = dict(
             starts=self.search_starts, steps=self.search_steps, dtype=SEARCH_DTYPE[normalisation]
@@ -462,7 +485,7 @@ class Scale:
         return dict(rows="every", search=search, screen=screen)
 
     def lengths(self, d: int, normalisation: str) -> tuple[int, ...]:
-        """The grid's lengths at width ``d`` for ``normalisation``: those of :attr:`grid`, up
+        """The grid's lengths at width ``d`` for ``normalisation``: those of ``grid``, up
         to :data:`EVERY_MAX_N` where it sets one."""
         top = EVERY_MAX_N.get(normalisation, math.inf)
         return tuple(n for n in dict(self.grid)[d] if n <= top)

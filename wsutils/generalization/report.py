@@ -28,6 +28,7 @@ __all__ = [
     "sweep_table",
     "plot_sweep",
     "rf_headline",
+    "rf_verdict",
     "regime_points",
     "regime_table",
     "plot_regime",
@@ -261,6 +262,15 @@ def rf_headline(flipped: int, runs: int, d: int, N_max: int) -> str:
         f"{where}, so the abstract's claim that random features cannot tell apart two "
         f"texts that differ in one word does not reproduce in this setting"
     )
+
+
+def rf_verdict(flipped: int, runs: int, d: int, N_max: int) -> str:
+    """The ledger's short verdict on the same runs as :func:`rf_headline`: ``"✓ reproduced"``
+    when no run of random features flips at the authors' sizes, ``"✗ not reproduced"`` when
+    one does, and ``"not tested at the authors' sizes"`` below them."""
+    if d < AUTHORS_D or N_max < AUTHORS_N_MIN:
+        return "not tested at the authors' sizes"
+    return "✓ reproduced" if flipped == 0 else "✗ not reproduced"
 
 
 def regime_points(
