@@ -255,7 +255,6 @@ def normalisation_point(
     else:
         if screen is not None:
             raise ValueError("screen is read only with rows='every'; leave it None.")
-        double = project_ball(X[:1].clone(), math.sqrt(d))[0]  # Δ = x_0, in the ball exactly
         res = attention_word_sensitivity(
             X,
             W,
@@ -263,7 +262,7 @@ def normalisation_point(
             rows=_point_rows(rows, n),
             search=search,
             takeovers=True,
-            init=double,
+            init=_doubling(X, W, 0),  # Δ = x_0, in the ball exactly
         )
     elapsed = time.perf_counter() - t0
     searched = sorted(res.per_row)
