@@ -18,8 +18,10 @@ own DOM:
 - **cross-references**: ``??`` or ``[?]`` in the text, or an ``xref`` that is not a link;
 - **shows box**: more than 6 bullets in a chapter's "What this chapter shows" box, or
   a bullet that wraps to a second line at the 1280-pixel-wide window;
-- **tables** (the pages of :data:`WRAP_PAGES`): a cell whose text wraps in a column narrower
-  than about 12 characters of its font at the 1280-pixel window (a column one word wide);
+- **tables** (every page): a cell whose text wraps in a column narrower than about 12
+  characters of its font at the 1280-pixel window (a column one word wide). A cell's lines
+  are its text's boxes grouped by vertical overlap, so a subscript, an accent or a fraction
+  of inline math is not a second line;
 - **the front door** (:data:`FIRST_VIEWPORT`): the intro's summary figure and the ledger's
   abstract table end within the first 1280 × 900 viewport;
 - **navigation**: a caption or link of the left navigation that starts or ends outside the
@@ -76,11 +78,8 @@ FIRST_VIEWPORT = {
     "intro": ("the summary figure", "img"),
     "ledger": ("the abstract's table", "table"),
 }
-#: The narrowest column a cell may wrap in, in characters of its font, and the pages held to
-#: it: the front door for now (the chapters' tables of many short columns, in the proof boxes
-#: of normalisation, trained-attention and others, still wrap; issue 62 lists them).
+#: The narrowest column a cell may wrap in, in characters of its font (every page).
 MIN_WRAP_CHARS = 12
-WRAP_PAGES = {"intro", "ledger"}
 
 # Runs in the page once it has loaded and MathJax is done; returns a list of problems.
 CHECKS_JS = r"""
@@ -209,9 +208,17 @@ TABLES_JS = r"""
     const range = document.createRange();
     range.selectNodeContents(cell);
     const lh = parseFloat(cs.lineHeight) || 1.3 * parseFloat(cs.fontSize);
-    const tops = [...range.getClientRects()].filter(r => r.width > 0).map(r => r.top);
-    const lines = tops.length ? (Math.max(...tops) - Math.min(...tops)) / lh + 1 : 0;
-    if (lines >= 1.5)
+    // lines: the boxes grouped by vertical overlap (a box that starts at or below the bottom
+    // of the line so far, within a tenth of a line, starts a new one); a raised or lowered
+    // box (a sub- or superscript, an accent) overlaps its line
+    const boxes = [...range.getClientRects()].filter(r => r.width > 0 && r.height > 0);
+    boxes.sort((a, b) => a.top - b.top);
+    let lines = 0, bottom = -Infinity;
+    for (const b of boxes) {
+      if (b.top >= bottom - 0.1 * lh) { lines += 1; bottom = b.bottom; }
+      else bottom = Math.max(bottom, b.bottom);
+    }
+    if (lines >= 2)
       problems.push(`table: a cell wraps in a column ${Math.round(width / chars)} characters wide: ${short(cell.textContent)}${where(cell)}`);
   }
   return problems;
@@ -417,11 +424,10 @@ class Browser:
             if "exceptionDetails" in res:
                 return [f"the checks failed in the page: {res['exceptionDetails']}"], []
             problems = list(res["result"]["value"])
-            if page in WRAP_PAGES:
-                tables = self.send(
-                    "Runtime.evaluate", session, expression=TABLES_JS, returnByValue=True
-                )
-                problems += list(tables["result"]["value"])
+            tables = self.send(
+                "Runtime.evaluate", session, expression=TABLES_JS, returnByValue=True
+            )
+            problems += list(tables["result"]["value"])
             if page in FIRST_VIEWPORT:
                 selector = json.dumps(FIRST_VIEWPORT[page][1])
                 at = self.send(

@@ -81,7 +81,8 @@ class Scale:
     :func:`sensitivity_point` (``starts``, ``steps``, :meth:`Scale.search`; the grids screen
     every word and certify the ``first_rows`` best, with word 0; a fixed-word search takes
     the first ``first_rows`` words). Beyond it:
-    the far lengths ``n_far`` (at ``d = ds[0]``; the softmax and the ReLU far grids search
+    the far lengths ``n_far`` (at ``d = ds[0]``, ``far_seeds`` texts a length, the first
+    ``far_seeds`` of the grid's seeds; the softmax and the ReLU far grids search
     every word up to ``far_every_max``, :meth:`Scale.far_every`, the ReLU chapter's upper
     certificate goes on to the last), the phase diagram's ``phase_ds`` ×
     ``phase_ns``, the authors' search at ``auth_points`` (``(d, n)``) with ``auth_seeds``
@@ -98,6 +99,7 @@ class Scale:
     steps: int
     n_far: tuple[int, ...]
     far_every_max: int
+    far_seeds: int
     phase_ds: tuple[int, ...]
     phase_ns: tuple[int, ...]
     auth_points: tuple[tuple[int, int], ...]
@@ -136,6 +138,7 @@ SCALES = {
         steps=40,
         n_far=(250, 500, 1000, 2000),
         far_every_max=2000,
+        far_seeds=2,
         phase_ds=(2, 4, 8, 16, 32, 64, 128),
         phase_ns=(10, 30, 100, 300, 1000),
         auth_points=((32, 10), (64, 10)),
@@ -155,6 +158,7 @@ SCALES = {
         steps=100,
         n_far=(250, 500, 1000, 2000, 4000),
         far_every_max=2000,
+        far_seeds=3,  # the every-word screen's cost: 3 texts a length (the build budget)
         phase_ds=(2, 4, 8, 16, 32, 64, 128, 256, 768),
         phase_ns=(10, 30, 100, 300, 1000, 3000),
         auth_points=((192, 50), (384, 50), (768, 50)),
