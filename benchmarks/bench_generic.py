@@ -26,9 +26,9 @@ each size of ``--sizes`` (default ``128x384,128x768``) and ``--texts`` texts (de
 three searches above and a torch layer through the adapter, ``ws.module_map`` of a
 ``torch.nn.TransformerEncoderLayer(d, d // 64 heads, 4d feed-forward)`` (its own map: a time,
 not a value to compare) searched with halving, at the widths up to ``--layer-max-d`` (default
-384: at (128, 384) it took 288 s, about 40× the built-in, and at 768 each pass costs some four
-times as much); written as JSON with the date, the machine and the threads, which the page
-reads and shows (``benchmarks/records/bench_generic.json``).
+384: at (128, 384) it took 275–288 s, about 40× the built-in, and at (128, 768) 947 s, the
+record's run with ``--layer-max-d 768``); written as JSON with the date, the machine and
+the threads, which the page reads and shows (``benchmarks/records/bench_generic.json``).
 
 ``python -m benchmarks bench_generic``, or with options ``python -m benchmarks.bench_generic``
 (``--texts 5``, ``--sizes 100x256,128x768``, ``--full`` adds the generic search without
