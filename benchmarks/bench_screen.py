@@ -86,11 +86,29 @@ def compare(texts: int) -> None:
             print(line, flush=True)
 
 
+def _normalisation_texts(P, d: int, n: int, texts: int):
+    """The normalisation chapter's grid texts at ``(d, n)``: for every normalisation of its grid
+    that searches every word there and the first ``texts`` seeds, ``(name, t, X, W, norm,
+    search, seed)``: the search the chapter's with its seed (``search_seed(seed)``), ``seed``
+    the point's."""
+    from wsutils.experiments import normalisation as N
+    from wsutils.run.seeds import point_seed, search_seed
+
+    for name in N.CHAPTER:
+        if n not in P.lengths(d, name):
+            continue
+        for t in range(texts):
+            seed = point_seed("normalisation", d, n, t)
+            X, W = ws.sample_X(n, d, seed=seed), ws.sample_W(d, seed=seed + 1)
+            search = dict(P.search(name)["search"], seed=search_seed(seed))
+            yield name, t, X, W, N.CHAPTER[name], search, seed
+
+
 def constructions(texts: int) -> None:
     """The ``--constructions`` comparison (the module docstring)."""
     from wsutils.estimators.screen import screen_words
     from wsutils.experiments import normalisation as N
-    from wsutils.run.seeds import point_seed, search_seed
+    from wsutils.run.seeds import search_seed
 
     P, d = N.scale("paper"), 32
     only = Screen(starts=0, steps=0, constructions=True)
@@ -98,66 +116,51 @@ def constructions(texts: int) -> None:
     print(head + f" {'constr cpu':>10} {'S':>7} |")
     print("-" * (len(head) + 21))
     for n in (256, 1024):
-        for name in N.CHAPTER:
-            if n not in P.lengths(d, name):
-                continue
-            for t in range(texts):
-                seed = point_seed("normalisation", d, n, t)
-                X, W = ws.sample_X(n, d, seed=seed), ws.sample_W(d, seed=seed + 1)
-                norm, search = N.CHAPTER[name], P.search(name)["search"]
-                search = dict(search, seed=search_seed(seed))
-                word1 = attention_word_sensitivity(
-                    X, W, normalisation=norm, rows=[0], takeovers=True, search=search
-                ).value
-                line = f"{name:>9} {n:>5} {t:>4} | {word1:7.4f} |"
-                for screen in (Screen(), only):
-                    t0 = time.process_time()
-                    screen_words(X, W, normalisation=norm, screen=screen, seed=search_seed(seed))
-                    cpu = time.process_time() - t0
-                    res = screened_word_sensitivity(
-                        X,
-                        W,
-                        normalisation=norm,
-                        screen=dataclasses.replace(screen, keep=2),
-                        search=search,
-                        also=[0],
-                    )
-                    line += f" {cpu:{8 if screen is not only else 10}.2f} {res.value:7.4f} |"
-                print(line, flush=True)
+        for name, t, X, W, norm, search, seed in _normalisation_texts(P, d, n, texts):
+            word1 = attention_word_sensitivity(
+                X, W, normalisation=norm, rows=[0], takeovers=True, search=search
+            ).value
+            line = f"{name:>9} {n:>5} {t:>4} | {word1:7.4f} |"
+            for screen in (Screen(), only):
+                t0 = time.process_time()
+                screen_words(X, W, normalisation=norm, screen=screen, seed=search_seed(seed))
+                cpu = time.process_time() - t0
+                res = screened_word_sensitivity(
+                    X,
+                    W,
+                    normalisation=norm,
+                    screen=dataclasses.replace(screen, keep=2),
+                    search=search,
+                    also=[0],
+                )
+                line += f" {cpu:{8 if screen is not only else 10}.2f} {res.value:7.4f} |"
+            print(line, flush=True)
 
 
 def miss(texts: int) -> None:
     """The ``--miss`` comparison (the module docstring)."""
     from wsutils.experiments import normalisation as N
-    from wsutils.run.seeds import point_seed, search_seed
 
     P, d, n = N.scale("paper"), 32, 256
     print(
         f"{'map':>9} {'text':>4} | {'screen cpu':>10} {'S':>7} | {'every cpu':>9} {'S':>7} | ratio"
     )
-    for name in N.CHAPTER:
-        if n not in P.lengths(d, name):
-            continue
-        for t in range(texts):
-            seed = point_seed("normalisation", d, n, t)
-            X, W = ws.sample_X(n, d, seed=seed), ws.sample_W(d, seed=seed + 1)
-            norm, search = N.CHAPTER[name], P.search(name)["search"]
-            search = dict(search, seed=search_seed(seed))
-            t0 = time.process_time()
-            screen = Screen.parse(dict(N.SCREEN[name], keep=P.keep))  # the chapter's
-            screened = screened_word_sensitivity(
-                X, W, normalisation=norm, screen=screen, search=search, also=[0]
-            ).value
-            t1 = time.process_time()
-            every = attention_word_sensitivity(
-                X, W, normalisation=norm, rows=list(range(n)), takeovers=True, search=search
-            ).value
-            t2 = time.process_time()
-            print(
-                f"{name:>9} {t:>4} | {t1 - t0:10.2f} {screened:7.4f} | {t2 - t1:9.2f} "
-                f"{every:7.4f} | {every / screened:.4f}",
-                flush=True,
-            )
+    for name, t, X, W, norm, search, _ in _normalisation_texts(P, d, n, texts):
+        t0 = time.process_time()
+        screen = Screen.parse(dict(N.SCREEN[name], keep=P.keep))  # the chapter's
+        screened = screened_word_sensitivity(
+            X, W, normalisation=norm, screen=screen, search=search, also=[0]
+        ).value
+        t1 = time.process_time()
+        every = attention_word_sensitivity(
+            X, W, normalisation=norm, rows=list(range(n)), takeovers=True, search=search
+        ).value
+        t2 = time.process_time()
+        print(
+            f"{name:>9} {t:>4} | {t1 - t0:10.2f} {screened:7.4f} | {t2 - t1:9.2f} "
+            f"{every:7.4f} | {every / screened:.4f}",
+            flush=True,
+        )
 
 
 def relu_far(texts: int) -> None:
