@@ -146,8 +146,8 @@ def miss(texts: int) -> None:
         f"{'map':>9} {'text':>4} | {'screen cpu':>10} {'S':>7} | {'every cpu':>9} {'S':>7} | ratio"
     )
     for name, t, X, W, norm, search, _ in _normalisation_texts(P, d, n, texts):
+        screen = Screen.parse(P.search(name)["screen"])  # the chapter's screen
         t0 = time.process_time()
-        screen = Screen.parse(dict(N.SCREEN[name], keep=P.keep))  # the chapter's
         screened = screened_word_sensitivity(
             X, W, normalisation=norm, screen=screen, search=search, also=[0]
         ).value
@@ -196,13 +196,13 @@ def relu_far(texts: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=2)
-    parser.add_argument("--constructions", action="store_true")
-    parser.add_argument("--relu-far", action="store_true")
-    parser.add_argument("--miss", action="store_true")
+    modes = {"constructions": constructions, "relu_far": relu_far, "miss": miss}
+    which = parser.add_mutually_exclusive_group()
+    for mode in modes:
+        which.add_argument("--" + mode.replace("_", "-"), action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    run = constructions if args.constructions else relu_far if args.relu_far else compare
-    run = miss if args.miss else run
+    run = next((f for mode, f in modes.items() if getattr(args, mode)), compare)
     run(args.texts)
 
 
