@@ -24,17 +24,18 @@ grid's search and its 2 best words certified, under the default screen (2 × 10)
 searched); CPU s of each whole point.
 
 ``--miss``: how much the normalisation chapter's screen misses, on its grid texts at ``d = 32``,
-``n = 256`` (the first texts of ``point_seed("normalisation", 32, 256, s)``, every
-normalisation of its grid): the chapter's value (its screen, ``SCREEN``: the seven
-constructions of every word, and for ReLU attention a short search too; the ``keep`` best and
-word 1 certified by the chapter's search) against the same search certifying
-**every** word (``rows`` = all ``n``, the constructions as starts), with the CPU s of each; the
-ratio is what the screen left on the table (the referee of issue 63 found +13.6 % for sigmoid on
-one text).
+``n = 256`` (``--n``; ``--maps`` for some normalisations only; the first texts of
+``point_seed("normalisation", 32, n, s)``, every normalisation of its grid): the chapter's
+value (its screen, ``SCREEN``: the seven constructions of every word, and for sigmoid and ReLU
+attention a short search too; the ``keep`` best and word 1 certified by the chapter's search)
+against the same search certifying **every** word (``rows`` = all ``n``, the constructions as
+starts), with the CPU s of each; the ratio is what the screen left on the table (the referee of
+issue 63 found +13.6 % for sigmoid on one text).
 
 ``python -m benchmarks bench_screen``, or ``python -m benchmarks.bench_screen --texts 2``, or
 ``python -m benchmarks.bench_screen --constructions --texts 2``, or
-``python -m benchmarks.bench_screen --relu-far --texts 3``.
+``python -m benchmarks.bench_screen --relu-far --texts 3``, or
+``python -m benchmarks.bench_screen --miss --texts 3 --n 1024 --maps sigmoid,relu``.
 """
 
 from __future__ import annotations
@@ -137,15 +138,19 @@ def constructions(texts: int) -> None:
             print(line, flush=True)
 
 
-def miss(texts: int) -> None:
-    """The ``--miss`` comparison (the module docstring)."""
+def miss(texts: int, n: int = 256, maps: str | None = None) -> None:
+    """The ``--miss`` comparison (the module docstring), at length ``n``, for the
+    normalisations ``maps`` (comma-separated labels; ``None``: all)."""
     from wsutils.experiments import normalisation as N
 
-    P, d, n = N.scale("paper"), 32, 256
+    P, d = N.scale("paper"), 32
+    only = None if maps is None else set(maps.split(","))
     print(
         f"{'map':>9} {'text':>4} | {'screen cpu':>10} {'S':>7} | {'every cpu':>9} {'S':>7} | ratio"
     )
     for name, t, X, W, norm, search, _ in _normalisation_texts(P, d, n, texts):
+        if only is not None and name not in only:
+            continue
         screen = Screen.parse(P.search(name)["screen"])  # the chapter's screen
         t0 = time.process_time()
         screened = screened_word_sensitivity(
@@ -196,14 +201,19 @@ def relu_far(texts: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, default=2)
+    parser.add_argument("--n", type=int, default=256, help="--miss: the length (256)")
+    parser.add_argument("--maps", help="--miss: normalisations, comma-separated (all)")
     modes = {"constructions": constructions, "relu_far": relu_far, "miss": miss}
     which = parser.add_mutually_exclusive_group()
     for mode in modes:
         which.add_argument("--" + mode.replace("_", "-"), action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    run = next((f for mode, f in modes.items() if getattr(args, mode)), compare)
-    run(args.texts)
+    mode = next((mode for mode in modes if getattr(args, mode)), None)
+    if mode == "miss":
+        miss(args.texts, args.n, args.maps)
+    else:
+        modes.get(mode, compare)(args.texts)
 
 
 if __name__ == "__main__":

@@ -667,3 +667,85 @@ def test_head_sinks_with_and_without_the_sink(enc, H):
         head_sinks(enc, H[:, 0], tokens, [0, 7], search=dict(steps=3), seed=1)
     with pytest.raises(ValueError, match="tokens"):
         head_sinks(enc, H[:, 0], tokens[:5], [1], search=dict(steps=3), seed=1)
+
+
+def _synthetic_head(d=6, dh=3, seed=0, scale=1.5):
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(*shape):
+        return scale * torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    return tr.Head(
+        W_Q=draw(d, dh), W_K=draw(d, dh), W_V=draw(d, dh), b_Q=draw(dh), b_K=draw(dh),
+        b_V=draw(dh), W_O=draw(dh, d), layer=1, head=0,
+    )  # fmt: skip
+
+
+def _changes(head, X, i, D, key_bias=None):
+    """The exact relative change of the head at each row of ``D`` moved into word ``i``."""
+    phi = tr.head_map(head, key_bias)
+    base = phi(X)
+    Xi = X.expand(D.shape[0], *X.shape).clone()
+    Xi[:, i] += D
+    return (phi(Xi) - base).flatten(1).norm(dim=1) / base.norm()
+
+
+@pytest.mark.parametrize("masked", [None, 2, 0])
+def test_head_certificate_lies_above_every_change_tried(masked):
+    """prop-head-upper: above the change of many random Δ in each word's own ball (its sphere
+    too), a masked key included (``masked``: that key's bias is −inf)."""
+    g = torch.Generator().manual_seed(1)
+    n, d = 7, 6
+    X = torch.randn(n, d, generator=g, dtype=torch.float64) * torch.linspace(0.5, 2.0, n)[:, None]
+    bias = None if masked is None else torch.where(torch.arange(n) == masked, -math.inf, 0.3)
+    for seed in range(3):
+        head = _synthetic_head(d, 3, seed)
+        up = tr.head_certified_upper(head, X, key_bias=bias)
+        for i in range(n):
+            D = torch.randn(400, d, generator=g, dtype=torch.float64)
+            D *= X[i].norm() / D.norm(dim=1, keepdim=True)
+            D[200:] *= torch.rand(200, 1, generator=g, dtype=torch.float64)
+            assert float(_changes(head, X, i, D, bias).max()) <= up[i]
+
+
+def test_head_certificate_on_a_fine_grid_of_a_tiny_head():
+    """d = 2: every Δ of a fine polar grid of the own-norm disk stays below the bound."""
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(4, 2, generator=g, dtype=torch.float64)
+    head = _synthetic_head(2, 2, seed=5, scale=2.0)
+    up = tr.head_certified_upper(head, X)
+    t = torch.linspace(0, 2 * math.pi, 721, dtype=torch.float64)[:-1]
+    for i in range(4):
+        rad = X[i].norm() * torch.linspace(0, 1, 41, dtype=torch.float64)
+        D = (rad[:, None, None] * torch.stack([t.cos(), t.sin()], -1)[None]).reshape(-1, 2)
+        assert float(_changes(head, X, i, D).max()) <= up[i]
+
+
+def test_head_search_returns_a_bracket(enc, H):
+    head = tr.head_weights(enc, 2, 1)
+    X = H[1, 0].astype(np.float64)
+    r = tr.head_word_sensitivity(head, X, rows=[1, 4], starts=2, steps=10, seed=0)
+    assert sorted(r.per_row_upper) == [1, 4] and r.value <= r.upper
+    np.testing.assert_allclose(
+        [r.per_row_upper[1], r.per_row_upper[4]],
+        tr.head_certified_upper(head, X, rows=[1, 4]),
+        rtol=1e-9,
+    )
+    grid = tr.head_grid(enc, H[:, 0], [1, 3], search=dict(steps=3))
+    upper = tr.head_upper_grid(enc, H[:, 0], [1, 3])
+    assert upper.shape == grid.shape and (grid <= upper).all()
+    control = tr.head_grid(enc, H[:, 0], [1, 3], search=dict(steps=3), control=True)
+    assert (control <= tr.head_upper_grid(enc, H[:, 0], [1, 3], control=True)).all()
+
+
+def test_head_certificate_refuses_bad_input():
+    head = _synthetic_head()
+    X = torch.randn(5, 6, dtype=torch.float64)
+    with pytest.raises(ValueError, match="width"):
+        tr.head_certified_upper(head, X[:, :4])
+    X[2] = 0
+    with pytest.raises(ValueError, match="zero"):
+        tr.head_certified_upper(head, X)
+    X[2, 0] = math.nan
+    with pytest.raises(ValueError, match="finite"):
+        tr.head_certified_upper(head, X)

@@ -98,6 +98,22 @@ def check_shape(name: str, t: torch.Tensor, shape: tuple[int, ...], hint: str) -
     check_finite(name, t)
 
 
+def _unit_rows_error(X: torch.Tensor, rtol: float | None) -> tuple[float, float]:
+    """The largest relative distance of a row norm of ``X`` from ``√d``, and the tolerance
+    :func:`check_unit_rows` holds it to (``rtol``, or its default for ``X``'s dtype)."""
+    if rtol is None:
+        rtol = max(1e-6, 2 * torch.finfo(X.dtype).eps) if X.is_floating_point() else 1e-6
+    norms = row_norms(X, keepdim=False).to(torch.float64)
+    return float((norms / math.sqrt(X.shape[-1]) - 1).abs().max()), rtol
+
+
+def has_unit_rows(X: torch.Tensor, *, rtol: float | None = None) -> bool:
+    """Whether every row of ``X`` has norm ``√d`` to the tolerance of
+    :func:`check_unit_rows` (which raises where this is False)."""
+    err, rtol = _unit_rows_error(X, rtol)
+    return err <= rtol
+
+
 def check_unit_rows(X: torch.Tensor, *, rtol: float | None = None) -> None:
     """Rows of ``X`` must have norm ``√d`` (the paper's normalisation; chapter word-sensitivity).
 
@@ -105,11 +121,8 @@ def check_unit_rows(X: torch.Tensor, *, rtol: float | None = None) -> None:
     then rounded to the dtype is off by at most one unit roundoff per entry, so a float16 text
     (``eps ≈ 1e-3``) is accepted as normalised when it is, and a float64 one is held to 1e-6.
     Norms are computed without overflow (``wsutils._tensor.row_norms``)."""
-    if rtol is None:
-        rtol = max(1e-6, 2 * torch.finfo(X.dtype).eps) if X.is_floating_point() else 1e-6
+    err, rtol = _unit_rows_error(X, rtol)
     d = X.shape[-1]
-    norms = row_norms(X, keepdim=False).to(torch.float64)
-    err = float((norms / math.sqrt(d) - 1).abs().max())
     if err > rtol:
         raise ValueError(
             f"rows of X must have norm √d = {math.sqrt(d):.6g}; the worst row is off by a "
@@ -203,3 +216,47 @@ def check_seed(seed, name: str = "seed") -> int:
             "(wsutils.run.seeds.point_seed derives one from a grid point)."
         )
     return seed
+
+
+def check_rows(rows, n: int) -> list[int]:
+    """The rows ``i`` to search, checked, as a list: ``rows`` is ``None`` (all), one index
+    or a sequence of indices in ``[0, n)``.
+    A boolean mask is refused (reading ``True``/``False`` as rows 1/0 would search the wrong
+    words): pass ``np.flatnonzero(mask)``. Non-integers (``1.9``) are refused, not truncated.
+
+    Raises
+    ------
+    TypeError
+        If ``rows`` is a boolean mask, a string, or has a non-integer entry.
+    ValueError
+        If ``rows`` is empty or an index is outside ``[0, n)``.
+    """
+    if rows is None:
+        return list(range(n))
+    if isinstance(rows, torch.Tensor):
+        if rows.dtype == torch.bool:
+            rows = rows.cpu().numpy()
+        else:
+            rows = rows.tolist()
+    if isinstance(rows, np.ndarray) and rows.dtype == bool:
+        raise TypeError(
+            "rows is a boolean mask; pass the row indices instead, e.g. rows=np.flatnonzero(mask)."
+        )
+    if isinstance(rows, (str, bytes)):
+        raise TypeError(f"rows must be None, an int or a sequence of ints, got {rows!r}.")
+    if np.ndim(rows) == 0:
+        rows = [check_int("row", rows.item() if isinstance(rows, np.ndarray) else rows)]
+    else:
+        items = list(rows)
+        if items and all(isinstance(r, (bool, np.bool_)) for r in items):
+            raise TypeError(
+                "rows is a boolean mask; pass the row indices instead, e.g. "
+                "rows=np.flatnonzero(mask)."
+            )
+        rows = [check_int("rows entry", r) for r in items]
+    if not rows:
+        raise ValueError("rows is empty: pass None (all rows) or at least one row index.")
+    bad = [r for r in rows if not 0 <= r < n]
+    if bad:
+        raise ValueError(f"rows {bad} are out of range for a text of n = {n} words.")
+    return rows

@@ -14,6 +14,7 @@ lower bounds on ``S`` that a reader can recompute.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -23,7 +24,15 @@ import torch
 from tqdm.auto import tqdm
 
 from ._tensor import Array, probe_moves, row_norms
-from .checks import as_tensor, as_text, check_finite, check_int, check_real, check_unit_rows
+from .checks import (
+    as_tensor,
+    as_text,
+    check_finite,
+    check_int,
+    check_real,
+    check_rows,
+    check_unit_rows,
+)
 from .halving import EVAL_ELEMENTS, halving_ascent, passes
 from .search import Search
 from .tokenwise import TokenwiseMap, check_tokenwise, replace_rows
@@ -72,7 +81,14 @@ class SensitivityResult:
     book's definition, :prf:ref:`def-word-sensitivity`) or ``"‖x_i‖"``, the changed word's
     own norm (:prf:ref:`def-own-norm-ws`, :func:`wsutils.trained.own_norm_word_sensitivity`);
     ``bound`` says what ``value`` is: ``"lower"``, a certified lower bound on the sup over
-    that ball. The one-line summary prints both.
+    that ball. ``upper`` is an upper certificate on the largest relative change over the rows
+    searched (``per_row``'s, or every word where a screen searched them all,
+    :func:`wsutils.estimators.screen.screened_word_sensitivity`), the largest of
+    ``per_row_upper`` (each row's), where the
+    estimator has one for the map (:mod:`wsutils.estimators.upper`; random features); ``None``
+    (and ``per_row_upper`` empty) where it has none: a map of one's own gets a lower bound
+    only. With every word searched, ``value ≤ S_φ(X) ≤ upper``. The one-line summary prints
+    ``value`` and the ball, and the bracket where there is one.
     """
 
     value: float
@@ -86,6 +102,8 @@ class SensitivityResult:
     phi_norm: float = math.nan
     ball: str = "√d"
     bound: str = "lower"
+    upper: float | None = None
+    per_row_upper: dict[int, float] = field(default_factory=dict)
 
     def __float__(self) -> float:
         return float(self.value)
@@ -98,8 +116,29 @@ class SensitivityResult:
             f"{type(self).__name__}(value={self.value:.6g}, row={self.row}, "
             f"‖Delta‖={norm:.4g}, rows searched={len(self.per_row)}, starts={self.starts}, "
             f"steps={self.steps}, seed={self.seed}, ball ‖Δ‖ ≤ {self.ball}, "
-            f"{self.bound} bound)"
+            + (
+                f"{self.bound} bound)"
+                if self.upper is None
+                else f"sup over the rows searched ∈ [{self.value:.6g}, {self.upper:.6g}])"
+            )
         )
+
+    def with_upper(self, per_row_upper: dict[int, float]) -> SensitivityResult:
+        """This result with the upper certificates ``per_row_upper`` (each bounding its row's
+        sup; at least every row of ``per_row``, or every word where a screen searched them
+        all) and ``upper`` their largest. A certificate below the value found at its row is a
+        ValueError: it does not bound the map."""
+        missing = sorted(set(self.per_row) - set(per_row_upper))
+        if missing:
+            raise ValueError(f"no upper certificate for the searched rows {missing}.")
+        for r, u in per_row_upper.items():
+            if not u >= self.per_row.get(r, -math.inf):
+                raise ValueError(
+                    f"the upper certificate {u!r} at row {r} is not above the relative change "
+                    f"{self.per_row[r]!r} found there: it does not bound this map."
+                )
+        ups = {r: float(u) for r, u in per_row_upper.items()}
+        return dataclasses.replace(self, upper=max(ups.values()), per_row_upper=ups)
 
 
 def perturb(X: torch.Tensor, rows: torch.Tensor, Delta: torch.Tensor) -> torch.Tensor:
@@ -321,50 +360,6 @@ def relative_change(phi: Map, X: Array, row: int, Delta: Array, *, batched: bool
     return float(relative_changes(_batched(phi, batched), Xt, row, Dt[None], alone=True)[0])
 
 
-def check_rows(rows, n: int) -> list[int]:
-    """The rows ``i`` to search, checked, as a list: ``rows`` is ``None`` (all), one index
-    or a sequence of indices in ``[0, n)``.
-    A boolean mask is refused (reading ``True``/``False`` as rows 1/0 would search the wrong
-    words): pass ``np.flatnonzero(mask)``. Non-integers (``1.9``) are refused, not truncated.
-
-    Raises
-    ------
-    TypeError
-        If ``rows`` is a boolean mask, a string, or has a non-integer entry.
-    ValueError
-        If ``rows`` is empty or an index is outside ``[0, n)``.
-    """
-    if rows is None:
-        return list(range(n))
-    if isinstance(rows, torch.Tensor):
-        if rows.dtype == torch.bool:
-            rows = rows.cpu().numpy()
-        else:
-            rows = rows.tolist()
-    if isinstance(rows, np.ndarray) and rows.dtype == bool:
-        raise TypeError(
-            "rows is a boolean mask; pass the row indices instead, e.g. rows=np.flatnonzero(mask)."
-        )
-    if isinstance(rows, (str, bytes)):
-        raise TypeError(f"rows must be None, an int or a sequence of ints, got {rows!r}.")
-    if np.ndim(rows) == 0:
-        rows = [check_int("row", rows.item() if isinstance(rows, np.ndarray) else rows)]
-    else:
-        items = list(rows)
-        if items and all(isinstance(r, (bool, np.bool_)) for r in items):
-            raise TypeError(
-                "rows is a boolean mask; pass the row indices instead, e.g. "
-                "rows=np.flatnonzero(mask)."
-            )
-        rows = [check_int("rows entry", r) for r in items]
-    if not rows:
-        raise ValueError("rows is empty: pass None (all rows) or at least one row index.")
-    bad = [r for r in rows if not 0 <= r < n]
-    if bad:
-        raise ValueError(f"rows {bad} are out of range for a text of n = {n} words.")
-    return rows
-
-
 def search_setup(
     X: Array,
     *,
@@ -491,7 +486,10 @@ def word_sensitivity(
     -------
     SensitivityResult
         The best relative change found (a certified lower bound on ``S_φ(X)``), its row and
-        ``Δ``, and the same per row.
+        ``Δ``, and the same per row. ``upper`` is ``None`` (a lower bound only) unless
+        ``phi`` is a :class:`~wsutils.tokenwise.TokenwiseMap` that brings an
+        ``upper_certificate`` (:func:`wsutils.tokenwise.softmax_attention` does): then each
+        searched row's bound, checked to lie above the value found there.
 
     Raises
     ------
@@ -524,7 +522,7 @@ def word_sensitivity(
     if batched and isinstance(phi, TokenwiseMap):  # a changed word goes through mix alone
         check_tokenwise(phi, Xt.to(torch.float64), BATCH_RTOL)
         objective = phi.word_objective(Xs, base, float(torch.linalg.vector_norm(base)))
-    return ascend_and_certify(
+    result = ascend_and_certify(
         objective,
         phi_b,
         Xs,
@@ -535,6 +533,18 @@ def word_sensitivity(
         pair_elements=getattr(objective, "pair_elements", None),
         alone=True,
     )
+    certificate = (
+        getattr(phi, "upper_certificate", None) if isinstance(phi, TokenwiseMap) else None
+    )
+    if certificate is None:
+        return result
+    bounds = np.asarray(certificate(Xt.to(torch.float64).cpu(), row_list), dtype=np.float64)
+    if bounds.shape != (len(row_list),):
+        raise ValueError(
+            f"the map's upper_certificate returned shape {bounds.shape} for {len(row_list)} "
+            "rows: it must give one bound per row asked."
+        )
+    return result.with_upper(dict(zip(row_list, bounds.tolist())))
 
 
 def _module_hint(phi) -> str:

@@ -23,7 +23,8 @@ from typing import Callable
 
 import torch
 
-from ._tensor import probe_moves
+from ._tensor import Array, probe_moves
+from .estimators.softmax_upper import softmax_certified_upper
 
 __all__ = ["TokenwiseMap", "check_tokenwise", "replace_rows", "softmax_attention"]
 
@@ -49,10 +50,18 @@ class TokenwiseMap:
     it and evaluates a changed word in ``mix`` alone (module docstring). Softmax attention
     ``softmax(Z W Zᵀ/√d) Z`` is ``tokens(Z) = [Z W, Z]`` and
     ``mix(F) = softmax(F_Q F_Kᵀ/√d) F_K``.
+
+    ``upper_certificate`` (optional): ``(X, rows) ↦`` one upper bound per row of ``rows`` on
+    the sup over ``‖Δ‖ ≤ √d`` of the relative change at that row, for a map whose bound is
+    known (``X`` a float64 ``n × d`` text, ``rows`` a list of indices);
+    :func:`wsutils.sensitivity.word_sensitivity` then returns it as the result's ``upper``,
+    and refuses a bound below a value the search found. :func:`softmax_attention` sets it
+    (:prf:ref:`prop-softmax-upper`); a map declared by hand has none unless it is given one.
     """
 
     tokens: Map
     mix: Map
+    upper_certificate: Callable[[torch.Tensor, list[int]], Array] | None = None
 
     def __call__(self, Z: torch.Tensor) -> torch.Tensor:
         return self.mix(self.tokens(Z))
@@ -84,7 +93,9 @@ def softmax_attention(W: torch.Tensor) -> TokenwiseMap:
     ``tokens(Z) = [Z W, Z]`` (each word's query ``x W`` and its key and value ``x``) and
     ``mix(F) = softmax(F_Q F_Kᵀ/√d) F_K``, the scores formed in the order of
     :func:`wsutils.maps.raf`: the map the "Your own map" page writes by hand, and the one
-    ``benchmarks/bench_generic.py`` times."""
+    ``benchmarks/bench_generic.py`` times. Its ``upper_certificate`` is
+    :func:`~wsutils.estimators.softmax_upper.softmax_certified_upper` with this ``W``
+    (:prf:ref:`prop-softmax-upper`)."""
     d = W.shape[0]
 
     def tokens(Z):
@@ -94,7 +105,10 @@ def softmax_attention(W: torch.Tensor) -> TokenwiseMap:
         Q, K = F[..., :d], F[..., d:]
         return torch.softmax(Q @ K.transpose(-1, -2) / math.sqrt(d), dim=-1) @ K
 
-    return TokenwiseMap(tokens, mix)
+    def upper(X, rows):
+        return softmax_certified_upper(X, W.to(torch.float64), rows=rows)
+
+    return TokenwiseMap(tokens, mix, upper)
 
 
 def check_tokenwise(phi: TokenwiseMap, X64: torch.Tensor, rtol: float) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "relu_upper_bound",
     "relu_zeta_lower",
     "relu_certified_upper",
+    "relu_upper_if_defined",
 ]
 
 
@@ -273,16 +274,27 @@ def relu_certified_upper(X: Array, W: Array) -> np.ndarray:
     check_unit_rows(Xt)
     Wt = as_tensor(W, dtype=torch.float64)
     check_shape("W", Wt, (d, d), f"d × d with d = {d}, the width of X")
+    out = relu_upper_if_defined(Xt, Wt)
+    if out is None:
+        raise ValueError(
+            "μ_i = 0 for some row i: some other row has no positive score "
+            "outside key i; the bound of prop-relu-low does not apply."
+        )
+    return out
+
+
+def relu_upper_if_defined(Xt: torch.Tensor, Wt: torch.Tensor) -> np.ndarray | None:
+    """:func:`relu_certified_upper` on a checked float64 text (``n ≥ 2``, rows of norm
+    ``√d``) and ``d × d`` weights, or ``None`` where some ``μ_i = 0`` (the proposition does
+    not apply): for a caller that reports "no certificate" rather than an error."""
+    n, d = Xt.shape
     b = torch.relu(attention_scores(Xt, Wt))
     Z = b.sum(dim=1)
     M = Z[:, None] - b  # M[j, i] = Σ_{k≠i} b_jk
     M.fill_diagonal_(math.inf)  # j ≠ i
     mu = M.min(dim=0).values  # μ_i
     if not bool((mu > 0).all()):
-        raise ValueError(
-            "μ_i = 0 for some row i: some other row has no positive score "
-            "outside key i; the bound of prop-relu-low does not apply."
-        )
+        return None
     phi = (b / torch.where(Z > 0, Z, torch.ones_like(Z))[:, None]) @ Xt
     sqd = math.sqrt(d)
     X_op = float(torch.linalg.matrix_norm(Xt, ord=2))

@@ -91,18 +91,16 @@ __all__ = [
 class RFSensitivityResult(SensitivityResult):
     """:class:`~wsutils.sensitivity.SensitivityResult` plus the certified bounds.
 
-    ``upper`` is ``max_i S̄_i`` over the searched rows, the largest upper certificate
-    (:func:`rf_certified_upper`), ``lower`` is ``max_i S̲_i``, the largest lower certificate
-    (:func:`rf_certified_lower`): for the drawn weights,
-    ``lower ≤ value ≤ sup_{searched i, ‖Δ‖≤√d} (relative change) ≤ upper``.
+    ``upper`` (the base class's) is ``max_i S̄_i`` over the searched rows, the largest upper
+    certificate (:func:`rf_certified_upper`; ``None`` with ``upper=False``), ``lower`` is
+    ``max_i S̲_i``, the largest lower certificate (:func:`rf_certified_lower`): for the drawn
+    weights, ``lower ≤ value ≤ sup_{searched i, ‖Δ‖≤√d} (relative change) ≤ upper``.
     ``per_row_upper``/``per_row_lower`` hold the upper and lower certificates ``S̄_i``/``S̲_i``
     (the book's overline and underline S_i); ``phi_norm`` is ``‖φ_RF(X)‖``;
     ``mode`` is ``"reduced"``, ``"blocks"`` or ``"rows"`` (module docstring); ``k`` the width.
     """
 
-    upper: float = math.nan
     lower: float = math.nan
-    per_row_upper: dict[int, float] = field(default_factory=dict)
     per_row_lower: dict[int, float] = field(default_factory=dict)
     phi_norm: float = math.nan
     mode: str = ""
@@ -560,12 +558,13 @@ def rf_word_sensitivity(
     by default, ``"float32"`` draws single-precision weights, four times faster, a different
     draw); the ``blocks`` mode always draws single-precision weights and ignores it.
 
-    ``upper=False`` skips the upper certificate (``upper`` and ``per_row_upper`` are NaN) and
-    with it the Gram matrix of the inactive rows of ``V_i``; ``S``, ``lower`` and the search
-    are unchanged. ``search.stop=(m, rtol)`` (an integer ``m ≥ 1`` and ``rtol ≥ 0``) ends a
-    row's search once the best value over its starts has gained at most ``rtol``, relative,
-    over the last ``m`` steps (``_ascend``); ``None`` (default) takes all ``steps``. The value
-    is still the float64 relative change at the best iterate, a certified lower bound.
+    ``upper=False`` skips the upper certificate (``upper`` is ``None``, ``per_row_upper``
+    empty) and with it the Gram matrix of the inactive rows of ``V_i``; ``S``, ``lower`` and
+    the search are unchanged. ``search.stop=(m, rtol)`` (an integer ``m ≥ 1`` and
+    ``rtol ≥ 0``) ends a row's search once the best value over its starts has gained at most
+    ``rtol``, relative, over the last ``m`` steps (``_ascend``); ``None`` (default) takes all
+    ``steps``. The value is still the float64 relative change at the best iterate, a
+    certified lower bound.
 
     ``X`` may require grad: the estimator is not differentiable and works on a detached
     float64 copy. A float16/float32 ``X`` is accepted: the weights and every reported number
@@ -762,9 +761,9 @@ def _rf_word_sensitivity(
         starts=n_starts,
         steps=steps,
         seed=seed,
-        upper=max(per_up.values()),
+        upper=max(per_up.values()) if upper else None,
         lower=max(per_lo.values()),
-        per_row_upper=per_up,
+        per_row_upper=per_up if upper else {},
         per_row_lower=per_lo,
         phi_norm=phi_norm,
         mode=mode,

@@ -40,6 +40,7 @@ from ..sensitivity import SensitivityResult, ascend_rows, project_ball, search_s
 from .objectives import fast_objective
 from .self_attention import attention_word_sensitivity
 from .takeover import caller_weights, word_constructions
+from .upper import attention_certified_upper
 
 __all__ = ["Screen", "screen_words", "screened_word_sensitivity"]
 
@@ -186,6 +187,7 @@ def screened_word_sensitivity(
     screen: Screen | dict | None = None,
     search: Search | dict | None = None,
     also: Sequence[int] = (),
+    upper: bool = True,
     device=None,
     **settings,
 ) -> SensitivityResult:
@@ -208,13 +210,18 @@ def screened_word_sensitivity(
         Words certified whatever the screen says (e.g. a word a bound is computed at), each
         from the search's own starts and the constructions; the value is then at least the
         fixed-word search's over ``also`` with the same settings (without ``halving``).
+    upper
+        Also bound **every** word from above where the library can
+        (:func:`wsutils.estimators.upper.attention_certified_upper`); ``False`` skips it.
 
     Returns
     -------
     SensitivityResult
         The best certified value over the kept words, its row and ``Δ``; ``per_row`` and
         ``per_row_Delta`` hold the kept words only (the ones certified); ``starts`` counts
-        the random starts, the ``keep`` screened ``Δ`` and the constructions.
+        the random starts, the ``keep`` screened ``Δ`` and the constructions;
+        ``per_row_upper`` every word's upper certificate and ``upper`` their largest, so
+        ``value ≤ S(X) ≤ upper`` (``None`` where the map has none).
     """
     screen = Screen.parse(screen)
     search = Search.parse(search, **settings)
@@ -225,7 +232,7 @@ def screened_word_sensitivity(
     order = np.argsort(-np.nan_to_num(values, nan=-np.inf), kind="stable")[: screen.keep]
     kept = [rows[j] for j in order]
     extra = [int(r) for r in dict.fromkeys(also) if int(r) not in kept]
-    return attention_word_sensitivity(
+    result = attention_word_sensitivity(
         X,
         W,
         normalisation=normalisation,
@@ -233,5 +240,13 @@ def screened_word_sensitivity(
         init=Delta[order],
         takeovers=True,
         search=search,
+        upper=False,
         device=device,
     )
+    if not upper:
+        return result
+    X64 = torch.as_tensor(X).to(torch.float64).cpu()
+    bounds = attention_certified_upper(
+        X64, caller_weights(W, X64).cpu(), rows, normalisation=normalisation
+    )
+    return result if bounds is None else result.with_upper(dict(zip(rows, bounds.tolist())))

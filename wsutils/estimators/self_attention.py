@@ -34,6 +34,7 @@ from ..sensitivity import (
 )
 from .objectives import fast_objective
 from .takeover import caller_weights, constructions, kernel
+from .upper import attention_certified_upper
 
 __all__ = [
     "attention_word_sensitivity",
@@ -49,6 +50,7 @@ def attention_word_sensitivity(
     init: Array | None = None,
     takeovers: bool = False,
     search: Search | dict | None = None,
+    upper: bool = True,
     device=None,
     **settings,
 ) -> SensitivityResult:
@@ -88,12 +90,19 @@ def attention_word_sensitivity(
     search, **settings
         The search's settings (:class:`wsutils.search.Search`, default ``Search()``), its
         fields as keywords replacing those of ``search``.
+    upper
+        Also bound every searched row from above where the library can
+        (:func:`wsutils.estimators.upper.attention_certified_upper`: softmax at any ``β``,
+        scalable softmax, with or without a sink; ReLU attention under
+        :prf:ref:`prop-relu-low`'s conditions), at ``O(n²d)``; ``False`` skips it.
 
     Returns
     -------
     SensitivityResult
         The best float64 relative change found (a certified lower bound on ``S(X)``), its row
-        and ``Δ``, and the same per row.
+        and ``Δ``, and the same per row; ``upper``/``per_row_upper`` the upper certificates
+        of the searched rows (``None``/empty for the other normalisations, or with
+        ``upper=False``), so that with every word searched ``value ≤ S(X) ≤ upper``.
 
     Raises
     ------
@@ -132,7 +141,7 @@ def attention_word_sensitivity(
     def row_constructions(r: int) -> torch.Tensor:  # each row's own take-overs, its starts
         return constructions(Xt, W64, r, norm).to(work)
 
-    return ascend_and_certify(
+    result = ascend_and_certify(
         objective,
         lambda Z: fn(Z, W64),
         Xs,
@@ -143,3 +152,11 @@ def attention_word_sensitivity(
         row_starts=row_constructions if takeovers else None,
         pair_elements=obj.pair_elements,
     )
+    if not upper:
+        return result
+    bounds = attention_certified_upper(
+        Xt.to(torch.float64).cpu(), W64.cpu(), row_list, normalisation=norm
+    )
+    if bounds is None:
+        return result
+    return result.with_upper(dict(zip(row_list, bounds.tolist())))

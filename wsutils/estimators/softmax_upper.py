@@ -29,15 +29,43 @@ import numpy as np
 import torch
 
 from .._tensor import Array
-from ..checks import as_tensor, as_text, check_shape
+from ..checks import as_tensor, as_text, check_rows, check_shape
 from ..maps import Normalisation, attention_scores
-from ..sensitivity import check_rows
-from .takeover import sym_eigh
 
-__all__ = ["ball_quadratic_sup", "off_sink_exponents", "softmax_certified_upper"]
+__all__ = [
+    "ball_quadratic_sup",
+    "distances_above",
+    "largest_other",
+    "log_others",
+    "off_sink_exponents",
+    "softmax_certified_upper",
+    "sym_eigh",
+]
 
 
-def _log_others(z: torch.Tensor, A: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+_EIG_CACHE: list = []  # [(a float64 copy of the last W, (eigenvalues, eigenvectors))]
+
+
+def sym_eigh(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.linalg.eigh`` of ``(W + Wᵀ)/2`` in float64 (eigenvalues ascending, read-only
+    for callers). The last result is cached and reused when ``W`` equals the last matrix
+    exactly (an ``O(d²)`` comparison against the ``O(d³)`` eigendecomposition, which the
+    take-over constructions and the softmax certificate ask for several times per text)."""
+    W64 = W.to(torch.float64)
+    cached = _EIG_CACHE[0] if _EIG_CACHE else None  # read the entry once
+    if (
+        cached is not None
+        and cached[0].shape == W64.shape
+        and cached[0].device == W64.device
+        and torch.equal(cached[0], W64)
+    ):
+        return cached[1]
+    out = torch.linalg.eigh((W64 + W64.T) / 2)
+    _EIG_CACHE[:] = [(W64.clone(), out)]
+    return out
+
+
+def log_others(z: torch.Tensor, A: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """``ℓ[j, c] = log Σ_{k≠i} exp z_jk`` for the keys ``i = cols[c]``, ``n × len(cols)``:
     ``L_j + log(1 − a_ji)`` where that has no cancellation (``a_ji ≤ 1/2``), and a log-sum-exp
     over the row without ``i`` for the one key of each row that may hold more than half of it
@@ -55,14 +83,14 @@ def _log_others(z: torch.Tensor, A: torch.Tensor, cols: torch.Tensor) -> torch.T
     return ell
 
 
-def _largest_other(v: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+def largest_other(v: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     """For each entry of ``own`` (a value of ``v``'s), the largest entry of ``v`` once that one
     is left out: the second largest where it is the largest, else the largest."""
     top2 = torch.topk(v, min(2, len(v))).values
     return torch.where(own == top2[0], top2[-1], top2[0])
 
 
-def _distances_above(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+def distances_above(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """``D[j, k] ≥ ‖a_j − b_k‖`` for the rows of ``A`` and ``B`` (float64), from one matrix
     product: ``‖a‖² + ‖b‖² − 2aᵀb`` errs by at most ``γ_{d+2}(‖a‖ + ‖b‖)²`` in floating point
     (each term a length-``d`` sum, then two additions; Higham §3.1), which is added before the
@@ -85,7 +113,7 @@ def ball_quadratic_sup(A: torch.Tensor, G: torch.Tensor, r: float, eig=None) -> 
     ``2gᵀy − yᵀMy + ‖g − My‖²/(μ − λ̄)``, which is at least ``gᵀM⁻¹g`` for every ``y``
     (``λ̄ ≥ λ_max(A)``: ``eigh``'s top eigenvalue raised by a bound on its error), with the
     float64 rounding of these sums added (Higham's ``γ``). ``eig``: ``torch.linalg.eigh(A)``
-    when the caller has it (:func:`~wsutils.estimators.takeover.sym_eigh`)."""
+    when the caller has it (:func:`sym_eigh`)."""
     d = A.shape[0]
     u = 2.0**-53
     gam = (d + 3) * u / (1 - (d + 3) * u)
@@ -189,7 +217,7 @@ def _sink_row_bound(Xt, Wt, c: float, b0: float, cols, to_sink) -> torch.Tensor:
     expo = off_sink_exponents(Xt, Wt, c, cols) - b0
     off_sink = torch.exp(torch.logsumexp(expo, dim=1)).clamp(max=1.0)  # ≥ 1 − a'_i0
     Yn = torch.linalg.vector_norm(Xt - Xt[0], dim=1)  # ‖x_k − x_0‖
-    far = _largest_other(Yn[1:], Yn[cols])  # max over words k ≠ i
+    far = largest_other(Yn[1:], Yn[cols])  # max over words k ≠ i
     reach = torch.maximum(far, Yn[cols] + math.sqrt(Xt.shape[1]))  # ‖x'_i − x_0‖ ≤ … + √d
     return off_sink * reach + to_sink
 
@@ -252,13 +280,13 @@ def softmax_certified_upper(
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X.")
     cols = torch.arange(n) if rows is None else torch.as_tensor(check_rows(rows, n))
     m = len(cols)
-    dist = _distances_above(Phi, Xt[cols])  # [j, c] ≥ ‖φ_j − x_i‖, i = cols[c]
+    dist = distances_above(Phi, Xt[cols])  # [j, c] ≥ ‖φ_j − x_i‖, i = cols[c]
     x_norm = torch.linalg.vector_norm(Xt, dim=1)
     # rows j ≠ i: ‖x_i − ψ_ji‖ = ‖x_i − φ_j‖/(1 − p_j), or at most ‖x_i‖ + max_k≠i ‖x_k‖
-    ell = _log_others(z, A, cols)
+    ell = log_others(z, A, cols)
     zc = z[:, cols]
     one_minus_p = torch.sigmoid(ell - zc)  # 1 − p_j = σ(ℓ_ji − z_ji), no cancellation
-    far = _largest_other(x_norm, x_norm[cols])  # max_{k≠i} ‖x_k‖
+    far = largest_other(x_norm, x_norm[cols])  # max_{k≠i} ‖x_k‖
     crude = (x_norm[cols] + far)[None, :].expand(n, m)
     spread = torch.where(one_minus_p > 0, dist / one_minus_p, crude).minimum(crude)
     w = c * torch.linalg.vector_norm(Xt @ Wt, dim=1)  # c·√d‖Wᵀx_j‖/√d, per row j
@@ -267,7 +295,7 @@ def softmax_certified_upper(
     p_lo = torch.sigmoid(zc - w[:, None] - ell)
     u = torch.maximum(p_hi - p, p - p_lo) * spread + p_hi * r  # u[j, c], j ≠ i
     # row i: the largest distance from φ_i to a vertex, x_k (k ≠ i) or x'_i
-    own = _distances_above(Phi[cols], Xt)  # [c, k] ≥ ‖φ_i − x_k‖
+    own = distances_above(Phi[cols], Xt)  # [c, k] ≥ ‖φ_i − x_k‖
     at = torch.arange(m)
     self_dist = own[at, cols].clone()
     to_sink = own[:, 0].clone()

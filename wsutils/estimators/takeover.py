@@ -32,6 +32,7 @@ from ..checks import as_tensor, as_text, check_shape, check_unit_rows
 from ..maps import Normalisation, attention_scores, general_attention, softmax_attention
 from ..sensitivity import check_rows, project_ball, relative_changes, search_dtype
 from .relu import orthogonal_points
+from .softmax_upper import sym_eigh
 
 __all__ = [
     "row_takeover",
@@ -42,7 +43,6 @@ __all__ = [
     "TakeoverCertificate",
     "takeover_certificate",
     "row_competition",
-    "sym_eigh",
 ]
 
 
@@ -86,28 +86,6 @@ def kernel(norm: Normalisation):
     ReLU attention it returns the very floats of :func:`wsutils.maps.raf` and
     :func:`wsutils.maps.relu_attention`."""
     return lambda X, W: general_attention(X, W, norm)
-
-
-_EIG_CACHE: list = []  # [(a float64 copy of the last W, (eigenvalues, eigenvectors))]
-
-
-def sym_eigh(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.linalg.eigh`` of ``(W + Wᵀ)/2`` in float64 (eigenvalues ascending, read-only
-    for callers). The last result is cached and reused when ``W`` equals the last matrix
-    exactly (an ``O(d²)`` comparison against the ``O(d³)`` eigendecomposition, which the
-    take-over constructions and the softmax certificate ask for several times per text)."""
-    W64 = W.to(torch.float64)
-    cached = _EIG_CACHE[0] if _EIG_CACHE else None  # read the entry once
-    if (
-        cached is not None
-        and cached[0].shape == W64.shape
-        and cached[0].device == W64.device
-        and torch.equal(cached[0], W64)
-    ):
-        return cached[1]
-    out = torch.linalg.eigh((W64 + W64.T) / 2)
-    _EIG_CACHE[:] = [(W64.clone(), out)]
-    return out
 
 
 def _top_eigvec(W: torch.Tensor) -> tuple[float, torch.Tensor]:

@@ -267,6 +267,7 @@ def sensitivity_point(
             screen=Screen.parse(screen),
             search=search,
             also=[0],
+            upper=False,  # the grids bound every word where they need it
         )
         searched = sorted(res.per_row)
     else:
@@ -275,7 +276,13 @@ def sensitivity_point(
         search = Search.parse(POINT_SEARCH, **point_search(search), seed=seed)
         searched = _point_rows(rows, n)
         res = attention_word_sensitivity(
-            X, W, normalisation=normalisation, rows=searched, search=search, takeovers=True
+            X,
+            W,
+            normalisation=normalisation,
+            rows=searched,
+            search=search,
+            takeovers=True,
+            upper=False,
         )
     elapsed = time.perf_counter() - t0
     out = {

@@ -317,6 +317,7 @@ def sensitivity_point(
             normalisation=map,
             rows=picked,
             search=Search.parse(search, seed=seed),
+            upper=False,  # never returned
         )
     return {
         "S": r.value,

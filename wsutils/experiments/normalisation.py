@@ -157,10 +157,12 @@ POINT_SEARCH = Search(starts=2, steps=40)
 #: The screen of every word in the chapter's grid (:class:`~wsutils.estimators.screen.Screen`
 #: without ``keep``): the seven constructions of each word alone (0.1–0.3 of the default
 #: screen's time, within 0.1 % of its certified value or above on 22 of the 30 texts of
-#: ``benchmarks/bench_screen --constructions``), and for ReLU attention, whose best ``Δ`` is
-#: rarely a construction (all 4 of its texts lower), the default short search as well.
+#: ``benchmarks/bench_screen --constructions``), and for sigmoid and ReLU attention, whose best
+#: ``Δ`` is often not a construction, a short search of 2 starts × 30 steps as well: with the
+#: constructions alone sigmoid's certified value was 10–14 % low on two of three texts at
+#: ``n = 256`` and ReLU's (with 2 × 10 steps) up to 4.5 % (``bench_screen --miss``).
 SCREEN = {name: dict(starts=0, steps=0, constructions=True) for name in CHAPTER} | {
-    "relu": dict(constructions=True)
+    name: dict(constructions=True, starts=2, steps=30) for name in ("sigmoid", "relu")
 }
 
 #: The longest text whose every word the grid screens, where it is shorter than the grid's:
@@ -249,7 +251,13 @@ def normalisation_point(
     out = {}
     if rows == "every":
         res = screened_word_sensitivity(
-            X, W, normalisation=norm, screen=Screen.parse(screen), search=search, also=[0]
+            X,
+            W,
+            normalisation=norm,
+            screen=Screen.parse(screen),
+            search=search,
+            also=[0],
+            upper=False,  # upper_certificate bounds every word where the chapter needs it
         )
         out["S_word1"] = res.per_row[0]
     else:
@@ -263,6 +271,7 @@ def normalisation_point(
             search=search,
             takeovers=True,
             init=_doubling(X, W, 0),  # Δ = x_0, in the ball exactly
+            upper=False,
         )
     elapsed = time.perf_counter() - t0
     searched = sorted(res.per_row)

@@ -194,8 +194,15 @@ def sink_point(
     lower = cons
     if search is not None:
         found = attention_word_sensitivity(
-            X, W, normalisation=norm, rows=list(rows), takeovers=True, seed=0, **search
-        )
+            X,
+            W,
+            normalisation=norm,
+            rows=list(rows),
+            takeovers=True,
+            seed=0,
+            upper=False,
+            **search,
+        )  # U below bounds every word
         lower = found.value
     U = softmax_certified_upper(X, W, normalisation=norm)
     A = normalise_scores(s, norm)

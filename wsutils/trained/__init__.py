@@ -31,6 +31,10 @@ Every name below is defined in a module of this package by concern (``heads``, `
   every head of every layer. The fast estimator of :mod:`wsutils.estimators.self_attention`
   does not apply: a head is not of the form ``softmax(X W Xᵀ/√d) X`` (separate ``W_V``,
   biases, and the rescaled coordinates of :func:`own_norm_problem`).
+- :func:`head_certified_upper`: an upper certificate for one head in the own-norm ball
+  (:prf:ref:`prop-head-upper`), which :func:`head_word_sensitivity` returns beside its lower
+  bound; :func:`head_upper_grid` bounds every head of every layer as :func:`head_grid`
+  searches them. The block, the layer and the stack have none.
 - :func:`vocabulary_changes`: the realisable word sensitivity of the first layer's heads
   (:prf:ref:`def-realisable-ws`): replace token ``i`` by **every** token of the vocabulary
   through the model's embedding layer, batched, with every token's ``q, k, v`` from one
@@ -60,8 +64,10 @@ from .heads import (
     Head,
     check_key_bias,
     head_attention,
+    head_certified_upper,
     head_grid,
     head_map,
+    head_upper_grid,
     head_weights,
     head_word_sensitivity,
     heads_word_sensitivity,
@@ -101,4 +107,6 @@ __all__ = [
     "pair_changes",
     "head_grid",
     "heads_word_sensitivity",
+    "head_certified_upper",
+    "head_upper_grid",
 ]

@@ -1,6 +1,12 @@
 """One attention head of a trained model: its weights, a random control, its map
-(eq. :eq:`eq-trained-head`) and the own-norm search with a rank-one update, one head or many
-(:mod:`wsutils.trained`).
+(eq. :eq:`eq-trained-head`), the own-norm search with a rank-one update, one head or many, and
+its upper certificate (:prf:ref:`prop-head-upper`) (:mod:`wsutils.trained`).
+
+The certificate is :prf:ref:`prop-softmax-upper` with the head's own maps: a row ``j ≠ i``
+changes only through its weight on key ``i`` (whose score moves by at most
+``‖x_i‖‖W_K q_j‖/√d_h``) and through the changed value ``v_i + ΔW_V`` (``‖ΔW_V‖ ≤
+‖x_i‖‖W_V‖₂``); row ``i`` stays in the hull of the values. Masked keys (``key_bias`` ``−inf``)
+carry no weight before or after the change.
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ import numpy as np
 import torch
 
 from .._tensor import Array
-from ..checks import check_int, check_seed
+from ..checks import check_int, check_rows, check_seed
+from ..estimators.softmax_upper import distances_above, largest_other, log_others
 from ..search import Search
 from ..sensitivity import SensitivityResult, ascend_and_certify, ascend_rows, certify, search_setup
 from ._common import Map, _encoder, _layer_index
@@ -217,7 +224,9 @@ def head_word_sensitivity(
     ``Delta`` is in the coordinates of ``X``. ``search`` (default
     ``OWN_NORM_SEARCH``, float32)
     and ``settings`` (its fields as keywords) as in
-    :func:`wsutils.sensitivity.word_sensitivity`."""
+    :func:`wsutils.sensitivity.word_sensitivity`. ``upper``/``per_row_upper``: the upper
+    certificate of :prf:ref:`prop-head-upper` at every searched row
+    (:func:`wsutils.trained.head_certified_upper`), so the result is a bracket."""
     search = Search.parse(search, default=OWN_NORM_SEARCH, **settings)
     Z, phi_Z, r = own_norm_problem(head_map(head), X, device=device)
     _check_width(Z, [head])
@@ -229,7 +238,8 @@ def head_word_sensitivity(
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and head.")
     # searched on the rounded copy Zs, certified at X itself in float64
     res = ascend_and_certify(lambda chunk: obj, phi_Z, Zs, Z.to(Zs.device), row_list, search)
-    return _to_x(res, r)
+    bounds = head_certified_upper(head, (Z * r).cpu().numpy(), rows=row_list)
+    return _to_x(res, r).with_upper(dict(zip(row_list, bounds.tolist())))
 
 
 class _HeadsObjective:
@@ -347,4 +357,91 @@ def head_grid(
             key_bias=key_bias,
             device=device,
         )
+    return out
+
+
+def head_certified_upper(head: Head, X: Array, *, key_bias=None, rows=None) -> np.ndarray:
+    """Per word ``i`` of ``rows`` (``None``: every word), an upper bound on
+    ``sup_{‖Δ‖≤‖x_i‖} ‖φ(X_i(Δ)) − φ(X)‖_F/‖φ(X)‖_F`` for the head map
+    (:func:`wsutils.trained.head_map`, eq. :eq:`eq-trained-head`, with ``key_bias`` a
+    logit per key, ``−inf`` masking it): :prf:ref:`prop-head-upper`, so ``S^own`` of the head
+    (:prf:ref:`def-own-norm-ws`) over those words is at most their largest entry.
+
+    Computed in float64 from the head's float64 weights and enlarged by the relative rounding
+    of its float64 sums, ``2γ_{n+d+d_h}``, as
+    :func:`~wsutils.estimators.softmax_upper.softmax_certified_upper` is (the same unproved
+    remainder: ``exp``, ``log``, ``sigmoid`` and ``‖W_V‖₂``'s SVD are not bounded). Cost
+    ``O(n²d_h + n·d·d_h)``.
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is not one finite ``n × d`` text of the head's width, a row of ``X`` is
+        zero, ``key_bias`` is refused by :func:`~wsutils.trained.check_key_bias`, or
+        ``φ(X) = 0``.
+    """
+    Xt = torch.as_tensor(np.asarray(X, dtype=np.float64))
+    if Xt.ndim != 2 or not bool(torch.isfinite(Xt).all()):
+        raise ValueError(f"X must be one finite text (n, d), got shape {tuple(Xt.shape)}.")
+    _check_width(Xt, [head])
+    n, d = Xt.shape
+    rho = torch.linalg.vector_norm(Xt, dim=1)  # the own-norm radii ‖x_i‖
+    if not bool((rho > 0).all()):
+        raise ValueError("a row of X is zero: its own-norm ball is a point; drop that row.")
+    bias = check_key_bias(key_bias, n)
+    Q, K, V = _qkv(head, Xt)
+    c = 1 / math.sqrt(head.d_h)
+    z = Q @ K.T * c + (0 if bias is None else bias)
+    A = torch.softmax(z, dim=1)
+    Phi = A @ V
+    base = float(torch.linalg.vector_norm(Phi))
+    if not base > 0:
+        raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and head.")
+    cols = torch.arange(n) if rows is None else torch.as_tensor(check_rows(rows, n))
+    m = len(cols)
+    live = torch.ones(n, dtype=torch.bool) if bias is None else bias > -math.inf
+    omega = rho[cols] * float(torch.linalg.matrix_norm(head.W_V, ord=2))  # ≥ ‖ΔW_V‖
+    # rows j ≠ i: ‖v_i − v̄_ji‖ = ‖v_i − φ_j‖/(1 − a_ji), or at most ‖v_i‖ + max_k≠i ‖v_k‖
+    v_norm = torch.linalg.vector_norm(V, dim=1)
+    crude = (v_norm[cols] + largest_other(v_norm, v_norm[cols]))[None, :].expand(n, m)
+    ell = log_others(z, A, cols)
+    zc = z[:, cols]
+    one_minus_p = torch.sigmoid(ell - zc)
+    dist = distances_above(Phi, V[cols])  # [j, c] ≥ ‖φ_j − v_i‖, i = cols[c]
+    spread = torch.where(one_minus_p > 0, dist / one_minus_p, crude).minimum(crude)
+    w = c * torch.linalg.vector_norm(Q @ head.W_K.T, dim=1)[:, None] * rho[cols][None, :]
+    p = 1 - one_minus_p
+    p_hi = torch.sigmoid(zc + w - ell)
+    p_lo = torch.sigmoid(zc - w - ell)
+    u = torch.maximum(p_hi - p, p - p_lo) * spread + p_hi * omega[None, :]
+    # row i: the largest distance from φ_i to a value it can mix, v_k (k ≠ i, live) or v'_i
+    own = distances_above(Phi[cols], V)  # [c, k] ≥ ‖φ_i − v_k‖
+    at = torch.arange(m)
+    self_dist = own[at, cols].clone()
+    own[:, ~live] = -math.inf
+    own[at, cols] = -math.inf
+    with_self = torch.where(live[cols], self_dist + omega, torch.full_like(omega, -math.inf))
+    u[cols, at] = torch.maximum(own.max(dim=1).values, with_self)
+    total = torch.sqrt((u**2).sum(dim=0))
+    k = n + d + head.d_h
+    gamma = k * 2.0**-53 / (1 - k * 2.0**-53)
+    return (total / base * (1 + 2 * gamma)).numpy()
+
+
+def head_upper_grid(enc, inputs, rows, *, control: bool = False, seed: int = 0, key_bias=None):
+    """:func:`head_certified_upper` of every head of every layer, the largest over ``rows``:
+    ``(L, heads)``, beside :func:`wsutils.trained.head_grid`'s lower bounds at the
+    same arguments (``inputs`` ``(L + 1, n, d)``, one text; ``control=True``: the same random
+    heads, seeded as there)."""
+    from ..run.seeds import point_seed
+
+    enc = _encoder(enc)
+    out = np.empty((enc.layers, enc.heads))
+    for layer in range(1, enc.layers + 1):
+        X = np.asarray(inputs[layer - 1], dtype=np.float64)
+        for h in range(enc.heads):
+            head = head_weights(enc, layer, h)
+            if control:
+                head = random_head(head, seed=point_seed("random head", seed, layer, h))
+            out[layer - 1, h] = head_certified_upper(head, X, key_bias=key_bias, rows=rows).max()
     return out
