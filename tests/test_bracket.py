@@ -119,3 +119,33 @@ def test_a_certificate_below_a_value_found_is_refused():
     short = TokenwiseMap(phi.tokens, phi.mix, lambda X, rows: np.ones(1))
     with pytest.raises(ValueError, match="one bound per row"):
         ws.word_sensitivity(short, X, starts=1, steps=5)
+
+
+def test_a_sinks_own_token_gets_no_bound():
+    """prop-softmax-upper bounds words; the sink's token (row 0) is not one (the referee of
+    issue 60 found changes above the old value there)."""
+    X, W = text()
+    sink = Normalisation("softmax", sink=6.0)
+    U = softmax_certified_upper(X, W, normalisation=sink)
+    assert U[0] == math.inf and np.isfinite(U[1:]).all()
+    r = attention_word_sensitivity(X, W, normalisation=sink, rows=[0, 3], steps=10)
+    assert r.upper is None and r.per_row_upper == {}  # no bracket with the sink's row in it
+    words = attention_word_sensitivity(X, W, normalisation=sink, steps=10)  # words 1..n-1
+    assert sorted(words.per_row_upper) == list(range(1, 12)) and words.value <= words.upper
+    screened = screened_word_sensitivity(
+        X, W, normalisation=sink, screen=dict(keep=2), steps=5, also=[0]
+    )
+    assert screened.upper is None and 0 in screened.per_row  # no error, no bracket
+
+
+def test_screened_also_rows_are_bounded_too():
+    X, W = text(n=20)
+    r = screened_word_sensitivity(X, W, screen=dict(keep=1), steps=5, also=[7])
+    assert 7 in r.per_row and sorted(r.per_row_upper) == list(range(20))
+
+
+def test_a_declared_map_whose_weights_require_grad():
+    X, W = text()
+    phi = softmax_attention(torch.nn.Parameter(W.clone()))
+    r = ws.word_sensitivity(phi, X, starts=1, steps=5)
+    assert r.upper is not None and r.value <= r.upper

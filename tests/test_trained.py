@@ -738,6 +738,25 @@ def test_head_search_returns_a_bracket(enc, H):
     assert (control <= tr.head_upper_grid(enc, H[:, 0], [1, 3], control=True)).all()
 
 
+def test_head_certificate_is_exact_where_one_key_is_left():
+    """Two words, key 0 masked: both rows weigh key 1 alone, so a change of word 1 moves both
+    rows by ``ΔW_V`` and ``S_1 = ‖x_1‖‖W_V‖₂/‖v_1‖`` exactly (the top singular direction);
+    the certificate must equal it up to its rounding allowance (and so is not ``inf``)."""
+    head = _synthetic_head(4, 3, seed=2)
+    X = torch.randn(2, 4, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    bias = torch.tensor([-math.inf, 0.0], dtype=torch.float64)
+    v1 = X[1] @ head.W_V + head.b_V
+    exact = float(X[1].norm() * torch.linalg.matrix_norm(head.W_V, ord=2) / v1.norm())
+    up = tr.head_certified_upper(head, X, key_bias=bias, rows=[1])[0]
+    # the allowance: row 1's distance ‖φ_1 − v_1‖ = 0 is bounded by √(γ_{d+2})·2‖v_1‖
+    # (softmax_upper.distances_above), the rest by a relative 2γ
+    k = (4 + 2) * 2.0**-53
+    e = math.sqrt(k / (1 - k)) * 2 * float(v1.norm())
+    omega = exact * float(v1.norm())
+    slack = math.sqrt(omega**2 + (omega + e) ** 2) / (math.sqrt(2) * float(v1.norm()))
+    assert exact <= up <= slack * (1 + 1e-12)
+
+
 def test_head_certificate_refuses_bad_input():
     head = _synthetic_head()
     X = torch.randn(5, 6, dtype=torch.float64)

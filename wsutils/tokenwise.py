@@ -106,7 +106,7 @@ def softmax_attention(W: torch.Tensor) -> TokenwiseMap:
         return torch.softmax(Q @ K.transpose(-1, -2) / math.sqrt(d), dim=-1) @ K
 
     def upper(X, rows):
-        return softmax_certified_upper(X, W.to(torch.float64), rows=rows)
+        return softmax_certified_upper(X, W.detach().to("cpu", torch.float64), rows=rows)
 
     return TokenwiseMap(tokens, mix, upper)
 

@@ -245,8 +245,9 @@ def screened_word_sensitivity(
     )
     if not upper:
         return result
-    X64 = torch.as_tensor(X).to(torch.float64).cpu()
+    X64 = torch.as_tensor(X).detach().to("cpu", torch.float64)
+    every = sorted(set(rows) | set(result.per_row))  # every word, and the words of ``also``
     bounds = attention_certified_upper(
-        X64, caller_weights(W, X64).cpu(), rows, normalisation=normalisation
+        X64, caller_weights(W, X64).detach().cpu(), every, normalisation=normalisation
     )
-    return result if bounds is None else result.with_upper(dict(zip(rows, bounds.tolist())))
+    return result if bounds is None else result.with_upper(dict(zip(every, bounds.tolist())))

@@ -155,7 +155,7 @@ def attention_word_sensitivity(
     if not upper:
         return result
     bounds = attention_certified_upper(
-        Xt.to(torch.float64).cpu(), W64.cpu(), row_list, normalisation=norm
+        Xt.detach().to("cpu", torch.float64), W64.detach().cpu(), row_list, normalisation=norm
     )
     if bounds is None:
         return result

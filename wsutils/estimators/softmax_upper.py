@@ -228,9 +228,12 @@ def softmax_certified_upper(
     """Per word ``i``, an upper bound on ``sup_{‖Δ‖≤√d} ‖φ(X_i(Δ)) − φ(X)‖_F/‖φ(X)‖_F`` for
     softmax attention (eq. :eq:`eq-raf`; any ``β``, scalable softmax, and a sink of margin
     ``b`` on position 0, eq. :eq:`eq-sink-attention`): :prf:ref:`prop-softmax-upper`, so
-    ``S(X) ≤ max_i`` of the result over the words. Computed in float64 and enlarged by the
-    relative rounding of its float64 sums, ``2γ_{n+d}`` (Higham's ``γ_k = ku/(1 − ku)``), so
-    it holds for the exact change.
+    ``S(X) ≤ max_i`` of the result over the words. With a sink, row 0 is the sink's token,
+    not a word, and the proposition does not bound it: its entry is ``inf``. Computed in
+    float64 and enlarged by the relative rounding of its float64 sums, ``2γ_{n+d}`` (Higham's
+    ``γ_k = ku/(1 − ku)``); not covered (besides the chapter's unproved remainder: ``exp``,
+    ``log``, ``sigmoid``, ``eigh``): cancellation in ``φ(X) = AX`` itself, where ``‖φ(X)‖``
+    is small against ``‖A|X|‖`` and its computed value can be far off.
 
     Parameters
     ----------
@@ -305,5 +308,7 @@ def softmax_certified_upper(
         u_own = torch.minimum(u_own, _sink_row_bound(Xt, Wt, c, norm.sink, cols, to_sink))
     u[cols, at] = u_own
     total = torch.sqrt((u**2).sum(dim=0))
+    if bias is not None:  # the sink's token is not a word: no bound at row 0
+        total = torch.where(cols == 0, math.inf, total)
     gamma = (n + d) * 2.0**-53 / (1 - (n + d) * 2.0**-53)
     return (total / base * (1 + 2 * gamma)).numpy()

@@ -11,9 +11,14 @@ the words they cover. The library has one for
 - ReLU attention on a text with rows of norm ``√d`` where every ``μ_i > 0``
   (:prf:ref:`prop-relu-low`, :func:`~wsutils.estimators.relu.relu_certified_upper`);
 
-and for random features inside :func:`~wsutils.estimators.rf.rf_word_sensitivity`
-(:prf:ref:`lem-rf-deterministic`). Sparsemax, 1.5-entmax, sigmoid and hardmax attention, a
-trained head and a map of one's own have none: their searches give a lower bound only.
+for random features inside :func:`~wsutils.estimators.rf.rf_word_sensitivity`
+(:prf:ref:`lem-rf-deterministic`), and for one trained head in the own-norm ball
+(:prf:ref:`prop-head-upper`, :func:`wsutils.trained.head_certified_upper`). Sparsemax,
+1.5-entmax, sigmoid and hardmax attention, a sink's own token and a map of one's own have none:
+their searches give a lower bound only. ReLU attention's bound is computed in float64 without a
+rounding allowance (and the rows' norms are checked to ``1e-6``), softmax attention's with one
+that does not cover cancellation in ``φ(X)`` itself
+(:func:`~wsutils.estimators.softmax_upper.softmax_certified_upper`).
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ def attention_certified_upper(
 ) -> np.ndarray | None:
     """Per word of ``rows``, an upper certificate on ``sup_{‖Δ‖≤√d} ‖φ(X_i(Δ)) − φ(X)‖/‖φ(X)‖``
     for attention with ``normalisation`` (eq. :eq:`eq-general-attention`), or ``None`` where
-    the library has none (module docstring): sparsemax, 1.5-entmax, sigmoid, hardmax, and
-    ReLU attention off its proposition's conditions (a row not of norm ``√d``, ``n < 2``,
-    some ``μ_i = 0``), and where the bound's float64 arithmetic overflows into a NaN (ReLU
+    the library has none (module docstring): sparsemax, 1.5-entmax, sigmoid, hardmax, a sink's
+    own token (row 0 among ``rows`` with a sink: the proposition bounds words only), ReLU
+    attention off its proposition's conditions (a row not of norm ``√d``, ``n < 2``, some
+    ``μ_i = 0``), and where the bound's float64 arithmetic overflows into a NaN (ReLU
     attention with weights near float64's range).
 
     ``X`` is one float64 ``n × d`` text and ``W`` the float64 ``d × d`` weights, both checked
@@ -52,6 +58,8 @@ def attention_certified_upper(
     norm = Normalisation.parse(normalisation)
     rows = list(rows)
     if norm.name in ("softmax", "scalable"):
+        if norm.sink is not None and 0 in rows:
+            return None  # the sink's token is not a word: prop-softmax-upper does not bound it
         out = softmax_certified_upper(X, W, normalisation=norm, rows=rows)
     elif norm.name != "relu" or X.shape[0] < 2 or not has_unit_rows(X):
         return None

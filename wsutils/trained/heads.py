@@ -238,7 +238,8 @@ def head_word_sensitivity(
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and head.")
     # searched on the rounded copy Zs, certified at X itself in float64
     res = ascend_and_certify(lambda chunk: obj, phi_Z, Zs, Z.to(Zs.device), row_list, search)
-    bounds = head_certified_upper(head, (Z * r).cpu().numpy(), rows=row_list)
+    X64 = torch.as_tensor(X).detach().to("cpu", torch.float64)  # the bracket at X itself
+    bounds = head_certified_upper(head, X64, rows=row_list)
     return _to_x(res, r).with_upper(dict(zip(row_list, bounds.tolist())))
 
 
@@ -369,9 +370,11 @@ def head_certified_upper(head: Head, X: Array, *, key_bias=None, rows=None) -> n
 
     Computed in float64 from the head's float64 weights and enlarged by the relative rounding
     of its float64 sums, ``2γ_{n+d+d_h}``, as
-    :func:`~wsutils.estimators.softmax_upper.softmax_certified_upper` is (the same unproved
-    remainder: ``exp``, ``log``, ``sigmoid`` and ``‖W_V‖₂``'s SVD are not bounded). Cost
-    ``O(n²d_h + n·d·d_h)``.
+    :func:`~wsutils.estimators.softmax_upper.softmax_certified_upper` is, with the same
+    remainder not covered: ``exp``, ``log``, ``sigmoid`` and ``‖W_V‖₂``'s SVD, and
+    cancellation in ``φ(X)`` itself (a value bias ``b_V`` that nearly cancels ``XW_V`` leaves a
+    computed ``‖φ(X)‖`` that can be far off; the referee of issue 60 built one, 488 times too
+    small, with ``W_Q = W_K = 0``). Cost ``O(n²d_h + n·d·d_h)``.
 
     Raises
     ------
@@ -380,7 +383,7 @@ def head_certified_upper(head: Head, X: Array, *, key_bias=None, rows=None) -> n
         zero, ``key_bias`` is refused by :func:`~wsutils.trained.check_key_bias`, or
         ``φ(X) = 0``.
     """
-    Xt = torch.as_tensor(np.asarray(X, dtype=np.float64))
+    Xt = torch.as_tensor(X).detach().to("cpu", torch.float64)
     if Xt.ndim != 2 or not bool(torch.isfinite(Xt).all()):
         raise ValueError(f"X must be one finite text (n, d), got shape {tuple(Xt.shape)}.")
     _check_width(Xt, [head])
