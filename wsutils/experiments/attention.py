@@ -245,10 +245,11 @@ def sensitivity_point(
     (:func:`wsutils.estimators.takeover.certified_lower_bound`, six full float64 maps per
     row) over the same rows and, for ``raf``, the bound, self-weight, margin and ``‖A‖_F`` of
     :prf:ref:`thm-raf-high` at row 0 (:func:`~wsutils.estimators.takeover.takeover_certificate`)
-    and the upper certificate of :prf:ref:`prop-softmax-upper`
+    and the upper certificate of :prf:ref:`prop-softmax-upper` and :prf:ref:`prop-softmax-joint`
     (:func:`~wsutils.estimators.softmax_upper.softmax_certified_upper`): ``upper``, the largest
-    over the searched rows (so the searched rows' sensitivity lies in ``[S, upper]``), and
-    ``upper_all``, over every word (an upper bound on ``S`` itself).
+    over the searched rows (so the searched rows' sensitivity lies in ``[S, upper]``),
+    ``upper_all``, over every word (an upper bound on ``S`` itself), and ``upper_all_rw``, the
+    same with :prf:ref:`prop-softmax-upper` alone.
     ``certificates=False`` computes only ``S``, ``phi_norm``, ``kappa`` and ``seconds``, for a
     grid that reads nothing else (the far-``n`` grids): the same ``S`` for the same point.
     The search's ``dtype`` (``None``: float64, or ``"float32"``) is the precision of the search
@@ -300,8 +301,9 @@ def sensitivity_point(
     if normalisation == "raf":
         c = takeover_certificate(X, W, 0)
         out.update(bound=c.bound, self_weight=c.self_weight, margin=c.margin, A_fro=c.A_fro)
-        upper = softmax_certified_upper(X, W)  # prop-softmax-upper at every word, no search
+        upper = softmax_certified_upper(X, W)  # the two certificates at every word, no search
         out.update(upper=float(upper[searched].max()), upper_all=float(upper.max()))
+        out["upper_all_rw"] = float(softmax_certified_upper(X, W, joint=False).max())
     return out
 
 

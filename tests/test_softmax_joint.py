@@ -1,0 +1,84 @@
+"""prop-softmax-joint: the rows' score shifts share one ball (issue 60, part 1). The joint
+certificate is never above the row-wise one, and never below a change that a Δ makes."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import wsutils as ws
+from wsutils.estimators.self_attention import attention_word_sensitivity
+from wsutils.estimators.softmax_upper import softmax_certified_upper
+from wsutils.maps import Normalisation, attention
+
+NORMS = [
+    Normalisation("softmax"),
+    Normalisation("softmax", beta=3.0),
+    Normalisation("scalable"),
+    Normalisation("softmax", sink=3.0),
+]
+
+
+@pytest.mark.parametrize("norm", NORMS, ids=str)
+@pytest.mark.parametrize("n, d", [(8, 4), (40, 8), (120, 16)])
+def test_joint_is_never_above_the_row_wise(norm, n, d):
+    X, W = ws.sample_X(n, d, seed=n), ws.sample_W(d, seed=d)
+    joint = softmax_certified_upper(X, W, normalisation=norm)
+    rows = softmax_certified_upper(X, W, normalisation=norm, joint=False)
+    words = slice(1, None) if norm.sink is not None else slice(None)
+    assert np.isfinite(joint[words]).all() and (joint[words] <= rows[words]).all()
+
+
+def _changes(X, W, norm, i, D):
+    base = attention(X[None], W, normalisation=norm)[0]
+    Xi = X.expand(D.shape[0], *X.shape).clone()
+    Xi[:, i] += D
+    moved = attention(Xi, W, normalisation=norm)
+    return (moved - base).flatten(1).norm(dim=1) / base.norm()
+
+
+@pytest.mark.parametrize("norm", NORMS, ids=str)
+def test_joint_lies_above_every_change_tried(norm):
+    """Random Δ in the ball (on its sphere and inside), at every word of texts where the joint
+    bound is well below the row-wise one, and a long search with the take-overs."""
+    g = torch.Generator().manual_seed(0)
+    for n, d in [(30, 4), (60, 8)]:
+        X, W = ws.sample_X(n, d, seed=3).double(), ws.sample_W(d, seed=4).double() * 2
+        U = softmax_certified_upper(X, W, normalisation=norm)
+        words = range(1 if norm.sink is not None else 0, n)
+        for i in words:
+            D = torch.randn(300, d, generator=g, dtype=torch.float64)
+            D *= math.sqrt(d) / D.norm(dim=1, keepdim=True)
+            D[150:] *= torch.rand(150, 1, generator=g, dtype=torch.float64)
+            assert float(_changes(X, W, norm, i, D).max()) <= U[i]
+        found = attention_word_sensitivity(
+            X, W, normalisation=norm, takeovers=True, starts=6, steps=150, upper=False
+        )
+        assert all(v <= U[i] for i, v in found.per_row.items())
+
+
+@pytest.mark.parametrize("grid", [1, 2, 32])
+def test_joint_on_a_fine_grid_of_a_tiny_text(grid, monkeypatch):
+    """d = 2: every Δ of a fine polar grid of the ball stays below the joint bound, with the
+    chapter's grid of shifts and with coarse ones (where a wrong interval bound shows)."""
+    import wsutils.estimators.softmax_upper as su
+
+    monkeypatch.setattr(su, "JOINT_GRID", grid)
+    X, W = ws.sample_X(12, 2, seed=5).double(), 3 * ws.sample_W(2, seed=6).double()
+    norm = Normalisation("softmax")
+    U = softmax_certified_upper(X, W)
+    if grid == 32:  # the joint bound acts here (at one interval a side it cannot beat the ends)
+        assert (U < softmax_certified_upper(X, W, joint=False)).any()
+    t = torch.linspace(0, 2 * math.pi, 721, dtype=torch.float64)[:-1]
+    rad = math.sqrt(2) * torch.linspace(0, 1, 41, dtype=torch.float64)
+    D = (rad[:, None, None] * torch.stack([t.cos(), t.sin()], -1)[None]).reshape(-1, 2)
+    for i in range(12):
+        assert float(_changes(X, W, norm, i, D).max()) <= U[i]
+
+
+def test_joint_is_the_same_for_any_rows_asked():
+    X, W = ws.sample_X(50, 8, seed=7), ws.sample_W(8, seed=8)
+    full = softmax_certified_upper(X, W)
+    some = softmax_certified_upper(X, W, rows=[3, 17, 40])
+    np.testing.assert_allclose(some, full[[3, 17, 40]], rtol=1e-12)
