@@ -59,15 +59,12 @@ def test_joint_lies_above_every_change_tried(norm):
 
 
 @pytest.mark.parametrize("grid", [1, 2, 32])
-def test_joint_on_a_fine_grid_of_a_tiny_text(grid, monkeypatch):
+def test_joint_on_a_fine_grid_of_a_tiny_text(grid):
     """d = 2: every Δ of a fine polar grid of the ball stays below the joint bound, with the
     chapter's grid of shifts and with coarse ones (where a wrong interval bound shows)."""
-    import wsutils.estimators.softmax_upper as su
-
-    monkeypatch.setattr(su, "JOINT_GRID", grid)
     X, W = ws.sample_X(12, 2, seed=5).double(), 3 * ws.sample_W(2, seed=6).double()
     norm = Normalisation("softmax")
-    U = softmax_certified_upper(X, W)
+    U = softmax_certified_upper(X, W, grid=grid)
     if grid == 32:  # the joint bound acts here (at one interval a side it cannot beat the ends)
         assert (U < softmax_certified_upper(X, W, joint=False)).any()
     t = torch.linspace(0, 2 * math.pi, 721, dtype=torch.float64)[:-1]

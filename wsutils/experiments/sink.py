@@ -26,7 +26,7 @@ from ..estimators.takeover import constructions
 from ..maps import Normalisation, attention_scores, normalise_scores
 from ..run import config
 from ..run.seeds import point_seed
-from ..trained import head_attention, head_grid, head_weights
+from ..trained import head_attention, head_grid, head_upper_grid, head_weights
 from ..weights import sample_W, sample_X
 
 __all__ = [
@@ -175,8 +175,10 @@ def sink_point(
     constructions' certified lower bound alone (``lower_constructions``, the value of
     :func:`wsutils.estimators.takeover.certified_lower_bound` from scores kept per text
     across margins, ``_text_parts``), and ``searched`` says which. ``upper`` is the upper
-    certificate (:prf:ref:`prop-softmax-upper`) at the same words, ``upper_all`` over every
-    word (an upper bound on ``S``). Then the sink's smallest and mean weight over the rows,
+    certificate at the same words (the smaller of :prf:ref:`prop-softmax-upper` and
+    :prf:ref:`prop-softmax-joint`), ``upper_all`` over every word (an upper bound on ``S``; the
+    row-wise certificate at the other words, where the joint one would cost most of the grid's
+    time). Then the sink's smallest and mean weight over the rows,
     ``mass_min`` and ``mass_mean`` (``a_{j0}``); ``phi_norm``, ``‖φ(X)‖_F/√((n + 1)d)``;
     ``margin_half``, the median over rows ``j`` of the margin at which the sink takes half of
     row ``j`` (``log Σ_{k≥1} e^{s_jk} − s_j0``); ``margin_own``, ``log Σ_{k≥1} e^{s̄_1k}``
@@ -204,7 +206,9 @@ def sink_point(
             **search,
         )  # U below bounds every word
         lower = found.value
-    U = softmax_certified_upper(X, W, normalisation=norm)
+    U = softmax_certified_upper(X, W, normalisation=norm, joint=False)  # every word, cheap
+    at_rows = softmax_certified_upper(X, W, normalisation=norm, rows=list(rows))  # the two
+    U[list(rows)] = np.minimum(U[list(rows)], at_rows)
     A = normalise_scores(s, norm)
     return {
         "lower": lower,
@@ -294,7 +298,9 @@ def head_sinks(enc, inputs, tokens: Sequence[str], rows, *, search: dict, seed: 
     the mean over the queries of the weight on :func:`sink_positions` (``(L, heads)``);
     ``S``, the own-norm word sensitivity found (:func:`wsutils.trained.head_grid` over the
     words ``rows`` that are not sink positions, ``search``, ``seed``); and ``S_masked``, the
-    same search with the sink positions' keys masked (``−inf``: the rest renormalised); and
+    same search with the sink positions' keys masked (``−inf``: the rest renormalised);
+    ``U_masked``, the upper certificate of :prf:ref:`prop-head-upper` over the same words with
+    the mask (:func:`wsutils.trained.head_upper_grid`); and
     ``value``, the mean norm of the sink positions' values ``x_k W_V + b_V`` over that of the
     other tokens'.
     ``inputs`` is ``(L + 1, n, d)``, the layers' inputs for this text
@@ -329,6 +335,7 @@ def head_sinks(enc, inputs, tokens: Sequence[str], rows, *, search: dict, seed: 
         "value": value,
         "S": head_grid(enc, inputs, words, **kw),
         "S_masked": head_grid(enc, inputs, words, key_bias=mask, **kw),
+        "U_masked": head_upper_grid(enc, inputs, words, key_bias=mask),
         "rows": words,
         "sinks": sinks,
     }

@@ -1,0 +1,67 @@
+"""Our softmax certificates against interval bound propagation (issue 60, part 4).
+
+On the attention chapter's grid texts (``point_seed("attention", d, n, s)``, the first
+``--texts`` of each point of ``grid_points("raf")`` at the scale ``--scale``), at the words the
+grid's point certifies (``sensitivity_point`` with the grid's search: its lower bound ``S``):
+interval bound propagation (:func:`wsutils.estimators.verifiers.ibp_upper`), the row-wise
+certificate (:prf:ref:`prop-softmax-upper`, ``joint=False``) and the default, the smaller of it
+and :prf:ref:`prop-softmax-joint`; each as its ratio to ``S`` and its CPU seconds. One thread,
+one process, the three bounds one after the other on each text. A CROWN-style linear
+relaxation (Shi et al., 2020) is not implemented here.
+
+``python -m benchmarks.bench_verifiers --scale paper --texts 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+
+import wsutils as ws
+from wsutils.estimators.softmax_upper import softmax_certified_upper
+from wsutils.estimators.verifiers import ibp_upper
+
+
+def _timed(fn):
+    t0 = time.process_time()
+    out = fn()
+    return out, time.process_time() - t0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="paper", choices=("quick", "paper"))
+    parser.add_argument("--texts", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    os.environ["WSBOOK_SCALE"] = args.scale  # grid_points reads the scale from it
+    from wsutils.experiments import attention as A
+
+    seeds = {}
+    for p in A.grid_points("raf"):
+        seeds.setdefault((p["d"], p["n"]), []).append(p)
+    print(
+        f"{'d':>4} {'n':>4} {'S':>7} | {'IBP/S':>7} {'s':>5} | {'row/S':>6} {'s':>5} |"
+        f" {'joint/S':>7} {'s':>5}"
+    )
+    for (d, n), points in sorted(seeds.items()):
+        for p in points[: args.texts]:
+            r = A.sensitivity_point(**dict(p, certificates=False))
+            rows = r["certified_rows"]
+            X, W = ws.sample_X(n, d, seed=p["seed"]), ws.sample_W(d, seed=p["seed"] + 1)
+            ibp, t_ibp = _timed(lambda: ibp_upper(X, W, rows=rows).max())
+            row, t_row = _timed(lambda: softmax_certified_upper(X, W, rows=rows, joint=False))
+            joint, t_joint = _timed(lambda: softmax_certified_upper(X, W, rows=rows))
+            S = r["S"]
+            print(
+                f"{d:>4} {n:>4} {S:7.4f} | {ibp / S:7.2f} {t_ibp:5.2f} |"
+                f" {row.max() / S:6.2f} {t_row:5.2f} | {joint.max() / S:7.3f} {t_joint:5.2f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The IBP baseline (wsutils.estimators.verifiers): above every change tried on tiny texts
+(issue 60, part 4); how it compares with our certificates is benchmarks/bench_verifiers.py's."""
+
+import math
+
+import pytest
+import torch
+
+import wsutils as ws
+from wsutils.estimators.verifiers import ibp_upper
+from wsutils.maps import Normalisation, attention
+
+
+def _changes(X, W, norm, i, D):
+    base = attention(X[None], W, normalisation=norm)[0]
+    Xi = X.expand(D.shape[0], *X.shape).clone()
+    Xi[:, i] += D
+    moved = attention(Xi, W, normalisation=norm)
+    return (moved - base).flatten(1).norm(dim=1) / base.norm()
+
+
+@pytest.mark.parametrize(
+    "norm", [Normalisation("softmax"), Normalisation("softmax", beta=2.0), "scalable"], ids=str
+)
+def test_ibp_lies_above_every_change_tried(norm):
+    g = torch.Generator().manual_seed(0)
+    for n, d in [(5, 2), (16, 4)]:
+        X, W = ws.sample_X(n, d, seed=n).double(), 2 * ws.sample_W(d, seed=d).double()
+        bound = ibp_upper(X, W, normalisation=norm)
+        for i in range(n):
+            D = torch.randn(400, d, generator=g, dtype=torch.float64)
+            D *= math.sqrt(d) / D.norm(dim=1, keepdim=True)
+            D[200:] *= torch.rand(200, 1, generator=g, dtype=torch.float64)
+            assert float(_changes(X, W, norm, i, D).max()) <= bound[i]
+
+
+def test_ibp_on_a_fine_grid_of_a_tiny_text():
+    X, W = ws.sample_X(6, 2, seed=5).double(), 3 * ws.sample_W(2, seed=6).double()
+    bound = ibp_upper(X, W)
+    t = torch.linspace(0, 2 * math.pi, 721, dtype=torch.float64)[:-1]
+    rad = math.sqrt(2) * torch.linspace(0, 1, 41, dtype=torch.float64)
+    D = (rad[:, None, None] * torch.stack([t.cos(), t.sin()], -1)[None]).reshape(-1, 2)
+    for i in range(6):
+        assert float(_changes(X, W, Normalisation("softmax"), i, D).max()) <= bound[i]
+
+
+def test_ibp_refuses_other_maps():
+    X, W = ws.sample_X(5, 4, seed=1), ws.sample_W(4, seed=2)
+    with pytest.raises(ValueError, match="softmax"):
+        ibp_upper(X, W, normalisation="sparsemax")
