@@ -308,13 +308,13 @@ def normalisation_point(
 def upper_certificate(normalisation: str, d: int, n: int, seed: int) -> float | None:
     """The upper certificate over every word of :func:`normalisation_point`'s text (``seed``)
     for the normalisations that have one: softmax at any ``β`` and scalable softmax
-    (:prf:ref:`prop-softmax-upper` and :prf:ref:`prop-softmax-joint` with
-    :data:`~wsutils.estimators.softmax_upper.JOINT_GRID_EVERY` intervals,
+    (:prf:ref:`prop-softmax-upper`, row-wise: the joint certificate of
+    :prf:ref:`prop-softmax-joint` would cost about 10 CPU s at the grid's largest ``n``,
     :func:`~wsutils.estimators.softmax_upper.softmax_certified_upper`) and ReLU attention
     (:func:`~wsutils.estimators.relu.relu_certified_upper`), so ``S`` of that text is at most
     the value; ``None`` for the others."""
     from ..estimators.relu import relu_certified_upper
-    from ..estimators.softmax_upper import JOINT_GRID_EVERY, softmax_certified_upper
+    from ..estimators.softmax_upper import softmax_certified_upper
 
     norm = _norm(normalisation)
     if norm.name not in ("softmax", "scalable", "relu"):
@@ -322,7 +322,7 @@ def upper_certificate(normalisation: str, d: int, n: int, seed: int) -> float | 
     X, W = sample_X(n, d, seed=seed), sample_W(d, seed=seed + 1)
     if norm.name == "relu":
         return float(relu_certified_upper(X, W).max())
-    return float(softmax_certified_upper(X, W, normalisation=norm, grid=JOINT_GRID_EVERY).max())
+    return float(softmax_certified_upper(X, W, normalisation=norm, joint=False).max())
 
 
 def _doubling(X, W, row: int) -> torch.Tensor:
