@@ -537,8 +537,10 @@ def test_scale_is_the_chapters_sizes(monkeypatch):
         screen=dict(starts=0, steps=0, constructions=True, keep=2),
     )
     assert paper.search("relu")["search"]["dtype"] is None
-    assert paper.search("relu")["screen"] == dict(constructions=True, starts=2, steps=30, keep=2)
-    assert paper.search("sigmoid")["screen"] == paper.search("relu")["screen"]
+    assert paper.search("relu")["screen"] == dict(constructions=True, starts=2, steps=10, keep=2)
+    assert paper.search("sigmoid")["screen"] == dict(
+        constructions=True, starts=2, steps=30, keep=2
+    )
     assert [paper.seeds(32, n) for n in (16, 1024)] == [3, 3]
     assert paper.seeds(128, 16) == 2 and paper.seeds(32, 1024, "entmax") == 3
     assert paper.lengths(32, "entmax") == (16, 64, 256)

@@ -3,6 +3,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -48,3 +49,9 @@ def test_ibp_refuses_other_maps():
     X, W = ws.sample_X(5, 4, seed=1), ws.sample_W(4, seed=2)
     with pytest.raises(ValueError, match="softmax"):
         ibp_upper(X, W, normalisation="sparsemax")
+
+
+def test_ibp_gives_a_sinks_own_token_no_bound():
+    X, W = ws.sample_X(8, 4, seed=1), ws.sample_W(4, seed=2)
+    out = ibp_upper(X, W, normalisation=Normalisation("softmax", sink=3.0))
+    assert out[0] == math.inf and np.isfinite(out[1:]).all()

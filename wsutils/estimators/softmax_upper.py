@@ -225,10 +225,11 @@ def _sink_row_bound(Xt, Wt, c: float, b0: float, cols, to_sink) -> torch.Tensor:
     return off_sink * reach + to_sink
 
 
-#: Points per side of each row's score shift in the joint bound (:prf:ref:`prop-softmax-joint`):
+#: Intervals per side of each row's score shift in the joint bound (:prf:ref:`prop-softmax-joint`):
 #: the sup of each row's term is bounded on ``JOINT_GRID`` intervals of ``[0, w_j]`` and of
-#: ``[−w_j, 0]``; more points, a tighter bound (on texts at ``d = 192``, ``n = 250`` and
-#: ``1000``: 7.2 with 8 points, 6.2 with 16, 5.9–6.0 with 32, against a row-wise 16–23).
+#: ``[−w_j, 0]``; more intervals, a tighter bound at the word where the multiplier is chosen
+#: (not always at the others; on texts at ``d = 192``, ``n = 250`` and ``1000``: 7.2 with 8,
+#: 6.2 with 16, 5.9–6.0 with 32, against a row-wise 16–23).
 JOINT_GRID = 32
 
 #: The joint bound's intervals a side where the chapters bound every word of a long text
@@ -258,8 +259,9 @@ def softmax_certified_upper(
     word, and the propositions do not bound it: its entry is ``inf``. Computed in float64 and
     enlarged by the relative rounding of its float64 sums, ``2γ_{n+d}`` (Higham's
     ``γ_k = ku/(1 − ku)``); not covered (besides the chapter's unproved remainder: ``exp``,
-    ``log``, ``sigmoid``, ``eigh``): cancellation in ``φ(X) = AX`` itself, where ``‖φ(X)‖``
-    is small against ``‖A|X|‖`` and its computed value can be far off.
+    ``log``, ``sigmoid``, ``eigh``, and for the joint bound the SVD of ``‖XW‖₂``):
+    cancellation in ``φ(X) = AX`` itself, where ``‖φ(X)‖`` is small against ``‖A|X|‖`` and
+    its computed value can be far off.
 
     Parameters
     ----------
@@ -282,7 +284,8 @@ def softmax_certified_upper(
         word; ``False``: the row-wise bound alone.
     grid
         The joint bound's intervals a side (:data:`JOINT_GRID` by default): its cost grows
-        with them, its value falls.
+        with them; its value falls at the word where the multiplier is chosen (usually, not
+        always, at the others).
 
     Returns
     -------
@@ -322,6 +325,8 @@ def softmax_certified_upper(
     chunk = max(1, JOINT_ELEMENTS // (n * (2 * grid + 1))) if joint else n
     if joint:
         R = c * float(torch.linalg.matrix_norm(Xt @ Wt, ord=2))  # ‖t‖ ≤ R over the ball
+        if bias is not None and n < 2:
+            raise ValueError("a text with a sink needs a word besides the sink's token (n ≥ 2).")
         first = torch.tensor([1 if bias is not None else 0])  # the first word, whatever rows
         lam = _best_multiplier(*terms(first), R, grid)
     total = torch.cat(
@@ -395,7 +400,8 @@ def _joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid: int):
     the largest at the interval's ends (the term is monotone on each side of 0), and the
     smallest ``t²`` on it; row ``i`` itself left out (``keep`` is False there)."""
     f = torch.linspace(-1.0, 1.0, 2 * grid + 1, dtype=torch.float64)
-    T = w[:, None] * f[None, :]  # (n, K): 0 at the middle point
+    T = w[:, None] * f[None, :]  # (n, K): the middle point 0 up to rounding (h is largest at
+    # an interval's ends on either side of it)
     H = _row_term(zc, ell, p, spread, w, r, T[:, None, :]) ** 2  # (n, m, K)
     top = torch.maximum(H[..., :-1], H[..., 1:])
     t2 = torch.minimum(T[:, :-1].abs(), T[:, 1:].abs())[:, None, :] ** 2

@@ -1,20 +1,23 @@
 """The verification literature's baseline for our certificates: interval bound propagation
 (IBP) through softmax attention, written from the method's description (Gowal et al., 2018;
-as Shi et al., *Robustness Verification for Transformers*, ICLR 2020, and ``auto_LiRPA`` use it
-for a word's embedding moving in an ℓ2 ball), for the same quantity as
+the baseline of Shi et al., *Robustness Verification for Transformers*, ICLR 2020, who certify
+a classifier's margin when a word's embedding moves in an ℓp ball and bound every
+intermediate quantity on the way), here for the same quantity as
 :func:`~wsutils.estimators.softmax_upper.softmax_certified_upper`: the relative change of
 ``φ(X) = softmax(c·XWXᵀ/√d + b)X`` when word ``i`` moves by ``‖Δ‖ ≤ √d``.
 
 IBP gives every intermediate quantity an interval, entry by entry, and propagates them with
 interval arithmetic:
 
-1. the first, linear layer exactly, as the verifiers do for an ℓp ball (the dual norm): a
+1. the scores over the ball exactly (a tightened IBP: a verifier's IBP bounds ``q`` and ``k``
+   entry by entry and multiplies the intervals, which is looser): a
    score ``z_jk`` with ``i`` on one side moves by at most ``c‖Wᵀx_j‖`` (key ``i``) or
    ``c‖Wx_k‖`` (query ``i``); ``z_ii``, quadratic in ``Δ``, by ``c(‖(W + Wᵀ)x_i‖√d +
    max(|λ_min|, |λ_max|)·d)/√d`` with ``λ`` the eigenvalues of ``(W + Wᵀ)/2``; the value
    ``x_i + Δ`` lies in the box ``x_i ± √d`` (each entry);
 2. each softmax weight in ``[e^{l_k}/(e^{l_k} + Σ_{m≠k} e^{u_m}),
-   e^{u_k}/(e^{u_k} + Σ_{m≠k} e^{l_m})]`` from the score intervals ``[l, u]``;
+   e^{u_k}/(e^{u_k} + Σ_{m≠k} e^{l_m})]`` from the score intervals ``[l, u]`` (the exact box
+   of the softmax, where a verifier's IBP splits it into exp, sum and reciprocal);
 3. each output entry ``Σ_k a_jk v_km`` as a sum of products of intervals.
 
 Every output entry then lies in ``[L, U]`` for every ``Δ`` in the ball, so the change is at
@@ -43,7 +46,9 @@ def ibp_upper(
 ) -> np.ndarray:
     """Per word ``i`` of ``rows`` (``None``: every word), interval bound propagation's bound on
     ``sup_{‖Δ‖≤√d} ‖φ(X_i(Δ)) − φ(X)‖_F/‖φ(X)‖_F`` for softmax attention (any ``β``, scalable
-    softmax, a sink's logit on key 0; module docstring). Float64, no rounding allowance."""
+    softmax, a sink's logit on key 0; module docstring). Float64, no rounding allowance. With a
+    sink, row 0 is the sink's token, not a word: its entry is ``inf``, as for
+    :func:`~wsutils.estimators.softmax_upper.softmax_certified_upper`."""
     norm = Normalisation.parse(normalisation)
     if norm.name not in ("softmax", "scalable"):
         raise ValueError(f"ibp_upper bounds softmax attention, not {norm.name!r}.")
@@ -75,6 +80,8 @@ def ibp_upper(
         L, U = _matmul_interval(a_lo, a_hi, v_lo, v_hi)
         dev = torch.maximum(U - phi, phi - L)
         out.append(float(torch.linalg.vector_norm(dev)) / base)
+    if bias is not None:
+        out = [math.inf if i == 0 else v for i, v in zip(check_rows(rows, n), out)]
     return np.array(out)
 
 
