@@ -6,12 +6,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from ball_changes import changes
 
 import wsutils as ws
 import wsutils.estimators.softmax_upper as su
 from wsutils.estimators.self_attention import attention_word_sensitivity
 from wsutils.estimators.softmax_upper import softmax_certified_upper
-from wsutils.maps import Normalisation, attention, attention_scores
+from wsutils.maps import Normalisation, attention_scores
 
 NORMS = [
     Normalisation("softmax"),
@@ -54,14 +55,6 @@ def test_joint_acts_on_a_long_text(norm):
     assert np.isfinite(joint[words]).all() and (joint[words] < rows[words]).any()
 
 
-def _changes(X, W, norm, i, D):
-    base = attention(X[None], W, normalisation=norm)[0]
-    Xi = X.expand(D.shape[0], *X.shape).clone()
-    Xi[:, i] += D
-    moved = attention(Xi, W, normalisation=norm)
-    return (moved - base).flatten(1).norm(dim=1) / base.norm()
-
-
 @pytest.mark.parametrize("norm", NORMS, ids=str)
 def test_joint_lies_above_every_change_tried(norm):
     """Random Δ in the ball (on its sphere and inside), at every word of two texts, and a long
@@ -75,7 +68,7 @@ def test_joint_lies_above_every_change_tried(norm):
             D = torch.randn(300, d, generator=g, dtype=torch.float64)
             D *= math.sqrt(d) / D.norm(dim=1, keepdim=True)
             D[150:] *= torch.rand(150, 1, generator=g, dtype=torch.float64)
-            assert float(_changes(X, W, norm, i, D).max()) <= U[i]
+            assert float(changes(X, W, norm, i, D).max()) <= U[i]
         found = attention_word_sensitivity(
             X, W, normalisation=norm, takeovers=True, starts=6, steps=150, upper=False
         )
@@ -94,7 +87,7 @@ def test_joint_on_a_fine_grid_of_a_tiny_text(grid):
     rad = math.sqrt(2) * torch.linspace(0, 1, 41, dtype=torch.float64)
     D = (rad[:, None, None] * torch.stack([t.cos(), t.sin()], -1)[None]).reshape(-1, 2)
     for i in range(12):
-        assert float(_changes(X, W, norm, i, D).max()) <= U[i]
+        assert float(changes(X, W, norm, i, D).max()) <= U[i]
 
 
 def test_joint_is_the_same_for_any_rows_asked():
