@@ -41,6 +41,7 @@ __all__ = [
     "largest_other",
     "log_others",
     "off_sink_exponents",
+    "row_spread",
     "softmax_certified_upper",
     "sym_eigh",
 ]
@@ -343,6 +344,24 @@ def softmax_certified_upper(
     return (total / base * (1 + 2 * gamma)).numpy()
 
 
+def row_spread(z, A, Phi, V, cols, v_norm):
+    """For the rows ``j`` and the words ``i = cols[c]`` of an attention ``Φ = A V`` with
+    scores ``z`` (``A = softmax(z)``, values ``V``, their norms ``v_norm``): the scores
+    ``z_ji``, ``ℓ_ji = log Σ_{k≠i} e^{z_jk}``, the weights ``a_ji`` and an upper bound on
+    ``‖v_i − v̄_ji‖``, the distance from value ``i`` to the mean of the others in row ``j``
+    (:prf:ref:`prop-softmax-upper`, :prf:ref:`prop-head-upper`): ``‖v_i − φ_j‖/(1 − a_ji)``
+    or, when smaller, ``‖v_i‖ + max_{k≠i} ‖v_k‖``. Each ``n × len(cols)``."""
+    n, m = z.shape[0], len(cols)
+    dist = distances_above(Phi, V[cols])  # [j, c] ≥ ‖φ_j − v_i‖, i = cols[c]
+    ell = log_others(z, A, cols)
+    zc = z[:, cols]
+    one_minus_p = torch.sigmoid(ell - zc)  # 1 − a_ji = σ(ℓ_ji − z_ji), no cancellation
+    far = largest_other(v_norm, v_norm[cols])  # max_{k≠i} ‖v_k‖
+    crude = (v_norm[cols] + far)[None, :].expand(n, m)
+    spread = torch.where(one_minus_p > 0, dist / one_minus_p, crude).minimum(crude)
+    return zc, ell, 1 - one_minus_p, spread
+
+
 class _RowTerms:
     """The quantities of :prf:ref:`prop-softmax-upper` at a set of words (``cols``): for each
     row ``j`` and word ``i``, the score ``z_ji``, ``ℓ_ji = log Z_ji``, the weight ``a_ji``, the
@@ -355,15 +374,8 @@ class _RowTerms:
 
     def __call__(self, cols: torch.Tensor):
         Xt, z, A, Phi, r = self.Xt, self.z, self.A, self.Phi, self.r
-        n, m = Xt.shape[0], len(cols)
-        dist = distances_above(Phi, Xt[cols])  # [j, c] ≥ ‖φ_j − x_i‖, i = cols[c]
-        # rows j ≠ i: ‖x_i − x̄_ji‖ = ‖x_i − φ_j‖/(1 − a_ji), or at most ‖x_i‖ + max_k≠i ‖x_k‖
-        ell = log_others(z, A, cols)
-        zc = z[:, cols]
-        one_minus_p = torch.sigmoid(ell - zc)  # 1 − a_ji = σ(ℓ_ji − z_ji), no cancellation
-        far = largest_other(self.x_norm, self.x_norm[cols])  # max_{k≠i} ‖x_k‖
-        crude = (self.x_norm[cols] + far)[None, :].expand(n, m)
-        spread = torch.where(one_minus_p > 0, dist / one_minus_p, crude).minimum(crude)
+        m = len(cols)
+        zc, ell, p, spread = row_spread(z, A, Phi, Xt, cols, self.x_norm)
         # row i: the largest distance from φ_i to a vertex, x_k (k ≠ i) or x'_i
         own = distances_above(Phi[cols], Xt)  # [c, k] ≥ ‖φ_i − x_k‖
         at = torch.arange(m)
@@ -375,7 +387,7 @@ class _RowTerms:
             u_own = torch.minimum(
                 u_own, _sink_row_bound(Xt, self.Wt, self.c, self.sink, cols, to_sink)
             )
-        return cols, zc, ell, 1 - one_minus_p, spread, self.w, r, u_own
+        return cols, zc, ell, p, spread, self.w, r, u_own
 
 
 def _row_term(zc, ell, p, spread, w, r, t):

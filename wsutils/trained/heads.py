@@ -20,7 +20,7 @@ import torch
 
 from .._tensor import Array
 from ..checks import check_int, check_rows, check_seed
-from ..estimators.softmax_upper import distances_above, largest_other, log_others
+from ..estimators.softmax_upper import distances_above, row_spread
 from ..search import Search
 from ..sensitivity import SensitivityResult, ascend_and_certify, ascend_rows, certify, search_setup
 from ._common import Map, _encoder, _layer_index
@@ -404,16 +404,9 @@ def head_certified_upper(head: Head, X: Array, *, key_bias=None, rows=None) -> n
     m = len(cols)
     live = torch.ones(n, dtype=torch.bool) if bias is None else bias > -math.inf
     omega = rho[cols] * float(torch.linalg.matrix_norm(head.W_V, ord=2))  # ≥ ‖ΔW_V‖
-    # rows j ≠ i: ‖v_i − v̄_ji‖ = ‖v_i − φ_j‖/(1 − a_ji), or at most ‖v_i‖ + max_k≠i ‖v_k‖
-    v_norm = torch.linalg.vector_norm(V, dim=1)
-    crude = (v_norm[cols] + largest_other(v_norm, v_norm[cols]))[None, :].expand(n, m)
-    ell = log_others(z, A, cols)
-    zc = z[:, cols]
-    one_minus_p = torch.sigmoid(ell - zc)
-    dist = distances_above(Phi, V[cols])  # [j, c] ≥ ‖φ_j − v_i‖, i = cols[c]
-    spread = torch.where(one_minus_p > 0, dist / one_minus_p, crude).minimum(crude)
+    # rows j ≠ i: ‖v_i − v̄_ji‖ bounded as for prop-softmax-upper
+    zc, ell, p, spread = row_spread(z, A, Phi, V, cols, torch.linalg.vector_norm(V, dim=1))
     w = c * torch.linalg.vector_norm(Q @ head.W_K.T, dim=1)[:, None] * rho[cols][None, :]
-    p = 1 - one_minus_p
     p_hi = torch.sigmoid(zc + w - ell)
     p_lo = torch.sigmoid(zc - w - ell)
     u = torch.maximum(p_hi - p, p - p_lo) * spread + p_hi * omega[None, :]
