@@ -100,3 +100,29 @@ def test_slope_se_seeds_counts_only_the_spread_between_seeds():
     assert rates.slope_se_seeds(ns, noisy) == pytest.approx(want)
     with pytest.raises(ValueError):
         rates.slope_se_seeds(ns, curved[:, :1])
+
+
+def test_ols_slope_range_holds_every_slope_inside_the_brackets_and_is_attained():
+    ns = np.array([10.0, 20, 50, 100, 200])
+    g = np.random.default_rng(1)
+    lower = ns**-0.5 * g.uniform(0.8, 1.2, ns.size)
+    upper = lower * g.uniform(1.0, 3.0, ns.size)
+    lo, hi = rates.ols_slope_range(ns, lower, upper)
+    assert lo < rates.ols_slope(ns, lower) < hi
+    for _ in range(200):
+        y = lower + g.uniform(0, 1, ns.size) * (upper - lower)
+        assert lo - 1e-12 <= rates.ols_slope(ns, y) <= hi + 1e-12
+    x = np.log(ns)
+    rising = x > x.mean()
+    steep = np.where(rising, lower, upper)  # the least slope's y
+    flat = np.where(rising, upper, lower)
+    assert rates.ols_slope(ns, steep) == pytest.approx(lo, rel=1e-9)
+    assert rates.ols_slope(ns, flat) == pytest.approx(hi, rel=1e-9)
+    lo_eq, hi_eq = rates.ols_slope_range(ns, lower, lower)  # a closed bracket: one slope
+    assert lo_eq == pytest.approx(hi_eq, rel=1e-9)
+    assert lo_eq == pytest.approx(rates.ols_slope(ns, lower), rel=1e-9)
+    assert rates.ols_slope_range(ns, lower, np.r_[upper[:-1], np.inf])[1] == np.inf
+    with pytest.raises(ValueError):
+        rates.ols_slope_range(ns, upper, lower)  # upper below lower
+    with pytest.raises(ValueError):
+        rates.ols_slope_range(ns, lower, upper[:-1])

@@ -245,6 +245,11 @@ def test_imdb_sensitivity_point_searches_the_stated_rows():
         assert some["row"] in (0, 6, 13, 19)
         for r in (every, some):  # the reported sup is recomputed with the full map
             assert r["S_row_min"] <= r["S"] * (1 + 1e-9) and r["S_first"] <= r["S"] * (1 + 1e-9)
+            if m == "rf":  # its bound over every word is rf_high_probability_bound's
+                assert math.isnan(r["upper"])
+            else:  # Gaussian rows of norm √d: both attention maps have a certificate
+                assert r["S"] <= r["upper"] < math.inf
+        assert every["upper"] >= some["upper"] * (1 - 1e-12) or m == "rf"  # more rows bounded
     assert sensitivity_point(map="raf", rows=[0], **kw)["n_rows"] == 1
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "bonferroni_z",
     "family_failure",
     "ols_slope_bound",
+    "ols_slope_range",
     "slope_se_seeds",
     "slope_standard_error",
     "far_slope_prediction",
@@ -173,6 +174,30 @@ def ols_slope_bound(n, bound) -> float:
         raise ValueError(f"bound must be finite and non-negative, got {bound!r}.")
     w = (x - x.mean()) / float(((x - x.mean()) ** 2).sum())
     return float(np.sum(np.abs(w) * b))
+
+
+def ols_slope_range(n, lower, upper) -> tuple[float, float]:
+    """The least and the largest least-squares slope of ``log y`` on ``log n``
+    (:func:`ols_slope`) over every ``y`` with ``lower_j ≤ y_j ≤ upper_j``: what a bracket on
+    each point's value says about the slope fitted to them (the rule that the bracket decides;
+    chapter ``imdb``). The slope is ``Σ_j w_j log y_j`` with the weights ``w_j`` of
+    :func:`ols_slope_bound`, so the least takes ``upper_j`` where ``w_j < 0`` and ``lower_j``
+    where ``w_j > 0``, the largest the reverse; both are attained. An infinite ``upper_j``
+    gives an infinite end (where ``w_j ≠ 0``)."""
+    x = np.log(_positive("n", n)).ravel()
+    lo = _positive("lower", lower).ravel()
+    up = np.asarray(upper, dtype=np.float64).ravel()
+    if not (x.size == lo.size == up.size) or x.size < 2:
+        raise ValueError(
+            f"n, lower and upper need the same length ≥ 2, got {x.size}, {lo.size}, {up.size}."
+        )
+    if np.isnan(up).any() or np.any(up < lo):
+        raise ValueError(f"upper must be a number ≥ lower at every point, got {upper!r}.")
+    w = (x - x.mean()) / float(((x - x.mean()) ** 2).sum())
+    with np.errstate(invalid="ignore"):  # 0·inf where w_j = 0
+        a, b = w * np.log(lo), w * np.log(up)
+    a, b = np.where(w == 0, 0.0, a), np.where(w == 0, 0.0, b)
+    return float(np.minimum(a, b).sum()), float(np.maximum(a, b).sum())
 
 
 def _log_table(x: np.ndarray, log_values, enough, what: str) -> np.ndarray:

@@ -15,6 +15,7 @@ scale, and :func:`sweep_point` one sweep point's parameters at those sizes.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -283,7 +284,12 @@ def sensitivity_point(
     chapters' texts), for a side-by-side comparison. Returns the sup over rows (``S``), the
     value for the first row alone (``S_first``, what the authors' scripts report), the row
     attaining the sup, the smallest value over the searched rows (``S_row_min``), the number
-    of rows searched (``n_rows``) and the wall time of the search."""
+    of rows searched (``n_rows``), the upper certificate over the searched rows (``upper``:
+    attention, :func:`wsutils.estimators.upper.attention_certified_upper`; with every row
+    searched, as in the sweep, ``S ≤ S(X) ≤ upper``; NaN where the library has none, and for
+    random features, whose bound over every word is
+    :func:`wsutils.estimators.rf.rf_high_probability_bound`, a function of the sizes alone)
+    and the wall time of the search and the certificate."""
     from ..estimators.rf import rf_word_sensitivity
 
     if map not in MAPS:
@@ -317,7 +323,7 @@ def sensitivity_point(
             normalisation=map,
             rows=picked,
             search=Search.parse(search, seed=seed),
-            upper=False,  # never returned
+            upper=True,  # every row searched: value ≤ S ≤ upper where a certificate exists
         )
     return {
         "S": r.value,
@@ -325,6 +331,7 @@ def sensitivity_point(
         "row": r.row,
         "S_row_min": min(r.per_row.values()),
         "n_rows": len(r.per_row),
+        "upper": math.nan if r.upper is None else float(r.upper),
         "seconds": time.perf_counter() - t0,
     }
 
