@@ -768,3 +768,68 @@ def test_head_certificate_refuses_bad_input():
     X[2, 0] = math.nan
     with pytest.raises(ValueError, match="finite"):
         tr.head_certified_upper(head, X)
+
+
+def _block_changes(phi, X, i, D):
+    """The exact relative change of the block map at each row of ``D`` added to word ``i``."""
+    with torch.no_grad():
+        base = phi(X[None])[0]
+        Xi = X.expand(D.shape[0], *X.shape).clone()
+        Xi[:, i] += D
+        return (phi(Xi) - base).flatten(1).norm(dim=1) / base.norm()
+
+
+@pytest.mark.parametrize("layer", [1, 2])
+def test_block_certificate_lies_above_every_change_tried(enc, H, layer):
+    """prop-block-upper: above the change of random Δ in each word's own ball (and on its
+    sphere) and of the search's best Δ, for the model's own block (float64 copy), a trained
+    LayerNorm scale (γ not all one) included."""
+    mine = _copy_of(enc)
+    with torch.no_grad():
+        ln = mine.model.encoder.layer[layer - 1].attention.output.LayerNorm
+        ln.weight.data.uniform_(0.5, 1.5)
+    X = torch.as_tensor(H[layer - 1, 0], dtype=torch.float64)
+    phi = tr.block_map(mine, layer)
+    up = tr.block_certified_upper(mine, layer, X)
+    assert up.shape == (X.shape[0],) and np.isfinite(up).all()
+    g = torch.Generator().manual_seed(layer)
+    for i in range(X.shape[0]):
+        D = torch.randn(300, X.shape[1], generator=g, dtype=torch.float64)
+        D *= X[i].norm() / D.norm(dim=1, keepdim=True)
+        D[150:] *= torch.rand(150, 1, generator=g, dtype=torch.float64)
+        assert float(_block_changes(phi, X, i, D).max()) <= up[i]
+    found = tr.own_norm_word_sensitivity(phi, X.numpy(), rows=[0, 3], starts=2, steps=30, seed=0)
+    assert found.value <= max(up[0], up[3])
+    np.testing.assert_allclose(
+        tr.block_certified_upper(mine, layer, X, rows=[3, 0]), up[[3, 0]], rtol=1e-9
+    )
+
+
+def test_block_certificate_is_below_the_layernorm_cap_where_the_heads_move_little(enc, H):
+    """Far from saturation the bound is the Lipschitz chain, not the cap ``2√d·max|γ|`` per
+    row: with the value weights scaled down the heads move little and every row's term is
+    below the cap (so the cap alone cannot be what the function returns)."""
+    mine = _copy_of(enc)
+    with torch.no_grad():
+        for lay in mine.model.encoder.layer:
+            lay.attention.self.value.weight.data.mul_(1e-3)
+            lay.attention.self.query.weight.data.mul_(1e-3)
+    X = torch.as_tensor(H[0, 0], dtype=torch.float64)
+    up = tr.block_certified_upper(mine, 1, X)
+    B = tr.block_map(mine, 1)(X[None])[0].detach()
+    cap = 2 * math.sqrt(X.shape[1]) * math.sqrt(X.shape[0]) / float(B.norm())  # γ = 1 here
+    assert (up < 0.5 * cap).all()
+    D = X[2] / 2  # a change of word 2 inside its ball
+    assert float(_block_changes(tr.block_map(mine, 1), X, 2, D[None])[0]) <= up[2]
+
+
+def test_block_certificate_refuses_bad_input(enc, H):
+    X = torch.as_tensor(H[0, 0], dtype=torch.float64)
+    with pytest.raises(ValueError, match="width"):
+        tr.block_certified_upper(enc, 1, X[:, :4])
+    Y = X.clone()
+    Y[1] = 0
+    with pytest.raises(ValueError, match="zero"):
+        tr.block_certified_upper(enc, 1, Y)
+    with pytest.raises(ValueError):
+        tr.block_certified_upper(enc, 3, X)  # the fixture has 2 layers

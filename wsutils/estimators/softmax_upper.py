@@ -38,6 +38,7 @@ __all__ = [
     "JOINT_ELEMENTS",
     "ball_quadratic_sup",
     "distances_above",
+    "float_sum_rounding",
     "largest_other",
     "log_others",
     "off_sink_exponents",
@@ -48,6 +49,12 @@ __all__ = [
 
 
 _EIG_CACHE: list = []  # [(a float64 copy of the last W, (eigenvalues, eigenvectors))]
+
+
+def float_sum_rounding(k: int) -> float:
+    """``γ_k = k·u/(1 − k·u)``, ``u = 2⁻⁵³``: the relative rounding of a float64 sum of ``k``
+    terms, the allowance the certificates multiply by (``1 + 2γ_k``)."""
+    return k * 2.0**-53 / (1 - k * 2.0**-53)
 
 
 def sym_eigh(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -340,8 +347,7 @@ def softmax_certified_upper(
     )
     if bias is not None:  # the sink's token is not a word: no bound at row 0
         total = torch.where(cols == 0, math.inf, total)
-    gamma = (n + d) * 2.0**-53 / (1 - (n + d) * 2.0**-53)
-    return (total / base * (1 + 2 * gamma)).numpy()
+    return (total / base * (1 + 2 * float_sum_rounding(n + d))).numpy()
 
 
 def row_spread(z, A, Phi, V, cols, v_norm):

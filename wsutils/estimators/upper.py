@@ -12,8 +12,10 @@ the words they cover. The library has one for
   (:prf:ref:`prop-relu-low`, :func:`~wsutils.estimators.relu.relu_certified_upper`);
 
 for random features inside :func:`~wsutils.estimators.rf.rf_word_sensitivity`
-(:prf:ref:`lem-rf-deterministic`), and for one trained head in the own-norm ball
-(:prf:ref:`prop-head-upper`, :func:`wsutils.trained.head_certified_upper`). Sparsemax,
+(:prf:ref:`lem-rf-deterministic`), for one trained head in the own-norm ball
+(:prf:ref:`prop-head-upper`, :func:`wsutils.trained.head_certified_upper`) and for a trained
+model's whole attention block (:prf:ref:`prop-block-upper`,
+:func:`wsutils.trained.block_certified_upper`). Sparsemax,
 1.5-entmax, sigmoid and hardmax attention, a sink's own token and a map of one's own have none:
 their searches give a lower bound only. ReLU attention's bound is computed in float64 without a
 rounding allowance (and the rows' norms are checked to ``1e-6``), softmax attention's with one

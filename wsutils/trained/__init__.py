@@ -34,7 +34,8 @@ Every name below is defined in a module of this package by concern (``heads``, `
 - :func:`head_certified_upper`: an upper certificate for one head in the own-norm ball
   (:prf:ref:`prop-head-upper`), which :func:`head_word_sensitivity` returns beside its lower
   bound; :func:`head_upper_grid` bounds every head of every layer as :func:`head_grid`
-  searches them. The block, the layer and the stack have none.
+  searches them; :func:`block_certified_upper` bounds the whole attention block
+  (:prf:ref:`prop-block-upper`). The layer and the stack have none.
 - :func:`vocabulary_changes`: the realisable word sensitivity of the first layer's heads
   (:prf:ref:`def-realisable-ws`): replace token ``i`` by **every** token of the vocabulary
   through the model's embedding layer, batched, with every token's ``q, k, v`` from one
@@ -73,7 +74,7 @@ from .heads import (
     heads_word_sensitivity,
     random_head,
 )
-from .layers import block_map, layer_inputs, layer_map, stack_map
+from .layers import block_certified_upper, block_map, layer_inputs, layer_map, stack_map
 from .own_norm import own_norm_problem, own_norm_word_sensitivity
 from .substitutions import pair_changes, substitution_changes
 from .vocabulary import (
@@ -109,4 +110,5 @@ __all__ = [
     "heads_word_sensitivity",
     "head_certified_upper",
     "head_upper_grid",
+    "block_certified_upper",
 ]

@@ -20,7 +20,7 @@ import torch
 
 from .._tensor import Array
 from ..checks import check_int, check_rows, check_seed
-from ..estimators.softmax_upper import distances_above, row_spread
+from ..estimators.softmax_upper import distances_above, float_sum_rounding, row_spread
 from ..search import Search
 from ..sensitivity import SensitivityResult, ascend_and_certify, ascend_rows, certify, search_setup
 from ._common import Map, _encoder, _layer_index
@@ -383,24 +383,44 @@ def head_certified_upper(head: Head, X: Array, *, key_bias=None, rows=None) -> n
         zero, ``key_bias`` is refused by :func:`~wsutils.trained.check_key_bias`, or
         ``φ(X) = 0``.
     """
+    Xt = _own_norm_text(X, [head])
+    cols = (
+        torch.arange(Xt.shape[0]) if rows is None else torch.as_tensor(check_rows(rows, len(Xt)))
+    )
+    u, Phi = _head_row_bounds(head, Xt, cols, key_bias=key_bias)
+    base = float(torch.linalg.vector_norm(Phi))
+    if not base > 0:
+        raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and head.")
+    total = torch.sqrt((u**2).sum(dim=0))
+    return (total / base * (1 + 2 * float_sum_rounding(Xt.shape[0] + head.d + head.d_h))).numpy()
+
+
+def _own_norm_text(X: Array, heads: Sequence[Head]) -> torch.Tensor:
+    """``X`` as a float64 CPU text for the heads' certificates: one finite ``n × d`` text of
+    the heads' width with no zero row (its own-norm ball would be a point); a ValueError that
+    says which otherwise."""
     Xt = torch.as_tensor(X).detach().to("cpu", torch.float64)
     if Xt.ndim != 2 or not bool(torch.isfinite(Xt).all()):
         raise ValueError(f"X must be one finite text (n, d), got shape {tuple(Xt.shape)}.")
-    _check_width(Xt, [head])
-    n, d = Xt.shape
-    rho = torch.linalg.vector_norm(Xt, dim=1)  # the own-norm radii ‖x_i‖
-    if not bool((rho > 0).all()):
+    _check_width(Xt, heads)
+    if not bool((torch.linalg.vector_norm(Xt, dim=1) > 0).all()):
         raise ValueError("a row of X is zero: its own-norm ball is a point; drop that row.")
+    return Xt
+
+
+def _head_row_bounds(head: Head, Xt: torch.Tensor, cols: torch.Tensor, *, key_bias=None):
+    """The row terms of :prf:ref:`prop-head-upper`: ``u[j, c] ≥ ‖φ_j(X_i(Δ)) − φ_j(X)‖`` for
+    every ``‖Δ‖ ≤ ‖x_i‖``, word ``i = cols[c]`` and output row ``j`` (absolute, not divided by
+    ``‖φ(X)‖``), with ``φ(X)`` itself: ``(u, φ(X))``, in float64 without the rounding
+    allowance (the callers add it). ``Xt`` is checked by ``_own_norm_text``."""
+    n = Xt.shape[0]
+    rho = torch.linalg.vector_norm(Xt, dim=1)  # the own-norm radii ‖x_i‖
     bias = check_key_bias(key_bias, n)
     Q, K, V = _qkv(head, Xt)
     c = 1 / math.sqrt(head.d_h)
     z = Q @ K.T * c + (0 if bias is None else bias)
     A = torch.softmax(z, dim=1)
     Phi = A @ V
-    base = float(torch.linalg.vector_norm(Phi))
-    if not base > 0:
-        raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X and head.")
-    cols = torch.arange(n) if rows is None else torch.as_tensor(check_rows(rows, n))
     m = len(cols)
     live = torch.ones(n, dtype=torch.bool) if bias is None else bias > -math.inf
     omega = rho[cols] * float(torch.linalg.matrix_norm(head.W_V, ord=2))  # ≥ ‖ΔW_V‖
@@ -418,10 +438,7 @@ def head_certified_upper(head: Head, X: Array, *, key_bias=None, rows=None) -> n
     own[at, cols] = -math.inf
     with_self = torch.where(live[cols], self_dist + omega, torch.full_like(omega, -math.inf))
     u[cols, at] = torch.maximum(own.max(dim=1).values, with_self)
-    total = torch.sqrt((u**2).sum(dim=0))
-    k = n + d + head.d_h
-    gamma = k * 2.0**-53 / (1 - k * 2.0**-53)
-    return (total / base * (1 + 2 * gamma)).numpy()
+    return u, Phi
 
 
 def head_upper_grid(enc, inputs, rows, *, control: bool = False, seed: int = 0, key_bias=None):
