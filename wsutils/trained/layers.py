@@ -113,7 +113,7 @@ def block_certified_upper(enc, layer: int, X: Array, *, rows=None) -> np.ndarray
     ValueError
         If ``X`` is not one finite ``n × d`` text of the model's width or a row of ``X`` is
         zero (``wsutils.trained.heads._own_norm_text``), or ``rows`` is refused by
-        :func:`wsutils.checks.check_rows`.
+        ``wsutils.checks.check_rows``.
     """
     enc = _encoder(enc)
     layer = _layer_index(enc, layer)
