@@ -1,13 +1,14 @@
-"""Our softmax certificates against interval bound propagation (issue 60, part 4).
+"""Our softmax certificates against interval bound propagation and linear relaxation (issue 60,
+part 4).
 
 On the attention chapter's grid texts (``point_seed("attention", d, n, s)``, the first
 ``--texts`` of each point of ``grid_points("raf")`` at the scale ``--scale``), at the words the
 grid's point certifies (``sensitivity_point`` with the grid's search: its lower bound ``S``):
-interval bound propagation (:func:`wsutils.estimators.verifiers.ibp_upper`), the row-wise
+interval bound propagation (:func:`wsutils.estimators.verifiers.ibp_upper`), the CROWN-style
+linear relaxation (:func:`wsutils.estimators.verifiers.crown_upper`), the row-wise
 certificate (:prf:ref:`prop-softmax-upper`, ``joint=False``) and the default, the smaller of it
 and :prf:ref:`prop-softmax-joint`; each as its ratio to ``S`` and its CPU seconds. One thread,
-one process, the three bounds one after the other on each text. A CROWN-style linear
-relaxation (Shi et al., 2020) is not implemented here.
+one process, the four bounds one after the other on each text.
 
 ``python -m benchmarks.bench_verifiers --scale paper --texts 1``.
 """
@@ -22,7 +23,7 @@ import torch
 
 import wsutils as ws
 from wsutils.estimators.softmax_upper import softmax_certified_upper
-from wsutils.estimators.verifiers import ibp_upper
+from wsutils.estimators.verifiers import crown_upper, ibp_upper
 
 
 def _timed(fn):
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     for p in A.grid_points("raf"):
         seeds.setdefault((p["d"], p["n"]), []).append(p)
     print(
-        f"{'d':>4} {'n':>4} {'S':>7} | {'IBP/S':>7} {'s':>5} | {'row/S':>6} {'s':>5} |"
+        f"{'d':>4} {'n':>4} {'S':>7} | {'IBP/S':>7} {'s':>5} | {'CROWN/S':>7} {'s':>5} |"
+        f" {'row/S':>6} {'s':>5} |"
         f" {'joint/S':>7} {'s':>5}"
     )
     for (d, n), points in sorted(seeds.items()):
@@ -53,11 +55,13 @@ def main(argv: list[str] | None = None) -> None:
             rows = r["certified_rows"]
             X, W = ws.sample_X(n, d, seed=p["seed"]), ws.sample_W(d, seed=p["seed"] + 1)
             ibp, t_ibp = _timed(lambda: ibp_upper(X, W, rows=rows).max())
+            crown, t_crown = _timed(lambda: crown_upper(X, W, rows=rows).max())
             row, t_row = _timed(lambda: softmax_certified_upper(X, W, rows=rows, joint=False))
             joint, t_joint = _timed(lambda: softmax_certified_upper(X, W, rows=rows))
             S = r["S"]
             print(
                 f"{d:>4} {n:>4} {S:7.4f} | {ibp / S:7.2f} {t_ibp:5.2f} |"
+                f" {crown / S:7.2f} {t_crown:5.2f} |"
                 f" {row.max() / S:6.2f} {t_row:5.2f} | {joint.max() / S:7.3f} {t_joint:5.2f}",
                 flush=True,
             )
