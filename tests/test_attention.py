@@ -183,9 +183,10 @@ def test_float32_X_with_float64_W_is_certified_for_the_callers_W(kind):
         return ws.maps.attention(Z, W, normalisation=norm)
 
     res = at.attention_word_sensitivity(X32, W, normalisation=kind, starts=2, steps=15, seed=0)
-    assert res.value == pytest.approx(relative_change(phi, X64, res.row, res.Delta), rel=1e-12)
+    # two code paths to one float64 number: equal up to rounding, not to the last bit
+    assert res.value == pytest.approx(relative_change(phi, X64, res.row, res.Delta), rel=1e-10)
     for r, v in res.per_row.items():
-        assert v == pytest.approx(relative_change(phi, X64, r, res.per_row_Delta[r]), rel=1e-12)
+        assert v == pytest.approx(relative_change(phi, X64, r, res.per_row_Delta[r]), rel=1e-10)
     for row in range(6):
         assert tk.certified_lower_bound(
             X32, W, row, normalisation=kind
@@ -343,6 +344,6 @@ def test_written_gradient_is_autograds(kind, n, w_scale):
     f = obj(row_idx, D)
     (auto,) = torch.autograd.grad(f.sum(), D)
     vals, gradient = obj.evaluate(row_idx, Delta)
-    torch.testing.assert_close(vals, f.detach(), rtol=1e-12, atol=0)
+    torch.testing.assert_close(vals, f.detach(), rtol=1e-10, atol=0)  # two code paths
     written = gradient() / (2 * vals * obj.base_norm**2)[:, None]
     torch.testing.assert_close(written, auto, rtol=1e-9, atol=1e-12)
