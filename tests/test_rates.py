@@ -126,3 +126,5 @@ def test_ols_slope_range_holds_every_slope_inside_the_brackets_and_is_attained()
         rates.ols_slope_range(ns, upper, lower)  # upper below lower
     with pytest.raises(ValueError):
         rates.ols_slope_range(ns, lower, upper[:-1])
+    with pytest.raises(ValueError, match="two different"):
+        rates.ols_slope_range([10.0, 10.0], [1.0, 1.0], [2.0, 2.0])  # no slope to bound

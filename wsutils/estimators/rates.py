@@ -193,7 +193,10 @@ def ols_slope_range(n, lower, upper) -> tuple[float, float]:
         )
     if np.isnan(up).any() or np.any(up < lo):
         raise ValueError(f"upper must be a number ≥ lower at every point, got {upper!r}.")
-    w = (x - x.mean()) / float(((x - x.mean()) ** 2).sum())
+    spread = float(((x - x.mean()) ** 2).sum())
+    if not spread > 0:
+        raise ValueError(f"n needs two different values for a slope, got {n!r}.")
+    w = (x - x.mean()) / spread
     with np.errstate(invalid="ignore"):  # 0·inf where w_j = 0
         a, b = w * np.log(lo), w * np.log(up)
     a, b = np.where(w == 0, 0.0, a), np.where(w == 0, 0.0, b)

@@ -25,9 +25,10 @@ most ``‖max(U − φ, φ − L)‖_F`` (entrywise). The intervals forget that 
 to one and that one ``Δ`` moves them all: that is what our certificates use. Cost ``O(n²d)``
 per word (every row's weights and values as intervals).
 
-:func:`crown_upper` is the linear-relaxation baseline (CROWN, Zhang et al., 2018; the forward
-process of Shi et al., 2020): every intermediate quantity gets two linear functions of ``Δ``,
-one below it and one above, on the whole ball, built node by node:
+:func:`crown_upper` is a linear-relaxation baseline in the style of CROWN (Zhang et al., 2018)
+and of Shi et al., 2020, forward only (weaker than CROWN's backward pass with optimised
+slopes): every intermediate quantity gets two linear functions of ``Δ``, one below it and one
+above, on the whole ball, built node by node:
 
 1. a scalar nonlinearity ``f`` (``exp``, ``1/x``, ``sigmoid``) on an interval ``[l, u]`` is
    bounded by the two lines of the chord's slope that touch ``f`` from below and from above
@@ -103,7 +104,12 @@ class _Problem:
         self.key_move = self.c * torch.linalg.vector_norm(self.X @ self.W, dim=1)  # c‖Wᵀx_j‖
         self.query_move = self.c * torch.linalg.vector_norm(self.X @ self.W.T, dim=1)  # c‖Wx_k‖
         eig = torch.linalg.eigvalsh((self.W + self.W.T) / 2)
-        self.quad = (self.c * float(eig.min()) * self.r, self.c * float(eig.max()) * self.r)
+        # cΔᵀWΔ/√d over the ball: ΔᵀWΔ ∈ [min(λ_min, 0), max(λ_max, 0)]·d (‖Δ‖² runs from 0
+        # to d), times c/√d, its ends in order whatever the sign of c
+        ends = sorted(
+            self.c * v * self.r for v in (min(float(eig.min()), 0.0), max(float(eig.max()), 0.0))
+        )
+        self.quad = (ends[0], ends[1])
         self.self_lin = self.c * (self.X @ (self.W + self.W.T)) / self.r  # row i: h_ii
         quad = max(abs(self.quad[0]), abs(self.quad[1]))  # |cΔᵀWΔ|/√d ≤ c·max|λ|·√d
         self.self_move = self.r * torch.linalg.vector_norm(self.self_lin, dim=1) + quad

@@ -121,6 +121,20 @@ def block_certified_upper(enc, layer: int, X: Array, *, rows=None) -> np.ndarray
     Xt = _own_norm_text(X, heads)
     n, d = Xt.shape
     cols = torch.arange(n) if rows is None else torch.as_tensor(check_rows(rows, n))
+    e, Z, B, gamma, eps = _block_rows(enc, layer, heads, Xt, cols)
+    base = float(torch.linalg.vector_norm(B))
+    z_norm = torch.linalg.vector_norm(Z, dim=1)[:, None]
+    s = torch.sqrt(torch.clamp(z_norm - e, min=0) ** 2 / d + eps)
+    g = float(gamma.abs().max())
+    row = g * torch.minimum(e / s, torch.full_like(e, 2 * math.sqrt(d)))
+    total = torch.sqrt((row**2).sum(dim=0))
+    return (total / base * (1 + 4 * float_sum_rounding(n + 2 * d))).numpy()
+
+
+def _block_rows(enc, layer: int, heads, Xt: torch.Tensor, cols: torch.Tensor):
+    """:prf:ref:`prop-block-upper` before the LayerNorm: ``e[j, c]``, the most row ``j`` of
+    ``Y`` (the LayerNorm's input) moves when word ``cols[c]`` moves in its own-norm ball; the
+    centred rows ``Z = ΠY``, the block's output ``B``, the LayerNorm's scale and ``ε``."""
     out = enc.model.encoder.layer[layer - 1].attention.output
     take = lambda t: t.detach().to("cpu", torch.float64)  # noqa: E731
     W_O, b_O, gamma, beta = (
@@ -139,10 +153,4 @@ def block_certified_upper(enc, layer: int, X: Array, *, rows=None) -> np.ndarray
     Z = torch.cat(phis, dim=1) @ W_O.T + b_O + Xt
     Z = Z - Z.mean(dim=1, keepdim=True)  # the centred rows z_j
     B = gamma * Z / torch.sqrt((Z**2).mean(dim=1, keepdim=True) + eps) + beta
-    base = float(torch.linalg.vector_norm(B))
-    z_norm = torch.linalg.vector_norm(Z, dim=1)[:, None]
-    s = torch.sqrt(torch.clamp(z_norm - e, min=0) ** 2 / d + eps)
-    g = float(gamma.abs().max())
-    row = g * torch.minimum(e / s, torch.full_like(e, 2 * math.sqrt(d)))
-    total = torch.sqrt((row**2).sum(dim=0))
-    return (total / base * (1 + 4 * float_sum_rounding(n + 2 * d))).numpy()
+    return e, Z, B, gamma, eps
