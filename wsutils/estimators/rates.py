@@ -168,12 +168,21 @@ def ols_slope_bound(n, bound) -> float:
     ``log y`` on ``log n`` (:func:`ols_slope`): ``Σ_j |w_j|·bound_j``, attained at
     ``ε_j = bound_j·sign(w_j)``. How far a remainder known only to satisfy ``|ε_j| ≤ bound_j``
     can move a fitted slope (chapter ``deep-random-features``, the wide limit's rate)."""
-    x = np.log(_positive("n", n))
-    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), x.shape)
+    w = _ols_weights(n)
+    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), w.shape)
     if np.any(~np.isfinite(b)) or np.any(b < 0):
         raise ValueError(f"bound must be finite and non-negative, got {bound!r}.")
-    w = (x - x.mean()) / float(((x - x.mean()) ** 2).sum())
     return float(np.sum(np.abs(w) * b))
+
+
+def _ols_weights(n) -> np.ndarray:
+    """The weights ``w_j = (log n_j − mean)/Σ(log n − mean)²`` of the least-squares slope of a
+    ``log y`` on ``log n`` (:func:`ols_slope`): the slope is ``Σ_j w_j log y_j``. Not finite
+    when every ``n_j`` is the same."""
+    c = np.log(_positive("n", n))
+    c = c - c.mean()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return c / float((c**2).sum())
 
 
 def ols_slope_range(n, lower, upper) -> tuple[float, float]:
@@ -184,19 +193,17 @@ def ols_slope_range(n, lower, upper) -> tuple[float, float]:
     :func:`ols_slope_bound`, so the least takes ``upper_j`` where ``w_j < 0`` and ``lower_j``
     where ``w_j > 0``, the largest the reverse; both are attained. An infinite ``upper_j``
     gives an infinite end (where ``w_j ≠ 0``)."""
-    x = np.log(_positive("n", n)).ravel()
+    w = _ols_weights(n).ravel()
     lo = _positive("lower", lower).ravel()
     up = np.asarray(upper, dtype=np.float64).ravel()
-    if not (x.size == lo.size == up.size) or x.size < 2:
+    if not (w.size == lo.size == up.size) or w.size < 2:
         raise ValueError(
-            f"n, lower and upper need the same length ≥ 2, got {x.size}, {lo.size}, {up.size}."
+            f"n, lower and upper need the same length ≥ 2, got {w.size}, {lo.size}, {up.size}."
         )
     if np.isnan(up).any() or np.any(up < lo):
         raise ValueError(f"upper must be a number ≥ lower at every point, got {upper!r}.")
-    spread = float(((x - x.mean()) ** 2).sum())
-    if not spread > 0:
+    if not np.isfinite(w).all():
         raise ValueError(f"n needs two different values for a slope, got {n!r}.")
-    w = (x - x.mean()) / spread
     with np.errstate(invalid="ignore"):  # 0·inf where w_j = 0
         a, b = w * np.log(lo), w * np.log(up)
     a, b = np.where(w == 0, 0.0, a), np.where(w == 0, 0.0, b)

@@ -326,7 +326,7 @@ def softmax_certified_upper(
     base = float(torch.linalg.vector_norm(Phi))
     if not base > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X.")
-    cols = torch.arange(n) if rows is None else torch.as_tensor(check_rows(rows, n))
+    cols = torch.as_tensor(check_rows(rows, n))  # None: every word
     w = c * torch.linalg.vector_norm(Xt @ Wt, dim=1)  # c·√d‖Wᵀx_j‖/√d, per row j
     terms = _RowTerms(Xt, Wt, z, A, Phi, w, c, r, norm.sink if bias is not None else None)
     grid = check_int("grid", grid, minimum=1)

@@ -96,8 +96,8 @@ class _Problem:
         self.W = as_tensor(W, dtype=torch.float64)
         check_shape("W", self.W, (self.d, self.d), f"d × d with d = {self.d}, the width of X")
         self.c, self.r = norm.scale(self.n), math.sqrt(self.d)
-        self.sink = norm.key_bias(self.n, self.X) is not None
         bias = norm.key_bias(self.n, self.X)
+        self.sink = bias is not None
         self.z = self.c * attention_scores(self.X, self.W) + (0 if bias is None else bias)
         self.phi = torch.softmax(self.z, dim=1) @ self.X
         self.base = float(torch.linalg.vector_norm(self.phi))
@@ -111,6 +111,11 @@ class _Problem:
         )
         self.quad = (ends[0], ends[1])
         self.self_lin = self.c * (self.X @ (self.W + self.W.T)) / self.r  # row i: h_ii
+        # the score shifts' slopes in Δ: key i in row j, g_j = cWᵀx_j/√d; query i against key
+        # k, h_k = cWx_k/√d (the same for every word, so computed once)
+        self.G = self.c * (self.X @ self.W) / self.r
+        self.G_norm = torch.linalg.vector_norm(self.G, dim=1)
+        self.H = self.c * (self.X @ self.W.T) / self.r
         quad = max(abs(self.quad[0]), abs(self.quad[1]))  # |cΔᵀWΔ|/√d ≤ c·max|λ|·√d
         self.self_move = self.r * torch.linalg.vector_norm(self.self_lin, dim=1) + quad
 
@@ -137,9 +142,10 @@ class _Problem:
         lo[i, i], hi[i, i] = z[i, i] - self.self_move[i], z[i, i] + self.self_move[i]
         return lo, hi
 
-    def ibp(self, i: int):
-        """IBP's weight and output intervals for word ``i``: ``(a_lo, a_hi, L, U)``."""
-        a_lo, a_hi = _softmax_interval(*self.score_box(i))
+    def ibp(self, i: int, box=None):
+        """IBP's weight and output intervals for word ``i``: ``(a_lo, a_hi, L, U)``; ``box``:
+        :meth:`score_box` of ``i`` if already computed."""
+        a_lo, a_hi = _softmax_interval(*(self.score_box(i) if box is None else box))
         v_lo, v_hi = self.X.clone(), self.X.clone()
         v_lo[i] -= self.r  # the box around x_i + Δ
         v_hi[i] += self.r
@@ -147,10 +153,11 @@ class _Problem:
 
     def crown(self, i: int):
         """The relaxation's output intervals for word ``i``, intersected with IBP's."""
-        a_lo, a_hi, L, U = self.ibp(i)
+        box = self.score_box(i)
+        a_lo, a_hi, L, U = self.ibp(i, box)
         lo, hi = self._other_rows(i)
         lo, hi = self.phi + lo, self.phi + hi
-        lo[i], hi[i] = self._own_row(i, a_lo[i], a_hi[i])
+        lo[i], hi[i] = self._own_row(i, a_lo[i], a_hi[i], box)
         return torch.maximum(L, lo), torch.minimum(U, hi)
 
     def _other_rows(self, i: int):
@@ -159,8 +166,7 @@ class _Problem:
         ``g_j = cWᵀx_j/√d``; each entry's two McCormick planes for ``pΔ_m``, the tighter kept."""
         X, r, z = self.X, self.r, self.z
         others = torch.arange(self.n) != i
-        G = self.c * (X @ self.W) / r  # g_j
-        g = torch.linalg.vector_norm(G, dim=1)
+        G, g = self.G, self.G_norm  # g_j and its norm
         t0 = z[:, i] - torch.logsumexp(z[:, others], dim=1)
         tl, tu = t0 - g * r, t0 + g * r
         k, b_lo, b_hi = _lines(torch.sigmoid, tl, tu, _sigmoid_touch)
@@ -189,15 +195,16 @@ class _Problem:
                 best[side] = val if side not in best else pick(best[side], val)
         return best["lo"], best["hi"]
 
-    def _own_row(self, i: int, a_lo, a_hi):
+    def _own_row(self, i: int, a_lo, a_hi, box):
         """Bounds on row ``i`` after the change: ``e^{z_k}`` (less the largest score), their sum
         ``σ``, ``1/σ``, the weights ``e^{z_k}/σ`` and the output ``Σ_k a_k v_k`` with
         ``v_i = x_i + Δ``, each a pair of linear functions of ``Δ`` (module docstring);
-        ``a_lo``, ``a_hi``: IBP's weight intervals, intersected with the relaxation's."""
+        ``a_lo``, ``a_hi``: IBP's weight intervals, intersected with the relaxation's; ``box``:
+        the scores' intervals (:meth:`score_box`)."""
         X, r, d = self.X, self.r, self.d
-        slope = self.c * (X @ self.W.T) / r  # row k: h_k = cWx_k/√d, the score z_ik's slope
+        slope = self.H.clone()  # row k: h_k, the score z_ik's slope
         slope[i] = self.self_lin[i]
-        lo_box, hi_box = self.score_box(i)
+        lo_box, hi_box = box
         zl, zu = lo_box[i], hi_box[i]
         top = float(zu.max())
         c_lo, c_hi = self.z[i] - top, self.z[i] - top  # the forms' constants (less the top)

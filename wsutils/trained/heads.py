@@ -384,9 +384,7 @@ def head_certified_upper(head: Head, X: Array, *, key_bias=None, rows=None) -> n
         ``φ(X) = 0``.
     """
     Xt = _own_norm_text(X, [head])
-    cols = (
-        torch.arange(Xt.shape[0]) if rows is None else torch.as_tensor(check_rows(rows, len(Xt)))
-    )
+    cols = torch.as_tensor(check_rows(rows, len(Xt)))  # None: every word
     u, Phi = _head_row_bounds(head, Xt, cols, key_bias=key_bias)
     base = float(torch.linalg.vector_norm(Phi))
     if not base > 0:

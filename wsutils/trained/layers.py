@@ -120,7 +120,7 @@ def block_certified_upper(enc, layer: int, X: Array, *, rows=None) -> np.ndarray
     heads = [head_weights(enc, layer, h) for h in range(enc.heads)]
     Xt = _own_norm_text(X, heads)
     n, d = Xt.shape
-    cols = torch.arange(n) if rows is None else torch.as_tensor(check_rows(rows, n))
+    cols = torch.as_tensor(check_rows(rows, n))  # None: every word
     e, Z, B, gamma, eps = _block_rows(enc, layer, heads, Xt, cols)
     base = float(torch.linalg.vector_norm(B))
     z_norm = torch.linalg.vector_norm(Z, dim=1)[:, None]
