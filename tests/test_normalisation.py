@@ -550,7 +550,7 @@ def test_scale_is_the_chapters_sizes(monkeypatch):
         "d = 128: n = 16, 128 (2 seeds); d = 768: n = 16, 128 (2 seeds)"
     )
     quick = nm.scale("quick")
-    assert quick.grid_text() == "d = 16: n = 16, 64, 256 (4 seeds)" and quick.workers == 1
+    assert quick.grid_text() == "d = 16: n = 16, 64, 256 (3 seeds)" and quick.workers == 1
     for P in (quick, paper):  # the flip experiment lies beyond softmax's boundary
         assert math.log(P.flip_n) > math.sqrt(2 * P.flip_d) + 1
 

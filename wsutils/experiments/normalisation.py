@@ -526,7 +526,7 @@ class Scale:
 SCALES = {
     "quick": Scale(
         grid=((16, (16, 64, 256)),),
-        seeds_fit=4,  # every word searched: two texts a length left sigmoid's slope unsettled
+        seeds_fit=3,
         keep=2,
         search_starts=2,
         search_steps=30,
