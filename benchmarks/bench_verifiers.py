@@ -7,8 +7,9 @@ grid's point certifies (``sensitivity_point`` with the grid's search: its lower 
 interval bound propagation (:func:`wsutils.estimators.verifiers.ibp_upper`), the CROWN-style
 linear relaxation (:func:`wsutils.estimators.verifiers.crown_upper`), the row-wise
 certificate (:prf:ref:`prop-softmax-upper`, ``joint=False``) and the default, the smaller of it
-and :prf:ref:`prop-softmax-joint`; each as its ratio to ``S`` and its CPU seconds. One thread,
-one process, the four bounds one after the other on each text.
+and :prf:ref:`prop-softmax-joint`, and that with one multiplier per row searched at each word
+(``refine=--refine``); each as its ratio to ``S`` and its CPU seconds. One thread, one process,
+the five bounds one after the other on each text.
 
 ``python -m benchmarks.bench_verifiers --scale paper --texts 1``.
 """
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", default="paper", choices=("quick", "paper"))
     parser.add_argument("--texts", type=int, default=1)
+    parser.add_argument("--refine", type=int, default=50)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     os.environ["WSBOOK_SCALE"] = args.scale  # grid_points reads the scale from it
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"{'d':>4} {'n':>4} {'S':>7} | {'IBP/S':>7} {'s':>5} | {'CROWN/S':>7} {'s':>5} |"
         f" {'row/S':>6} {'s':>5} |"
-        f" {'joint/S':>7} {'s':>5}"
+        f" {'joint/S':>7} {'s':>5} | {'refined/S':>9} {'s':>5}"
     )
     for (d, n), points in sorted(seeds.items()):
         for p in points[: args.texts]:
@@ -58,11 +60,15 @@ def main(argv: list[str] | None = None) -> None:
             crown, t_crown = _timed(lambda: crown_upper(X, W, rows=rows).max())
             row, t_row = _timed(lambda: softmax_certified_upper(X, W, rows=rows, joint=False))
             joint, t_joint = _timed(lambda: softmax_certified_upper(X, W, rows=rows))
+            refined, t_ref = _timed(
+                lambda: softmax_certified_upper(X, W, rows=rows, refine=args.refine)
+            )
             S = r["S"]
             print(
                 f"{d:>4} {n:>4} {S:7.4f} | {ibp / S:7.2f} {t_ibp:5.2f} |"
                 f" {crown / S:7.2f} {t_crown:5.2f} |"
-                f" {row.max() / S:6.2f} {t_row:5.2f} | {joint.max() / S:7.3f} {t_joint:5.2f}",
+                f" {row.max() / S:6.2f} {t_row:5.2f} | {joint.max() / S:7.3f} {t_joint:5.2f} |"
+                f" {refined.max() / S:9.3f} {t_ref:5.2f}",
                 flush=True,
             )
 

@@ -95,3 +95,53 @@ def test_joint_is_the_same_for_any_rows_asked():
     full = softmax_certified_upper(X, W)
     some = softmax_certified_upper(X, W, rows=[3, 17, 40])
     np.testing.assert_allclose(some, full[[3, 17, 40]], rtol=1e-12)
+
+
+@pytest.mark.parametrize("norm", NORMS, ids=str)
+@pytest.mark.parametrize("n,d", [(30, 4), (10, 16)])  # BᵀΩB (n > d) and the Gram (n ≤ d)
+def test_per_row_multipliers_lie_above_every_change_tried(norm, n, d):
+    """prop-softmax-joint with one multiplier per row (refine): never above the one
+    multiplier's bound, and never below a change that random Δ or a long search make."""
+    g = torch.Generator().manual_seed(1)
+    X, W = ws.sample_X(n, d, seed=11).double(), ws.sample_W(d, seed=12).double() * 2
+    one = softmax_certified_upper(X, W, normalisation=norm)
+    U = softmax_certified_upper(X, W, normalisation=norm, refine=40)
+    words = range(1 if norm.sink is not None else 0, n)
+    assert (U[list(words)] <= one[list(words)]).all()
+    for i in words:
+        D = torch.randn(300, d, generator=g, dtype=torch.float64)
+        D *= math.sqrt(d) / D.norm(dim=1, keepdim=True)
+        D[150:] *= torch.rand(150, 1, generator=g, dtype=torch.float64)
+        assert float(changes(X, W, norm, i, D).max()) <= U[i]
+    found = attention_word_sensitivity(
+        X, W, normalisation=norm, takeovers=True, starts=6, steps=150, upper=False
+    )
+    assert all(v <= U[i] for i, v in found.per_row.items())
+
+
+def test_per_row_multipliers_tighten_and_more_steps_are_never_worse():
+    """On a text where the shifts' ball binds, the per-row multipliers lower the bound at
+    some word, and a longer search (the same iterates, then more) is never looser."""
+    X, W = ws.sample_X(80, 24, seed=13), ws.sample_W(24, seed=14)
+    one = softmax_certified_upper(X, W)
+    short = softmax_certified_upper(X, W, refine=5)
+    long = softmax_certified_upper(X, W, refine=30)
+    assert (long <= short).all() and (short <= one).all() and (long < one).any()
+
+
+def test_per_row_multipliers_on_a_fine_grid_of_a_tiny_text():
+    """d = 2: every Δ of a fine polar grid of the ball stays below the refined bound."""
+    X, W = ws.sample_X(12, 2, seed=5).double(), 3 * ws.sample_W(2, seed=6).double()
+    U = softmax_certified_upper(X, W, refine=30, grid=2)
+    t = torch.linspace(0, 2 * math.pi, 721, dtype=torch.float64)[:-1]
+    rad = math.sqrt(2) * torch.linspace(0, 1, 41, dtype=torch.float64)
+    D = (rad[:, None, None] * torch.stack([t.cos(), t.sin()], -1)[None]).reshape(-1, 2)
+    for i in range(12):
+        assert float(changes(X, W, Normalisation("softmax"), i, D).max()) <= U[i]
+
+
+@pytest.mark.parametrize("kw", [dict(refine=-1), dict(refine=2.5), dict(refine=3, joint=False)])
+def test_per_row_multipliers_refuse_bad_settings(kw):
+    X, W = ws.sample_X(8, 4, seed=1), ws.sample_W(4, seed=2)
+    with pytest.raises((ValueError, TypeError), match="refine"):
+        softmax_certified_upper(X, W, **kw)

@@ -36,6 +36,7 @@ __all__ = [
     "JOINT_GRID",
     "JOINT_GRID_EVERY",
     "JOINT_ELEMENTS",
+    "REFINE_RATE",
     "ball_quadratic_sup",
     "distances_above",
     "float_sum_rounding",
@@ -248,6 +249,9 @@ JOINT_GRID_EVERY = 16
 #: The most entries of one chunk of the joint bound's ``n × words × (2·JOINT_GRID + 1)`` grid.
 JOINT_ELEMENTS = 2**22
 
+#: The step size of the per-row multipliers' search (Adam on ``log ω_j``; ``refine``).
+REFINE_RATE = 0.1
+
 
 def softmax_certified_upper(
     X: Array,
@@ -257,6 +261,7 @@ def softmax_certified_upper(
     rows=None,
     joint: bool = True,
     grid: int = JOINT_GRID,
+    refine: int = 0,
 ) -> np.ndarray:
     """Per word ``i``, an upper bound on ``sup_{‖Δ‖≤√d} ‖φ(X_i(Δ)) − φ(X)‖_F/‖φ(X)‖_F`` for
     softmax attention (eq. :eq:`eq-raf`; any ``β``, scalable softmax, and a sink of margin
@@ -294,6 +299,11 @@ def softmax_certified_upper(
         The joint bound's intervals a side (:data:`JOINT_GRID` by default): its cost grows
         with them; its value falls at the word where the multiplier is chosen (usually, not
         always, at the others).
+    refine
+        With ``joint=True``: steps of a search for one multiplier per row at each word
+        (:prf:ref:`prop-softmax-joint` with ``Ω = diag(ω_j)``; ``0``, the default: the one
+        multiplier alone), started from the one multiplier and kept only where it is smaller.
+        Each step costs an ``eigvalsh`` of size ``min(n, d)`` a word: for a few words.
 
     Returns
     -------
@@ -330,6 +340,9 @@ def softmax_certified_upper(
     w = c * torch.linalg.vector_norm(Xt @ Wt, dim=1)  # c·√d‖Wᵀx_j‖/√d, per row j
     terms = _RowTerms(Xt, Wt, z, A, Phi, w, c, r, norm.sink if bias is not None else None)
     grid = check_int("grid", grid, minimum=1)
+    refine = check_int("refine", refine, minimum=0)
+    if refine and not joint:
+        raise ValueError("refine searches the joint bound's multipliers: leave joint=True.")
     chunk = max(1, JOINT_ELEMENTS // (n * (2 * grid + 1))) if joint else n
     if joint:
         R = c * float(torch.linalg.matrix_norm(Xt @ Wt, ord=2))  # ‖t‖ ≤ R over the ball
@@ -337,14 +350,19 @@ def softmax_certified_upper(
             raise ValueError("a text with a sink needs a word besides the sink's token (n ≥ 2).")
         first = torch.tensor([1 if bias is not None else 0])  # the first word, whatever rows
         lam = _best_multiplier(*terms(first), R, grid)
-    total = torch.cat(
-        [
-            _row_wise(*terms(cols[s : s + chunk]))
-            if not joint
-            else _joint(*terms(cols[s : s + chunk]), R, lam, grid)
-            for s in range(0, len(cols), chunk)
-        ]
-    )
+        B = c * (Xt @ Wt)  # the score shifts t = BΔ/√d
+        gram = B @ B.T if n <= d else None
+
+    def bound(chunk_cols):
+        args = terms(chunk_cols)
+        if not joint:
+            return _row_wise(*args)
+        value = _joint(*args, R, lam, grid)
+        if refine:
+            value = value.minimum(torch.sqrt(_per_row(*args, B, gram, lam, grid, refine)))
+        return value
+
+    total = torch.cat([bound(cols[s : s + chunk]) for s in range(0, len(cols), chunk)])
     if bias is not None:  # the sink's token is not a word: no bound at row 0
         total = torch.where(cols == 0, math.inf, total)
     return (total / base * (1 + 2 * float_sum_rounding(n + d))).numpy()
@@ -441,6 +459,38 @@ def _joint(cols, zc, ell, p, spread, w, r, u_own, R, lam: float, grid: int):
     top, t2, keep = _joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid)
     joint = torch.sqrt(_joint_value(top, t2, keep, u_own, R, lam))
     return torch.minimum(joint, _row_wise(cols, zc, ell, p, spread, w, r, u_own))
+
+
+def _per_row(cols, zc, ell, p, spread, w, r, u_own, B, gram, lam: float, grid: int, steps: int):
+    """:prf:ref:`prop-softmax-joint` with one multiplier ``ω_j`` per row at each word of ``cols``
+    (``Ω = diag(ω_j)``, ``ω_i = 0``): Adam on ``log ω_j`` from the one multiplier ``lam`` for
+    ``steps`` steps; the bound (squared numerator) at the best iterate. ``‖Ω^{1/2}B‖₂²``
+    (``B = c·XW``) is the top eigenvalue of ``Ω^{1/2}BBᵀΩ^{1/2}`` when ``gram = BBᵀ`` is given
+    (``n ≤ d``), else of ``BᵀΩB``. Any ``ω_j ≥ 0`` gives a valid bound, so the search only
+    decides how tight it is."""
+    top, t2, keep = _joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid)
+    mask = keep.T.to(torch.float64)  # (words, rows): ω_i = 0 at each word's own row
+    theta = torch.full(mask.shape, math.log(lam), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([theta], lr=REFINE_RATE)
+
+    def value(theta):
+        s = (theta / 2).exp() * mask  # s = √ω, with no square root of ω_i = 0
+        rows = ((top - (s**2).T[:, :, None] * t2).amax(dim=2) * keep).sum(dim=0)
+        if gram is not None:
+            norm2 = torch.linalg.eigvalsh(s[:, :, None] * gram * s[:, None, :])[:, -1]
+        else:
+            norm2 = torch.linalg.eigvalsh(B.T @ (s[:, :, None] ** 2 * B))[:, -1]
+        return rows + norm2.clamp(min=0) + u_own**2
+
+    best = torch.full((mask.shape[0],), math.inf, dtype=torch.float64)
+    for _ in range(steps):
+        v = value(theta)
+        best = torch.minimum(best, v.detach())
+        opt.zero_grad()
+        v.sum().backward()
+        opt.step()
+    with torch.no_grad():
+        return torch.minimum(best, value(theta))
 
 
 def _best_multiplier(cols, zc, ell, p, spread, w, r, u_own, R, grid, steps: int = 40) -> float:
