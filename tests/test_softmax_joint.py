@@ -145,3 +145,16 @@ def test_per_row_multipliers_refuse_bad_settings(kw):
     X, W = ws.sample_X(8, 4, seed=1), ws.sample_W(4, seed=2)
     with pytest.raises((ValueError, TypeError), match="refine"):
         softmax_certified_upper(X, W, **kw)
+
+
+@pytest.mark.parametrize("n,d", [(30, 4), (10, 16)])  # BᵀΩB (n > d) and the Gram (n ≤ d)
+def test_the_weighted_norm_is_the_spectral_norm(n, d):
+    """The norm term of the per-row multipliers, ‖diag(√ω)B‖₂², on both paths, against
+    torch's spectral norm, for random ω ≥ 0 with zeros among them."""
+    g = torch.Generator().manual_seed(n + d)
+    B = torch.randn(n, d, generator=g, dtype=torch.float64)
+    s = torch.rand(3, n, generator=g, dtype=torch.float64) * 2
+    s[:, ::4] = 0
+    want = torch.stack([torch.linalg.matrix_norm(r[:, None] * B, ord=2) ** 2 for r in s])
+    got = su._weighted_norm2(s, B, B @ B.T if n <= d else None)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-9)

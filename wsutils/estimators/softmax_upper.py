@@ -272,7 +272,8 @@ def softmax_certified_upper(
     word, and the propositions do not bound it: its entry is ``inf``. Computed in float64 and
     enlarged by the relative rounding of its float64 sums, ``2γ_{n+d}`` (Higham's
     ``γ_k = ku/(1 − ku)``); not covered (besides the chapter's unproved remainder: ``exp``,
-    ``log``, ``sigmoid``, ``eigh``, and for the joint bound the SVD of ``‖XW‖₂``):
+    ``log``, ``sigmoid``, ``eigh``, and for the joint bound the SVD of ``‖XW‖₂`` or, with
+    ``refine``, the ``eigvalsh`` of ``‖Ω^{1/2}XW‖₂``):
     cancellation in ``φ(X) = AX`` itself, where ``‖φ(X)‖`` is small against ``‖A|X|‖`` and
     its computed value can be far off.
 
@@ -476,11 +477,7 @@ def _per_row(cols, zc, ell, p, spread, w, r, u_own, B, gram, lam: float, grid: i
     def value(theta):
         s = (theta / 2).exp() * mask  # s = √ω, with no square root of ω_i = 0
         rows = ((top - (s**2).T[:, :, None] * t2).amax(dim=2) * keep).sum(dim=0)
-        if gram is not None:
-            norm2 = torch.linalg.eigvalsh(s[:, :, None] * gram * s[:, None, :])[:, -1]
-        else:
-            norm2 = torch.linalg.eigvalsh(B.T @ (s[:, :, None] ** 2 * B))[:, -1]
-        return rows + norm2.clamp(min=0) + u_own**2
+        return rows + _weighted_norm2(s, B, gram) + u_own**2
 
     best = torch.full((mask.shape[0],), math.inf, dtype=torch.float64)
     for _ in range(steps):
@@ -491,6 +488,16 @@ def _per_row(cols, zc, ell, p, spread, w, r, u_own, B, gram, lam: float, grid: i
         opt.step()
     with torch.no_grad():
         return torch.minimum(best, value(theta))
+
+
+def _weighted_norm2(s, B, gram):
+    """``‖diag(s)B‖₂²`` for each row of ``s`` (``s = √ω``, words × rows): the top eigenvalue of
+    ``diag(s)BBᵀdiag(s)`` when ``gram = BBᵀ`` is given (``n ≤ d``), else of ``BᵀΩB``."""
+    if gram is not None:
+        top = torch.linalg.eigvalsh(s[:, :, None] * gram * s[:, None, :])[:, -1]
+    else:
+        top = torch.linalg.eigvalsh(B.T @ (s[:, :, None] ** 2 * B))[:, -1]
+    return top.clamp(min=0)
 
 
 def _best_multiplier(cols, zc, ell, p, spread, w, r, u_own, R, grid, steps: int = 40) -> float:
