@@ -62,17 +62,22 @@ def test_joint_lies_above_every_change_tried(norm):
     g = torch.Generator().manual_seed(0)
     for n, d in [(30, 4), (60, 8)]:
         X, W = ws.sample_X(n, d, seed=3).double(), ws.sample_W(d, seed=4).double() * 2
-        U = softmax_certified_upper(X, W, normalisation=norm)
-        words = range(1 if norm.sink is not None else 0, n)
-        for i in words:
-            D = torch.randn(300, d, generator=g, dtype=torch.float64)
-            D *= math.sqrt(d) / D.norm(dim=1, keepdim=True)
-            D[150:] *= torch.rand(150, 1, generator=g, dtype=torch.float64)
-            assert float(changes(X, W, norm, i, D).max()) <= U[i]
-        found = attention_word_sensitivity(
-            X, W, normalisation=norm, takeovers=True, starts=6, steps=150, upper=False
-        )
-        assert all(v <= U[i] for i, v in found.per_row.items())
+        _above_every_change(X, W, norm, softmax_certified_upper(X, W, normalisation=norm), g)
+
+
+def _above_every_change(X, W, norm, U, g):
+    """``U`` (one bound per word) against 300 random Δ in the ball at every word (150 on its
+    sphere, 150 inside) and a long search with the take-overs."""
+    n, d = X.shape
+    for i in range(1 if norm.sink is not None else 0, n):
+        D = torch.randn(300, d, generator=g, dtype=torch.float64)
+        D *= math.sqrt(d) / D.norm(dim=1, keepdim=True)
+        D[150:] *= torch.rand(150, 1, generator=g, dtype=torch.float64)
+        assert float(changes(X, W, norm, i, D).max()) <= U[i]
+    found = attention_word_sensitivity(
+        X, W, normalisation=norm, takeovers=True, starts=6, steps=150, upper=False
+    )
+    assert all(v <= U[i] for i, v in found.per_row.items())
 
 
 @pytest.mark.parametrize("grid", [2, 32])
@@ -108,15 +113,7 @@ def test_per_row_multipliers_lie_above_every_change_tried(norm, n, d):
     U = softmax_certified_upper(X, W, normalisation=norm, refine=40)
     words = range(1 if norm.sink is not None else 0, n)
     assert (U[list(words)] <= one[list(words)]).all()
-    for i in words:
-        D = torch.randn(300, d, generator=g, dtype=torch.float64)
-        D *= math.sqrt(d) / D.norm(dim=1, keepdim=True)
-        D[150:] *= torch.rand(150, 1, generator=g, dtype=torch.float64)
-        assert float(changes(X, W, norm, i, D).max()) <= U[i]
-    found = attention_word_sensitivity(
-        X, W, normalisation=norm, takeovers=True, starts=6, steps=150, upper=False
-    )
-    assert all(v <= U[i] for i, v in found.per_row.items())
+    _above_every_change(X, W, norm, U, g)
 
 
 def test_per_row_multipliers_tighten_and_more_steps_are_never_worse():
