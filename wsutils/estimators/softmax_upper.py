@@ -338,7 +338,8 @@ def softmax_certified_upper(
     if not base > 0:
         raise ValueError("‖φ(X)‖ = 0: the relative change is undefined for this X.")
     cols = torch.as_tensor(check_rows(rows, n))  # None: every word
-    w = c * torch.linalg.vector_norm(Xt @ Wt, dim=1)  # c·√d‖Wᵀx_j‖/√d, per row j
+    XW = Xt @ Wt
+    w = c * torch.linalg.vector_norm(XW, dim=1)  # c·√d‖Wᵀx_j‖/√d, per row j
     terms = _RowTerms(Xt, Wt, z, A, Phi, w, c, r, norm.sink if bias is not None else None)
     grid = check_int("grid", grid, minimum=1)
     refine = check_int("refine", refine, minimum=0)
@@ -346,21 +347,26 @@ def softmax_certified_upper(
         raise ValueError("refine searches the joint bound's multipliers: leave joint=True.")
     chunk = max(1, JOINT_ELEMENTS // (n * (2 * grid + 1))) if joint else n
     if joint:
-        R = c * float(torch.linalg.matrix_norm(Xt @ Wt, ord=2))  # ‖t‖ ≤ R over the ball
+        R = c * float(torch.linalg.matrix_norm(XW, ord=2))  # ‖t‖ ≤ R over the ball
         if bias is not None and n < 2:
             raise ValueError("a text with a sink needs a word besides the sink's token (n ≥ 2).")
         first = torch.tensor([1 if bias is not None else 0])  # the first word, whatever rows
         lam = _best_multiplier(*terms(first), R, grid)
-        B = c * (Xt @ Wt)  # the score shifts t = BΔ/√d
+    if refine:
+        B = c * XW  # the score shifts t = BΔ/√d
         gram = B @ B.T if n <= d else None
 
     def bound(chunk_cols):
+        """The numerator at the words ``chunk_cols``: the row-wise bound, or the smallest of
+        it and the joint bound's (one multiplier, then one per row), on one grid of shifts."""
         args = terms(chunk_cols)
+        value = _row_wise(*args)
         if not joint:
-            return _row_wise(*args)
-        value = _joint(*args, R, lam, grid)
+            return value
+        cells, u_own = _joint_grid(*args, grid), args[-1]
+        value = torch.minimum(torch.sqrt(_joint_value(*cells, u_own, R, lam)), value)
         if refine:
-            value = value.minimum(torch.sqrt(_per_row(*args, B, gram, lam, grid, refine)))
+            value = value.minimum(torch.sqrt(_per_row(*cells, u_own, B, gram, lam, refine)))
         return value
 
     total = torch.cat([bound(cols[s : s + chunk]) for s in range(0, len(cols), chunk)])
@@ -447,36 +453,31 @@ def _joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid: int):
     return top, t2, keep
 
 
+def _rows_sup(top, t2, keep, lam):
+    """``Σ_{j≠i} sup_t (h_ji(t)² − λ_j t²)`` on the grid's cells, per word: ``lam`` one
+    multiplier, or one per row and word (``rows × words × 1``)."""
+    return ((top - lam * t2).amax(dim=2) * keep).sum(dim=0)
+
+
 def _joint_value(top, t2, keep, u_own, R, lam: float):
     """:prf:ref:`prop-softmax-joint`'s bound on the squared numerator at multiplier ``lam``."""
-    rows = (top - lam * t2).max(dim=2).values * keep
-    return lam * R**2 + rows.sum(dim=0) + u_own**2
+    return lam * R**2 + _rows_sup(top, t2, keep, lam) + u_own**2
 
 
-def _joint(cols, zc, ell, p, spread, w, r, u_own, R, lam: float, grid: int):
-    """:prf:ref:`prop-softmax-joint`'s bound at multiplier ``lam``, or the row-wise bound of
-    :prf:ref:`prop-softmax-upper` where that is smaller: the numerator at each word of
-    ``cols``."""
-    top, t2, keep = _joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid)
-    joint = torch.sqrt(_joint_value(top, t2, keep, u_own, R, lam))
-    return torch.minimum(joint, _row_wise(cols, zc, ell, p, spread, w, r, u_own))
-
-
-def _per_row(cols, zc, ell, p, spread, w, r, u_own, B, gram, lam: float, grid: int, steps: int):
-    """:prf:ref:`prop-softmax-joint` with one multiplier ``ω_j`` per row at each word of ``cols``
-    (``Ω = diag(ω_j)``, ``ω_i = 0``): Adam on ``log ω_j`` from the one multiplier ``lam`` for
-    ``steps`` steps; the bound (squared numerator) at the best iterate. ``‖Ω^{1/2}B‖₂²``
-    (``B = c·XW``) is the top eigenvalue of ``Ω^{1/2}BBᵀΩ^{1/2}`` when ``gram = BBᵀ`` is given
-    (``n ≤ d``), else of ``BᵀΩB``. Any ``ω_j ≥ 0`` gives a valid bound, so the search only
-    decides how tight it is."""
-    top, t2, keep = _joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid)
+def _per_row(top, t2, keep, u_own, B, gram, lam: float, steps: int):
+    """:prf:ref:`prop-softmax-joint` with one multiplier ``ω_j`` per row at each word of the
+    grid's cells (:func:`_joint_grid`; ``Ω = diag(ω_j)``, ``ω_i = 0``): Adam on ``log ω_j``
+    from the one multiplier ``lam`` for ``steps`` steps; the bound (squared numerator) at the
+    best iterate. ``‖Ω^{1/2}B‖₂²`` (``B = c·XW``) is the top eigenvalue of
+    ``Ω^{1/2}BBᵀΩ^{1/2}`` when ``gram = BBᵀ`` is given (``n ≤ d``), else of ``BᵀΩB``. Any
+    ``ω_j ≥ 0`` gives a valid bound, so the search only decides how tight it is."""
     mask = keep.T.to(torch.float64)  # (words, rows): ω_i = 0 at each word's own row
     theta = torch.full(mask.shape, math.log(lam), dtype=torch.float64, requires_grad=True)
     opt = torch.optim.Adam([theta], lr=REFINE_RATE)
 
     def value(theta):
         s = (theta / 2).exp() * mask  # s = √ω, with no square root of ω_i = 0
-        rows = ((top - (s**2).T[:, :, None] * t2).amax(dim=2) * keep).sum(dim=0)
+        rows = _rows_sup(top, t2, keep, (s**2).T[:, :, None])
         return rows + _weighted_norm2(s, B, gram) + u_own**2
 
     best = torch.full((mask.shape[0],), math.inf, dtype=torch.float64)
