@@ -144,14 +144,28 @@ def test_per_row_multipliers_refuse_bad_settings(kw):
         softmax_certified_upper(X, W, **kw)
 
 
-@pytest.mark.parametrize("n,d", [(30, 4), (10, 16)])  # BᵀΩB (n > d) and the Gram (n ≤ d)
-def test_the_weighted_norm_is_the_spectral_norm(n, d):
-    """The norm term of the per-row multipliers, ‖diag(√ω)B‖₂², on both paths, against
-    torch's spectral norm, for random ω ≥ 0 with zeros among them."""
-    g = torch.Generator().manual_seed(n + d)
-    B = torch.randn(n, d, generator=g, dtype=torch.float64)
-    s = torch.rand(3, n, generator=g, dtype=torch.float64) * 2
-    s[:, ::4] = 0
-    want = torch.stack([torch.linalg.matrix_norm(r[:, None] * B, ord=2) ** 2 for r in s])
-    got = su._weighted_norm2(s, B, B @ B.T if n <= d else None)
-    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-9)
+@pytest.mark.parametrize("n", [1, 2, 7])  # fewer shifts than dimensions, and more
+def test_the_multipliers_term_is_the_sup_over_the_ball(n):
+    """The per-row multipliers' term, sup over ‖δ‖ ≤ 1 of ηᵀBδ + δᵀBᵀdiag(ω)Bδ (through
+    C = US): above it at every δ of a fine polar grid of the ball (d = 2), within 1e-3 of
+    the grid's largest value, and its maximiser's shifts reach it; with η = 0 it is
+    ‖diag(√ω)B‖₂² (torch's spectral norm), up to the bisection's margin above it."""
+    g = torch.Generator().manual_seed(n)
+    B = torch.randn(n, 2, generator=g, dtype=torch.float64)
+    U, sv, _ = torch.linalg.svd(B, full_matrices=False)
+    om = torch.rand(4, n, generator=g, dtype=torch.float64) * 2
+    om[0] = 0
+    eta = torch.randn(4, n, generator=g, dtype=torch.float64)
+    eta[1] = 0
+    value, t_star = su._shift_ball_sup(U * sv, om, eta)
+    a = torch.linspace(0, 2 * math.pi, 3601, dtype=torch.float64)[:-1]
+    rad = torch.linspace(0, 1, 201, dtype=torch.float64)
+    D = (rad[:, None, None] * torch.stack([a.cos(), a.sin()], -1)[None]).reshape(-1, 2)
+    T = D @ B.T  # (points, n): the shifts
+    grid = (T @ eta.T + (T**2) @ om.T).max(dim=0).values
+    assert (value >= grid).all() and (value <= grid + 1e-3 * (1 + grid.abs())).all()
+    at_star = (eta * t_star + om * t_star**2).sum(dim=1)
+    np.testing.assert_allclose(at_star.numpy(), value.numpy(), rtol=1e-6, atol=1e-9)
+    want = torch.linalg.matrix_norm(om[1].sqrt()[:, None] * B, ord=2) ** 2
+    gap = float(value[1] - want)  # ball_quadratic_sup takes μ ≥ λ_max + 1e-9·(1 + λ_max)
+    assert 0 <= gap <= 2e-9 * (1 + float(want))

@@ -249,7 +249,7 @@ JOINT_GRID_EVERY = 16
 #: The most entries of one chunk of the joint bound's ``n × words × (2·JOINT_GRID + 1)`` grid.
 JOINT_ELEMENTS = 2**22
 
-#: The step size of the per-row multipliers' search (Adam on ``log ω_j``; ``refine``).
+#: The step size of the per-row multipliers' search (Adam on ``log ω_j`` and ``η_j``; ``refine``).
 REFINE_RATE = 0.1
 
 
@@ -273,7 +273,7 @@ def softmax_certified_upper(
     enlarged by the relative rounding of its float64 sums, ``2γ_{n+d}`` (Higham's
     ``γ_k = ku/(1 − ku)``); not covered (besides the chapter's unproved remainder: ``exp``,
     ``log``, ``sigmoid``, ``eigh``, and for the joint bound the SVD of ``‖XW‖₂`` or, with
-    ``refine``, the ``eigvalsh`` of ``‖Ω^{1/2}XW‖₂``):
+    ``refine``, the SVD ``c·XW = USVᵀ`` and the forming of ``(US)ᵀΩUS``):
     cancellation in ``φ(X) = AX`` itself, where ``‖φ(X)‖`` is small against ``‖A|X|‖`` and
     its computed value can be far off.
 
@@ -301,10 +301,11 @@ def softmax_certified_upper(
         with them; its value falls at the word where the multiplier is chosen (usually, not
         always, at the others).
     refine
-        With ``joint=True``: steps of a search for one multiplier per row at each word
-        (:prf:ref:`prop-softmax-joint` with ``Ω = diag(ω_j)``; ``0``, the default: the one
-        multiplier alone), started from the one multiplier and kept only where it is smaller.
-        Each step costs an ``eigvalsh`` of size ``min(n, d)`` a word: for a few words.
+        With ``joint=True``: steps of a search for two multipliers per row at each word, one
+        for the squared shift and one for the shift (:prf:ref:`prop-softmax-joint` with
+        ``Ω = diag(ω_j)`` and ``η``; ``0``, the default: the one multiplier alone), started
+        from the one multiplier and ``η = 0`` and kept only where it is smaller. Each step
+        costs an ``eigh`` of size ``min(n, d)`` a word: for a few words.
 
     Returns
     -------
@@ -352,9 +353,9 @@ def softmax_certified_upper(
             raise ValueError("a text with a sink needs a word besides the sink's token (n ≥ 2).")
         first = torch.tensor([1 if bias is not None else 0])  # the first word, whatever rows
         lam = _best_multiplier(*terms(first), R, grid)
-    if refine:
-        B = c * XW  # the score shifts t = BΔ/√d
-        gram = B @ B.T if n <= d else None
+    if refine:  # the score shifts t = c·XWΔ/√d = Cy, ‖y‖ ≤ 1 (C = US from the SVD of c·XW)
+        U, sv, _ = torch.linalg.svd(c * XW, full_matrices=False)
+        C = U * sv
 
     def bound(chunk_cols):
         """The numerator at the words ``chunk_cols``: the row-wise bound, or the smallest of
@@ -366,7 +367,9 @@ def softmax_certified_upper(
         cells, u_own = _joint_grid(*args, grid), args[-1]
         value = torch.minimum(torch.sqrt(_joint_value(*cells, u_own, R, lam)), value)
         if refine:
-            value = value.minimum(torch.sqrt(_per_row(*cells, u_own, B, gram, lam, refine)))
+            value = value.minimum(
+                torch.sqrt(_per_row(cells[0], cells[2], u_own, w, C, lam, refine))
+            )
         return value
 
     total = torch.cat([bound(cols[s : s + chunk]) for s in range(0, len(cols), chunk)])
@@ -464,41 +467,77 @@ def _joint_value(top, t2, keep, u_own, R, lam: float):
     return lam * R**2 + _rows_sup(top, t2, keep, lam) + u_own**2
 
 
-def _per_row(top, t2, keep, u_own, B, gram, lam: float, steps: int):
-    """:prf:ref:`prop-softmax-joint` with one multiplier ``ω_j`` per row at each word of the
-    grid's cells (:func:`_joint_grid`; ``Ω = diag(ω_j)``, ``ω_i = 0``): Adam on ``log ω_j``
-    from the one multiplier ``lam`` for ``steps`` steps; the bound (squared numerator) at the
-    best iterate. ``‖Ω^{1/2}B‖₂²`` (``B = c·XW``) is the top eigenvalue of
-    ``Ω^{1/2}BBᵀΩ^{1/2}`` when ``gram = BBᵀ`` is given (``n ≤ d``), else of ``BᵀΩB``. Any
-    ``ω_j ≥ 0`` gives a valid bound, so the search only decides how tight it is."""
-    mask = keep.T.to(torch.float64)  # (words, rows): ω_i = 0 at each word's own row
+def _per_row(top, keep, u_own, w, C, lam: float, steps: int):
+    """:prf:ref:`prop-softmax-joint` with one quadratic multiplier ``ω_j ≥ 0`` and one linear
+    multiplier ``η_j`` per row at each word of the grid's cells (:func:`_joint_grid`;
+    ``ω_i = η_i = 0``): Adam on ``log ω_j`` and ``η_j`` (in units of the row's largest squared
+    term over ``w_j``) from the one multiplier ``lam`` and ``η = 0``, for ``steps`` steps; the
+    bound (squared numerator) at the best iterate. The shifts are ``t = Cy`` over ``‖y‖ ≤ 1``
+    (``C = US`` from the SVD ``B = USVᵀ`` of ``B = c·XW``), so the multipliers' term is the
+    trust-region sup of ``ηᵀCy + yᵀCᵀΩCy``, bounded at every iterate by
+    :func:`ball_quadratic_sup` (its rounding covered). Any multipliers give a valid bound, so
+    the search only decides how tight it is; its gradient is the envelope one, ``(t*, t*²)``
+    at the sup's maximiser ``t* = Cy*``."""
+    mask = keep.T.to(torch.float64)  # (words, rows): ω_i = η_i = 0 at each word's own row
+    f = torch.linspace(-1.0, 1.0, top.shape[2] + 1, dtype=torch.float64)
+    ends = w[:, None] * f[None, :]  # (rows, K + 1): the cells' signed ends, as _joint_grid's
+    lo, hi = ends[:, None, :-1], ends[:, None, 1:]
+    unit = (top.amax(dim=2) / w[:, None].clamp_min(1e-300)).T.clamp_min(1e-300)  # (words, rows)
     theta = torch.full(mask.shape, math.log(lam), dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.Adam([theta], lr=REFINE_RATE)
+    eta_u = torch.zeros(mask.shape, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([theta, eta_u], lr=REFINE_RATE)
 
-    def value(theta):
-        s = (theta / 2).exp() * mask  # s = √ω, with no square root of ω_i = 0
-        rows = _rows_sup(top, t2, keep, (s**2).T[:, :, None])
-        return rows + _weighted_norm2(s, B, gram) + u_own**2
+    def value(theta, eta_u):
+        om, eta = theta.exp(), eta_u * unit  # (words, rows)
+        vertex = (-eta / (2 * om)).T[:, :, None]  # each cell's sup of −ηt − ωt² (concave)
+        t = torch.minimum(torch.maximum(vertex, lo), hi)
+        rows = (top - eta.T[:, :, None] * t - om.T[:, :, None] * t**2).amax(dim=2) * keep
+        om, eta = om * mask, eta * mask
+        ball, t_star = _shift_ball_sup(C, om.detach(), eta.detach())
+        surrogate = (eta * t_star + om * t_star**2).sum(dim=1)  # the envelope gradient
+        return rows.sum(dim=0) + u_own**2 + ball + (surrogate - surrogate.detach())
 
     best = torch.full((mask.shape[0],), math.inf, dtype=torch.float64)
     for _ in range(steps):
-        v = value(theta)
+        v = value(theta, eta_u)
         best = torch.minimum(best, v.detach())
         opt.zero_grad()
         v.sum().backward()
         opt.step()
     with torch.no_grad():
-        return torch.minimum(best, value(theta))
+        return torch.minimum(best, value(theta, eta_u))
 
 
-def _weighted_norm2(s, B, gram):
-    """``‖diag(s)B‖₂²`` for each row of ``s`` (``s = √ω``, words × rows): the top eigenvalue of
-    ``diag(s)BBᵀdiag(s)`` when ``gram = BBᵀ`` is given (``n ≤ d``), else of ``BᵀΩB``."""
-    if gram is not None:
-        top = torch.linalg.eigvalsh(s[:, :, None] * gram * s[:, None, :])[:, -1]
-    else:
-        top = torch.linalg.eigvalsh(B.T @ (s[:, :, None] ** 2 * B))[:, -1]
-    return top.clamp(min=0)
+def _shift_ball_sup(C, om, eta) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``om`` and ``eta`` (words × rows), an upper bound on
+    ``sup_{‖y‖≤1} ηᵀCy + yᵀCᵀdiag(ω)Cy`` (:func:`ball_quadratic_sup`, its rounding covered)
+    and the shifts ``t* = Cy*`` at an approximate maximiser (:func:`_ball_argmax`)."""
+    M = torch.einsum("nk,mn,nl->mkl", C, om, C)
+    g = eta @ C
+    lam, Q = torch.linalg.eigh(M)
+    value = [
+        ball_quadratic_sup(M[k], g[k : k + 1], 1.0, eig=(lam[k], Q[k])) for k in range(len(g))
+    ]
+    return torch.cat(value), _ball_argmax(lam, Q, g) @ C.T
+
+
+def _ball_argmax(lam, Q, g) -> torch.Tensor:
+    """An approximate maximiser ``y*`` of ``gᵀy + yᵀMy`` over ``‖y‖ ≤ 1`` per row of ``g``
+    (``M = Q diag(λ) Qᵀ``, batched): ``½(μI − M)⁻¹g`` at the root ``μ > max(λ_max, 0)`` of the
+    secular equation (bisection), filled up to the sphere along the top eigenvector when ``g``
+    is too small to reach it. Only the search's direction: the bound never uses it."""
+    gq = (Q.transpose(1, 2) @ g[:, :, None])[:, :, 0]
+    floor = lam[:, -1].clamp_min(0)
+    lo = floor + 1e-12 * (1 + floor)
+    hi = floor + torch.linalg.vector_norm(g, dim=1) / 2 + 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        big = 0.25 * (gq**2 / (mid[:, None] - lam) ** 2).sum(dim=1) > 1
+        lo, hi = torch.where(big, mid, lo), torch.where(big, hi, mid)
+    yq = 0.5 * gq / (hi[:, None] - lam)
+    short = (1 - (yq**2).sum(dim=1)).clamp_min(0)
+    yq[:, -1] += torch.where(lam[:, -1] > 0, short.sqrt(), torch.zeros_like(short))
+    return (Q @ yq[:, :, None])[:, :, 0]
 
 
 def _best_multiplier(cols, zc, ell, p, spread, w, r, u_own, R, grid, steps: int = 40) -> float:
