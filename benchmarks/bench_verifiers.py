@@ -25,7 +25,7 @@ import time
 import torch
 
 import wsutils as ws
-from wsutils.estimators.softmax_upper import softmax_certified_upper
+from wsutils.estimators.softmax_upper import REFINE_STEPS, softmax_certified_upper
 from wsutils.estimators.verifiers import crown_upper, ibp_upper
 
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", default="paper", choices=("quick", "paper"))
     parser.add_argument("--texts", type=int, default=1)
-    parser.add_argument("--refine", type=int, default=50)
+    parser.add_argument("--refine", type=int, default=REFINE_STEPS)
     parser.add_argument("--every", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
