@@ -13,7 +13,14 @@ the five bounds one after the other on each text. With ``--every``, also the ref
 largest value over **every** word (an upper bound on ``S(X)`` itself, the bracket's upper side:
 :func:`_every_word`).
 
-``python -m benchmarks.bench_verifiers --scale paper --texts 1 [--every]``.
+With ``--far N``, instead, one long text (``d = 192``, ``n = N``, the far grid's first seed):
+every word screened, the best two certified
+(:func:`~wsutils.estimators.screen.screened_word_sensitivity`), and the one multiplier's and
+the refined bound at those words over its ``S`` (``JOINT_GRID_EVERY`` intervals, as
+attention-far's far grid).
+
+``python -m benchmarks.bench_verifiers --scale paper --texts 1 [--every]``;
+``python -m benchmarks.bench_verifiers --far 4000``.
 """
 
 from __future__ import annotations
@@ -25,8 +32,14 @@ import time
 import torch
 
 import wsutils as ws
-from wsutils.estimators.softmax_upper import REFINE_STEPS, softmax_certified_upper
+from wsutils.estimators.screen import screened_word_sensitivity
+from wsutils.estimators.softmax_upper import (
+    JOINT_GRID_EVERY,
+    REFINE_STEPS,
+    softmax_certified_upper,
+)
 from wsutils.estimators.verifiers import crown_upper, ibp_upper
+from wsutils.run.seeds import point_seed
 
 
 def _timed(fn):
@@ -51,14 +64,34 @@ def _every_word(X, W, steps: int, batch: int = 16) -> float:
     return best
 
 
+def _far(n: int, steps: int, d: int = 192) -> None:
+    """The one multiplier's and the refined bound over the lower bound found on one long
+    text, at the two words its every-word screen certifies."""
+    seed = point_seed("attention", d, n, 0)
+    X, W = ws.sample_X(n, d, seed=seed), ws.sample_W(d, seed=seed + 1)
+    found, t_found = _timed(
+        lambda: screened_word_sensitivity(X, W, screen=dict(keep=2), upper=False)
+    )
+    rows, S = sorted(found.per_row), found.value
+    print(f"d = {d}, n = {n}: S = {S:.4f} at words {rows} ({t_found:.0f} CPU s)")
+    for refine in (0, steps):
+        up, t_up = _timed(
+            lambda: softmax_certified_upper(X, W, rows=rows, grid=JOINT_GRID_EVERY, refine=refine)
+        )
+        print(f"refine = {refine}: bound / S = {up.max() / S:.3f} ({t_up:.1f} CPU s)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", default="paper", choices=("quick", "paper"))
     parser.add_argument("--texts", type=int, default=1)
     parser.add_argument("--refine", type=int, default=REFINE_STEPS)
     parser.add_argument("--every", action="store_true")
+    parser.add_argument("--far", type=int, default=0)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.far:
+        return _far(args.far, args.refine)
     os.environ["WSBOOK_SCALE"] = args.scale  # grid_points reads the scale from it
     from wsutils.experiments import attention as A
 

@@ -44,6 +44,33 @@ def test_each_rows_grid_bound_is_above_its_sup(grid, omega):
     assert (bound[keep] >= fine.max(dim=2).values[keep] * (1 - 1e-12)).all()
 
 
+@pytest.mark.parametrize("grid", [1, 2, 32])
+def test_each_rows_bound_with_linear_multipliers_is_above_its_sup(grid):
+    """The cells' bound on sup_t h_ji(t)² − η_j t − ω_j t² (refine's rows term: the largest h²
+    on a cell plus the concave part at its clipped vertex) against the same function on a grid
+    of 4001 shifts, for every row and word, random ω_j > 0 and η_j of both signs."""
+    X, W = ws.sample_X(30, 6, seed=9), 2 * ws.sample_W(6, seed=10)
+    Xt, Wt = X.double(), W.double()
+    n, d = Xt.shape
+    c = 1 / math.sqrt(d)
+    z = c * attention_scores(Xt, Wt)
+    A = torch.softmax(z, dim=1)
+    w = c * torch.linalg.vector_norm(Xt @ Wt, dim=1)
+    terms = su._RowTerms(Xt, Wt, z, A, A @ Xt, w, c, math.sqrt(d), None)
+    cols, zc, ell, p, spread, w, r, u_own = terms(torch.arange(n))
+    top, _, keep = su._joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid)
+    g = torch.Generator().manual_seed(grid)
+    scale = float(top.max()) / float(w.max())
+    om = torch.rand(n, n, generator=g, dtype=torch.float64) * scale / float(w.max()) + 1e-3
+    eta = torch.randn(n, n, generator=g, dtype=torch.float64) * scale  # (words, rows)
+    bound = su._cells_sup(top, w, om, eta)  # (rows, words)
+    t = w[:, None] * torch.linspace(-1, 1, 4001, dtype=torch.float64)[None, :]
+    h2 = su._row_term(zc, ell, p, spread, w, r, t[:, None, :]) ** 2  # (rows, words, shifts)
+    fine = h2 - eta.T[:, :, None] * t[:, None, :] - om.T[:, :, None] * t[:, None, :] ** 2
+    want = fine.max(dim=2).values
+    assert (bound[keep] >= want[keep] - 1e-12 * fine.abs().amax(dim=2)[keep]).all()
+
+
 @pytest.mark.parametrize("norm", NORMS, ids=str)
 def test_joint_acts_on_a_long_text(norm):
     """Where the shifts' ball binds (n ≫ d), the joint bound is below the row-wise one at
@@ -126,15 +153,54 @@ def test_per_row_multipliers_tighten_and_more_steps_are_never_worse():
     assert (long <= short).all() and (short <= one).all() and (long < one).any()
 
 
-def test_per_row_multipliers_on_a_fine_grid_of_a_tiny_text():
-    """d = 2: every Δ of a fine polar grid of the ball stays below the refined bound."""
-    X, W = ws.sample_X(12, 2, seed=5).double(), 3 * ws.sample_W(2, seed=6).double()
-    U = softmax_certified_upper(X, W, refine=30, grid=2)
-    t = torch.linspace(0, 2 * math.pi, 721, dtype=torch.float64)[:-1]
-    rad = math.sqrt(2) * torch.linspace(0, 1, 41, dtype=torch.float64)
+@pytest.mark.parametrize(
+    "norm,n,grid",
+    [
+        (norm, n, grid)
+        for norm in NORMS
+        for n, grid in [(2, 32), (3, 2), (12, 2), (30, 32)]  # C = US square (n ≤ d) and tall
+        if n > 2 or norm.sink is None  # a sink takes a row: two words besides it at least
+    ],
+    ids=str,
+)
+def test_per_row_multipliers_on_a_fine_grid_of_a_tiny_text(norm, n, grid):
+    """d = 2: every Δ of a fine polar grid of the ball stays below the refined bound, for
+    every normalisation (a sink's row 0 among the rows), strong weights, and texts shorter
+    and longer than d (where the shifts' matrix C = US is square or tall)."""
+    X, W = ws.sample_X(n, 2, seed=5 + n).double(), 3.4 * ws.sample_W(2, seed=6).double()
+    U = softmax_certified_upper(X, W, normalisation=norm, refine=30, grid=grid)
+    t = torch.linspace(0, 2 * math.pi, 361, dtype=torch.float64)[:-1]
+    rad = math.sqrt(2) * torch.linspace(0, 1, 21, dtype=torch.float64)
     D = (rad[:, None, None] * torch.stack([t.cos(), t.sin()], -1)[None]).reshape(-1, 2)
-    for i in range(12):
-        assert float(changes(X, W, Normalisation("softmax"), i, D).max()) <= U[i]
+    for i in range(1 if norm.sink is not None else 0, n):
+        assert float(changes(X, W, norm, i, D).max()) <= U[i]
+
+
+@pytest.mark.parametrize("norm", NORMS[:3], ids=str)
+@pytest.mark.parametrize("n", [3, 12, 30])
+def test_refined_bound_is_above_the_rows_own_maximum(norm, n):
+    """Sharper than any change of the map: the refined bound against what the proposition
+    relaxes, u_i² + Σ_{j≠i} h_ji(t_j)² at the shifts t = c·XWv of every v of a fine polar
+    grid of the unit disc (d = 2, strong weights). A multiplier left on row i, or any
+    relaxation that drops below the rows' own maximum, fails here."""
+    X, W = ws.sample_X(n, 2, seed=20 + n).double(), 3.4 * ws.sample_W(2, seed=21).double()
+    U = softmax_certified_upper(X, W, normalisation=norm, refine=40, grid=8)
+    c, r = norm.scale(n), math.sqrt(2)
+    z = c * attention_scores(X, W)
+    A = torch.softmax(z, dim=1)
+    XW = X @ W
+    w = c * torch.linalg.vector_norm(XW, dim=1)
+    terms = su._RowTerms(X, W, z, A, A @ X, w, c, r, None)
+    cols, zc, ell, p, spread, w, r, u_own = terms(torch.arange(n))
+    a = torch.linspace(0, 2 * math.pi, 721, dtype=torch.float64)[:-1]
+    rad = torch.linspace(0, 1, 41, dtype=torch.float64)
+    V = (rad[:, None, None] * torch.stack([a.cos(), a.sin()], -1)[None]).reshape(-1, 2)
+    T = c * XW @ V.T  # (rows, points): the shifts of each v
+    base = float((A @ X).norm())  # U = the numerator (1 + 2γ) over it
+    for i in range(n):
+        h2 = su._row_term(zc[:, i], ell[:, i], p[:, i], spread[:, i], w, r, T) ** 2
+        h2[i] = u_own[i] ** 2
+        assert float(h2.sum(dim=0).max().sqrt()) <= U[i] * base
 
 
 @pytest.mark.parametrize("kw", [dict(refine=-1), dict(refine=2.5), dict(refine=3, joint=False)])

@@ -282,7 +282,8 @@ def softmax_certified_upper(
     enlarged by the relative rounding of its float64 sums, ``2γ_{n+d}`` (Higham's
     ``γ_k = ku/(1 − ku)``); not covered (besides the chapter's unproved remainder: ``exp``,
     ``log``, ``sigmoid``, ``eigh``, and for the joint bound the SVD of ``‖XW‖₂`` or, with
-    ``refine``, the SVD ``c·XW = USVᵀ`` and the forming of ``(US)ᵀΩUS``):
+    ``refine``, the SVD ``c·XW = USVᵀ``, the forming of ``(US)ᵀΩUS`` and ``(US)ᵀη`` and
+    the cancellation in each row's ``h² − η_j t − ω_j t²``):
     cancellation in ``φ(X) = AX`` itself, where ``‖φ(X)‖`` is small against ``‖A|X|‖`` and
     its computed value can be far off.
 
@@ -488,9 +489,6 @@ def _per_row(top, keep, u_own, w, C, lam: float, steps: int):
     the search only decides how tight it is; its gradient is the envelope one, ``(t*, t*²)``
     at the sup's maximiser ``t* = Cy*``."""
     mask = keep.T.to(torch.float64)  # (words, rows): ω_i = η_i = 0 at each word's own row
-    f = torch.linspace(-1.0, 1.0, top.shape[2] + 1, dtype=torch.float64)
-    ends = w[:, None] * f[None, :]  # (rows, K + 1): the cells' signed ends, as _joint_grid's
-    lo, hi = ends[:, None, :-1], ends[:, None, 1:]
     unit = (top.amax(dim=2) / w[:, None].clamp_min(1e-300)).T.clamp_min(1e-300)  # (words, rows)
     theta = torch.full(mask.shape, math.log(lam), dtype=torch.float64, requires_grad=True)
     eta_u = torch.zeros(mask.shape, dtype=torch.float64, requires_grad=True)
@@ -498,9 +496,7 @@ def _per_row(top, keep, u_own, w, C, lam: float, steps: int):
 
     def value(theta, eta_u):
         om, eta = theta.exp(), eta_u * unit  # (words, rows)
-        vertex = (-eta / (2 * om)).T[:, :, None]  # each cell's sup of −ηt − ωt² (concave)
-        t = torch.minimum(torch.maximum(vertex, lo), hi)
-        rows = (top - eta.T[:, :, None] * t - om.T[:, :, None] * t**2).amax(dim=2) * keep
+        rows = _cells_sup(top, w, om, eta) * keep
         om, eta = om * mask, eta * mask
         ball, t_star = _shift_ball_sup(C, om.detach(), eta.detach())
         surrogate = (eta * t_star + om * t_star**2).sum(dim=1)  # the envelope gradient
@@ -515,6 +511,19 @@ def _per_row(top, keep, u_own, w, C, lam: float, steps: int):
         opt.step()
     with torch.no_grad():
         return torch.minimum(best, value(theta, eta_u))
+
+
+def _cells_sup(top, w, om, eta) -> torch.Tensor:
+    """For each row ``j`` and word (``rows × words``), a bound on the sup of
+    ``h_ji(t)² − η_j t − ω_j t²`` over ``|t| ≤ w_j`` from the grid's cells (:func:`_joint_grid`,
+    whose ``top`` bounds ``h²`` on each cell): each cell's ``top`` plus the largest of the
+    concave ``−η_j t − ω_j t²`` on it, at its vertex ``−η_j/(2ω_j)`` clipped into the cell
+    (``om > 0`` and ``eta``: words × rows)."""
+    f = torch.linspace(-1.0, 1.0, top.shape[2] + 1, dtype=torch.float64)
+    ends = w[:, None] * f[None, :]  # (rows, K + 1): the cells' signed ends, as _joint_grid's
+    vertex = (-eta / (2 * om)).T[:, :, None]
+    t = torch.minimum(torch.maximum(vertex, ends[:, None, :-1]), ends[:, None, 1:])
+    return (top - eta.T[:, :, None] * t - om.T[:, :, None] * t**2).amax(dim=2)
 
 
 def _shift_ball_sup(C, om, eta) -> tuple[torch.Tensor, torch.Tensor]:
