@@ -22,25 +22,32 @@ NORMS = [
 ]
 
 
+def _rows_on_a_grid(grid: int):
+    """The row terms of one text (n = 30, d = 6, strong weights) at every word, its grid's
+    cells, and 4001 shifts over each row's range with h_ji² at each (rows, words, shifts)."""
+    X, W = ws.sample_X(30, 6, seed=9).double(), 2 * ws.sample_W(6, seed=10).double()
+    n, d = X.shape
+    c = 1 / math.sqrt(d)
+    z = c * attention_scores(X, W)
+    A = torch.softmax(z, dim=1)
+    w = c * torch.linalg.vector_norm(X @ W, dim=1)
+    terms = su._RowTerms(X, W, z, A, A @ X, w, c, math.sqrt(d), None)
+    cols, zc, ell, p, spread, w, r, u_own = terms(torch.arange(n))
+    top, t2, keep = su._joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid)
+    t = w[:, None] * torch.linspace(-1, 1, 4001, dtype=torch.float64)[None, :]
+    h2 = su._row_term(zc, ell, p, spread, w, r, t[:, None, :]) ** 2
+    return top, t2, keep, w, t[:, None, :], h2
+
+
 @pytest.mark.parametrize("grid", [1, 2, 32])
 @pytest.mark.parametrize("omega", [0.05, 1.0, 20.0])
 def test_each_rows_grid_bound_is_above_its_sup(grid, omega):
     """The grid's bound on sup_t h_ji(t)² − ωt² (the largest h² at an interval's ends, the
     smallest t² on it) against the same function on a grid of 4001 shifts, for every row and
     word of a text: never below it (the unclipped joint value, before the row-wise minimum)."""
-    X, W = ws.sample_X(30, 6, seed=9), 2 * ws.sample_W(6, seed=10)
-    Xt, Wt = X.double(), W.double()
-    n, d = Xt.shape
-    c = 1 / math.sqrt(d)
-    z = c * attention_scores(Xt, Wt)
-    A = torch.softmax(z, dim=1)
-    w = c * torch.linalg.vector_norm(Xt @ Wt, dim=1)
-    terms = su._RowTerms(Xt, Wt, z, A, A @ Xt, w, c, math.sqrt(d), None)
-    cols, zc, ell, p, spread, w, r, u_own = terms(torch.arange(n))
-    top, t2, keep = su._joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid)
+    top, t2, keep, _, t, h2 = _rows_on_a_grid(grid)
     bound = (top - omega * t2).max(dim=2).values
-    t = w[:, None] * torch.linspace(-1, 1, 4001, dtype=torch.float64)[None, :]
-    fine = su._row_term(zc, ell, p, spread, w, r, t[:, None, :]) ** 2 - omega * t[:, None, :] ** 2
+    fine = h2 - omega * t**2
     assert (bound[keep] >= fine.max(dim=2).values[keep] * (1 - 1e-12)).all()
 
 
@@ -49,24 +56,14 @@ def test_each_rows_bound_with_linear_multipliers_is_above_its_sup(grid):
     """The cells' bound on sup_t h_ji(t)² − η_j t − ω_j t² (refine's rows term: the largest h²
     on a cell plus the concave part at its clipped vertex) against the same function on a grid
     of 4001 shifts, for every row and word, random ω_j > 0 and η_j of both signs."""
-    X, W = ws.sample_X(30, 6, seed=9), 2 * ws.sample_W(6, seed=10)
-    Xt, Wt = X.double(), W.double()
-    n, d = Xt.shape
-    c = 1 / math.sqrt(d)
-    z = c * attention_scores(Xt, Wt)
-    A = torch.softmax(z, dim=1)
-    w = c * torch.linalg.vector_norm(Xt @ Wt, dim=1)
-    terms = su._RowTerms(Xt, Wt, z, A, A @ Xt, w, c, math.sqrt(d), None)
-    cols, zc, ell, p, spread, w, r, u_own = terms(torch.arange(n))
-    top, _, keep = su._joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid)
+    top, _, keep, w, t, h2 = _rows_on_a_grid(grid)
+    n = len(w)
     g = torch.Generator().manual_seed(grid)
     scale = float(top.max()) / float(w.max())
     om = torch.rand(n, n, generator=g, dtype=torch.float64) * scale / float(w.max()) + 1e-3
     eta = torch.randn(n, n, generator=g, dtype=torch.float64) * scale  # (words, rows)
     bound = su._cells_sup(top, w, om, eta)  # (rows, words)
-    t = w[:, None] * torch.linspace(-1, 1, 4001, dtype=torch.float64)[None, :]
-    h2 = su._row_term(zc, ell, p, spread, w, r, t[:, None, :]) ** 2  # (rows, words, shifts)
-    fine = h2 - eta.T[:, :, None] * t[:, None, :] - om.T[:, :, None] * t[:, None, :] ** 2
+    fine = h2 - eta.T[:, :, None] * t - om.T[:, :, None] * t**2
     want = fine.max(dim=2).values
     assert (bound[keep] >= want[keep] - 1e-12 * fine.abs().amax(dim=2)[keep]).all()
 
