@@ -116,7 +116,7 @@ def distances_above(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(sq.clamp_min(0) + slack)
 
 
-def ball_quadratic_sup(A: torch.Tensor, G: torch.Tensor, r: float, eig=None) -> torch.Tensor:
+def ball_quadratic_sup(A: torch.Tensor, G: torch.Tensor, r: float, eig=None, solution=False):
     """For a float64 symmetric ``A`` (``d × d``) and each row ``g`` of ``G`` (``m × d``), an
     upper bound on ``max_{‖Δ‖ ≤ r} ΔᵀAΔ + gᵀΔ`` (:prf:ref:`lem-ball-quadratic`):
     ``μr² + ¼ gᵀ(μI − A)⁻¹g`` at a ``μ > max(λ_max(A), 0)`` chosen per row near the minimiser
@@ -127,7 +127,9 @@ def ball_quadratic_sup(A: torch.Tensor, G: torch.Tensor, r: float, eig=None) -> 
     (``λ̄ ≥ λ_max(A)``: ``eigh``'s top eigenvalue raised by a bound on its error), with the
     float64 rounding of these sums added (Higham's ``γ``). ``eig``: ``torch.linalg.eigh(A)``
     when the caller has it (:func:`sym_eigh`). Batched: ``A`` may be ``b × d × d`` with ``G``
-    ``b × m × d`` (one matrix for each batch of rows; the result ``b × m``)."""
+    ``b × m × d`` (one matrix for each batch of rows; the result ``b × m``). With
+    ``solution=True`` also the approximate ``y ≈ (μI − A)⁻¹g`` (``G``'s shape): ``y/2`` is
+    near the maximiser where the constraint binds."""
     d = A.shape[-1]
     u = 2.0**-53
     gam = (d + 3) * u / (1 - (d + 3) * u)
@@ -155,7 +157,8 @@ def ball_quadratic_sup(A: torch.Tensor, G: torch.Tensor, r: float, eig=None) -> 
     yMy = (Y * MY).sum(-1) - (Y.abs() * E).sum(-1) - gam * (Y.abs() * MY.abs()).sum(-1)
     rn = torch.linalg.vector_norm(res, dim=-1) * (1 + gam) + torch.linalg.vector_norm(E, dim=-1)
     quad = 2 * gy - yMy + rn**2 / (mu - top)
-    return (mu * r * r + 0.25 * quad) * (1 + 8 * u)
+    value = (mu * r * r + 0.25 * quad) * (1 + 8 * u)
+    return (value, Y) if solution else value
 
 
 _JOINT_CACHE: list = []  # [(Xt, Wt, cols, joint)]: the last text's own-score sups
@@ -455,8 +458,7 @@ def _joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid: int):
     """Each row's squared term on ``grid`` intervals per side of ``[−w_j, w_j]``:
     the largest at the interval's ends (the term is monotone on each side of 0), and the
     smallest ``t²`` on it; row ``i`` itself left out (``keep`` is False there)."""
-    f = torch.linspace(-1.0, 1.0, 2 * grid + 1, dtype=torch.float64)
-    T = w[:, None] * f[None, :]  # (n, K): the middle point 0 up to rounding (h is largest at
+    T = _cell_ends(w, grid)  # (n, K): the middle point 0 up to rounding (h is largest at
     # an interval's ends on either side of it)
     H = _row_term(zc, ell, p, spread, w, r, T[:, None, :]) ** 2  # (n, m, K)
     top = torch.maximum(H[..., :-1], H[..., 1:])
@@ -464,6 +466,12 @@ def _joint_grid(cols, zc, ell, p, spread, w, r, u_own, grid: int):
     keep = torch.ones(zc.shape, dtype=torch.bool)
     keep[cols, torch.arange(len(cols))] = False
     return top, t2, keep
+
+
+def _cell_ends(w, grid: int) -> torch.Tensor:
+    """The signed ends of each row's ``grid`` intervals per side of ``[−w_j, w_j]``
+    (rows × ``2·grid + 1``)."""
+    return w[:, None] * torch.linspace(-1.0, 1.0, 2 * grid + 1, dtype=torch.float64)[None, :]
 
 
 def _rows_sup(top, t2, keep, lam):
@@ -489,6 +497,7 @@ def _per_row(top, keep, u_own, w, C, lam: float, steps: int):
     the search only decides how tight it is; its gradient is the envelope one, ``(t*, t*²)``
     at the sup's maximiser ``t* = Cy*``."""
     mask = keep.T.to(torch.float64)  # (words, rows): ω_i = η_i = 0 at each word's own row
+    ends = _cell_ends(w, top.shape[2] // 2)
     unit = (top.amax(dim=2) / w[:, None].clamp_min(1e-300)).T.clamp_min(1e-300)  # (words, rows)
     theta = torch.full(mask.shape, math.log(lam), dtype=torch.float64, requires_grad=True)
     eta_u = torch.zeros(mask.shape, dtype=torch.float64, requires_grad=True)
@@ -496,7 +505,7 @@ def _per_row(top, keep, u_own, w, C, lam: float, steps: int):
 
     def value(theta, eta_u):
         om, eta = theta.exp(), eta_u * unit  # (words, rows)
-        rows = _cells_sup(top, w, om, eta) * keep
+        rows = _cells_sup(top, ends, om, eta) * keep
         om, eta = om * mask, eta * mask
         ball, t_star = _shift_ball_sup(C, om.detach(), eta.detach())
         surrogate = (eta * t_star + om * t_star**2).sum(dim=1)  # the envelope gradient
@@ -513,14 +522,12 @@ def _per_row(top, keep, u_own, w, C, lam: float, steps: int):
         return torch.minimum(best, value(theta, eta_u))
 
 
-def _cells_sup(top, w, om, eta) -> torch.Tensor:
+def _cells_sup(top, ends, om, eta) -> torch.Tensor:
     """For each row ``j`` and word (``rows × words``), a bound on the sup of
     ``h_ji(t)² − η_j t − ω_j t²`` over ``|t| ≤ w_j`` from the grid's cells (:func:`_joint_grid`,
-    whose ``top`` bounds ``h²`` on each cell): each cell's ``top`` plus the largest of the
-    concave ``−η_j t − ω_j t²`` on it, at its vertex ``−η_j/(2ω_j)`` clipped into the cell
-    (``om > 0`` and ``eta``: words × rows)."""
-    f = torch.linspace(-1.0, 1.0, top.shape[2] + 1, dtype=torch.float64)
-    ends = w[:, None] * f[None, :]  # (rows, K + 1): the cells' signed ends, as _joint_grid's
+    whose ``top`` bounds ``h²`` on each cell; ``ends``: :func:`_cell_ends`): each cell's ``top``
+    plus the largest of the concave ``−η_j t − ω_j t²`` on it, at its vertex ``−η_j/(2ω_j)``
+    clipped into the cell (``om > 0`` and ``eta``: words × rows)."""
     vertex = (-eta / (2 * om)).T[:, :, None]
     t = torch.minimum(torch.maximum(vertex, ends[:, None, :-1]), ends[:, None, 1:])
     return (top - eta.T[:, :, None] * t - om.T[:, :, None] * t**2).amax(dim=2)
@@ -529,31 +536,23 @@ def _cells_sup(top, w, om, eta) -> torch.Tensor:
 def _shift_ball_sup(C, om, eta) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row of ``om`` and ``eta`` (words × rows), an upper bound on
     ``sup_{‖y‖≤1} ηᵀCy + yᵀCᵀdiag(ω)Cy`` (:func:`ball_quadratic_sup`, its rounding covered)
-    and the shifts ``t* = Cy*`` at an approximate maximiser (:func:`_ball_argmax`)."""
+    and the shifts ``t* = Cy*`` at an approximate maximiser: half its solve ``(μI − M)⁻¹g``,
+    filled up to the sphere along the top eigenvector when ``g`` is too small to reach it
+    (only the search's direction: the bound never uses it)."""
     M = torch.einsum("nk,mn,nl->mkl", C, om, C)
     g = eta @ C
     lam, Q = torch.linalg.eigh(M)
-    value = ball_quadratic_sup(M, g[:, None, :], 1.0, eig=(lam, Q))[:, 0]
-    return value, _ball_argmax(lam, Q, g) @ C.T
-
-
-def _ball_argmax(lam, Q, g) -> torch.Tensor:
-    """An approximate maximiser ``y*`` of ``gᵀy + yᵀMy`` over ``‖y‖ ≤ 1`` per row of ``g``
-    (``M = Q diag(λ) Qᵀ``, batched): ``½(μI − M)⁻¹g`` at the root ``μ > max(λ_max, 0)`` of the
-    secular equation (bisection), filled up to the sphere along the top eigenvector when ``g``
-    is too small to reach it. Only the search's direction: the bound never uses it."""
-    gq = (Q.transpose(1, 2) @ g[:, :, None])[:, :, 0]
-    floor = lam[:, -1].clamp_min(0)
-    lo = floor + 1e-12 * (1 + floor)
-    hi = floor + torch.linalg.vector_norm(g, dim=1) / 2 + 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        big = 0.25 * (gq**2 / (mid[:, None] - lam) ** 2).sum(dim=1) > 1
-        lo, hi = torch.where(big, mid, lo), torch.where(big, hi, mid)
-    yq = 0.5 * gq / (hi[:, None] - lam)
-    short = (1 - (yq**2).sum(dim=1)).clamp_min(0)
-    yq[:, -1] += torch.where(lam[:, -1] > 0, short.sqrt(), torch.zeros_like(short))
-    return (Q @ yq[:, :, None])[:, :, 0]
+    value, Y = ball_quadratic_sup(M, g[:, None, :], 1.0, eig=(lam, Q), solution=True)
+    y, q = Y[:, 0] / 2, Q[:, :, -1]
+    short, qy = (1 - (y**2).sum(dim=1)).clamp_min(0), (y * q).sum(dim=1)
+    # the smaller root of ‖y + step·q‖ = 1, on the side y already leans to along q
+    step = (
+        torch.where(qy < 0, -1.0, 1.0)
+        * short
+        / ((qy**2 + short).sqrt() + qy.abs()).clamp_min(1e-300)
+    )
+    y = y + torch.where(lam[:, -1] > 0, step, 0.0)[:, None] * q
+    return value[:, 0], y @ C.T
 
 
 def _best_multiplier(cols, zc, ell, p, spread, w, r, u_own, R, grid, steps: int = 40) -> float:
